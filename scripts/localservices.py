@@ -1,0 +1,421 @@
+"""Start, health-check and stop the real services kafka-archive runs against locally.
+
+    .venv/bin/python scripts/localservices.py start [kafka s3 smtp]
+    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp]
+    .venv/bin/python scripts/localservices.py status
+    eval "$(.venv/bin/python scripts/localservices.py env)"  # point Airflow/CLI at them
+    .venv/bin/python scripts/localservices.py leftovers [--baseline FILE]
+
+Every service binds to 127.0.0.1 and keeps its data, log and pid file under
+.cache/services/<name>/. `start` is idempotent and returns only once the service answers a
+real request; `stop` signals only the process group recorded in the pid file. Ports come
+from KAFKA_ARCHIVE_{KAFKA,S3,SMTP}_PORT; S3 credentials from .cache/local.env (made by
+scripts/install) or the environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import signal
+import smtplib
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache"
+SERVICES_DIR = CACHE / "services"
+START_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 30
+
+
+class ServiceError(RuntimeError):
+    pass
+
+
+class NotReady(Exception):
+    """A probe's answer for "not up yet": only this (and refused connections) is waited out."""
+
+
+def local_env() -> dict[str, str]:
+    """Settings of the local services: .cache/local.env overlaid by the environment."""
+    env = {
+        "KAFKA_ARCHIVE_KAFKA_PORT": "19092",
+        "KAFKA_ARCHIVE_S3_PORT": "19000",
+        "KAFKA_ARCHIVE_SMTP_PORT": "12525",
+        "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
+    }
+    env_file = CACHE / "local.env"
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                env[key.strip()] = value.strip()
+    env.update({k: v for k, v in os.environ.items() if k.startswith("KAFKA_ARCHIVE_")})
+    return env
+
+
+@dataclass
+class Service:
+    name: str
+    command: Callable[[dict[str, str], Path], list[str]]
+    ready: Callable[[dict[str, str]], None]  # raises until the service answers
+    prepare: Callable[[dict[str, str], Path], None] = lambda env, home: None
+    after_ready: Callable[[dict[str, str]], None] = lambda env: None
+    process_env: Callable[[dict[str, str]], dict[str, str]] = lambda env: {}
+
+    @property
+    def home(self) -> Path:
+        return SERVICES_DIR / self.name
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "service.log"
+
+    def pid(self) -> int | None:
+        """The recorded pid if that process still runs."""
+        try:
+            pid = int(self.pid_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def start(self, env: dict[str, str]) -> bool:
+        """Start unless already running; True if this call started it."""
+        if self.pid() is not None:
+            self._wait_ready(env, self.pid())
+            return False
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.prepare(env, self.home)
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                self.command(env, self.home),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.home, env={**os.environ, **self.process_env(env)},
+                start_new_session=True,  # own process group: stop() ends it whole
+            )
+        self.pid_file.write_text(str(proc.pid))
+        self._wait_ready(env, proc.pid)
+        self.after_ready(env)
+        return True
+
+    def _wait_ready(self, env: dict[str, str], pid: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                self.ready(env)
+                return
+            except (NotReady, OSError) as exc:  # anything else is a bug: fail at once
+                if not _alive(pid):
+                    raise ServiceError(f"{self.name} exited while starting; "
+                                       f"last log lines:\n{_tail(self.log_file)}") from exc
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"{self.name} not ready after {START_TIMEOUT_S}s: {exc}; "
+                                       f"last log lines:\n{_tail(self.log_file)}") from exc
+                time.sleep(0.25)
+
+    def stop(self) -> bool:
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            _signal_group(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+
+# --- Kafka: single node, KRaft, broker and controller in one JVM -------------------------
+
+def _kafka_properties(env: dict[str, str], home: Path) -> Path:
+    port = int(env["KAFKA_ARCHIVE_KAFKA_PORT"])
+    props = home / "server.properties"
+    props.write_text("\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{port + 1}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{port + 1}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={home / 'data'}",
+        # topics are created on purpose; a typo should not create one
+        "auto.create.topics.enable=false",
+        "offsets.topic.replication.factor=1",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        # retention tests shrink retention per topic; let the cleaner notice within seconds
+        "log.retention.check.interval.ms=1000",
+        "log.segment.delete.delay.ms=0",
+    ]) + "\n")
+    (home / "log4j2.properties").write_text("\n".join([
+        "status = warn",
+        "appender.out.type = Console",
+        "appender.out.name = out",
+        "appender.out.layout.type = PatternLayout",
+        "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = WARN",
+        "rootLogger.appenderRef.out.ref = out",
+        "logger.version.name = org.apache.kafka.common.utils.AppInfoParser",
+        "logger.version.level = INFO",
+    ]) + "\n")
+    return props
+
+
+def _kafka_java(home: Path, main_class: str) -> list[str]:
+    return ["java", "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+            "-cp", str(CACHE / "jars" / "kafka" / "*"), main_class]
+
+
+def _kafka_prepare(env: dict[str, str], home: Path) -> None:
+    props = _kafka_properties(env, home)
+    if (home / "data" / "meta.properties").exists():
+        return
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    subprocess.run(_kafka_java(home, "kafka.tools.StorageTool")
+                   + ["format", "-t", cluster_id, "-c", str(props)],
+                   check=True, capture_output=True, cwd=home)
+
+
+def _kafka_ready(env: dict[str, str]) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaConnectionError, RetriableError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(env), request_timeout_ms=3000)
+    except (KafkaConnectionError, RetriableError) as exc:
+        raise NotReady(repr(exc)) from exc
+    try:
+        admin.list_topics()
+    except (KafkaConnectionError, RetriableError) as exc:
+        raise NotReady(repr(exc)) from exc
+    finally:
+        admin.close()
+
+
+def kafka_bootstrap(env: dict[str, str]) -> str:
+    return f"127.0.0.1:{env['KAFKA_ARCHIVE_KAFKA_PORT']}"
+
+
+KAFKA = Service(
+    name="kafka",
+    prepare=_kafka_prepare,
+    command=lambda env, home: _kafka_java(home, "kafka.Kafka") + [str(home / "server.properties")],
+    ready=_kafka_ready,
+)
+
+
+# --- S3: MinIO, single node single drive -------------------------------------------------
+
+def s3_endpoint(env: dict[str, str]) -> str:
+    return f"http://127.0.0.1:{env['KAFKA_ARCHIVE_S3_PORT']}"
+
+
+def _s3_credentials(env: dict[str, str]) -> tuple[str, str]:
+    try:
+        return env["KAFKA_ARCHIVE_S3_ACCESS_KEY"], env["KAFKA_ARCHIVE_S3_SECRET_KEY"]
+    except KeyError as missing:
+        raise ServiceError(f"{missing} is not set: run scripts/install (it writes "
+                           ".cache/local.env) or export it") from None
+
+
+def s3_client(env: dict[str, str]):
+    import boto3
+
+    key, secret = _s3_credentials(env)
+    return boto3.client("s3", endpoint_url=s3_endpoint(env), aws_access_key_id=key,
+                        aws_secret_access_key=secret, region_name="us-east-1")
+
+
+def _s3_ready(env: dict[str, str]) -> None:
+    with urllib.request.urlopen(f"{s3_endpoint(env)}/minio/health/ready", timeout=2) as r:
+        if r.status != 200:
+            raise NotReady(f"health check answered {r.status}")
+
+
+def _s3_create_bucket(env: dict[str, str]) -> None:
+    client = s3_client(env)
+    bucket = env["KAFKA_ARCHIVE_S3_BUCKET"]
+    if bucket not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
+        client.create_bucket(Bucket=bucket)
+
+
+def _s3_process_env(env: dict[str, str]) -> dict[str, str]:
+    key, secret = _s3_credentials(env)
+    return {"MINIO_ROOT_USER": key, "MINIO_ROOT_PASSWORD": secret,
+            "MINIO_BROWSER": "off", "MINIO_UPDATE": "off"}
+
+
+S3 = Service(
+    name="s3",
+    command=lambda env, home: [
+        str(CACHE / "bin" / "minio"), "server", "--quiet",
+        "--address", f"127.0.0.1:{env['KAFKA_ARCHIVE_S3_PORT']}",
+        "--console-address", f"127.0.0.1:{int(env['KAFKA_ARCHIVE_S3_PORT']) + 1}",
+        str(home / "data")],
+    ready=_s3_ready,
+    after_ready=_s3_create_bucket,
+    process_env=_s3_process_env,
+)
+
+
+# --- SMTP: aiosmtpd capturing every message to a file ------------------------------------
+
+def smtp_maildir() -> Path:
+    return SERVICES_DIR / "smtp" / "mail"
+
+
+def _smtp_ready(env: dict[str, str]) -> None:
+    with smtplib.SMTP("127.0.0.1", int(env["KAFKA_ARCHIVE_SMTP_PORT"]), timeout=2) as smtp:
+        smtp.noop()
+
+
+SMTP = Service(
+    name="smtp",
+    command=lambda env, home: [
+        sys.executable, str(ROOT / "scripts" / "smtp_capture.py"),
+        "--port", env["KAFKA_ARCHIVE_SMTP_PORT"], "--maildir", str(smtp_maildir())],
+    ready=_smtp_ready,
+)
+
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP)}
+
+
+def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
+    """The environment under which Airflow, the kafka-archive CLI and Spark jobs use the
+    local services: config references, Airflow connections, a SQLite-backed AIRFLOW_HOME
+    with DAGs from dags/ and the library from plugins/."""
+    key, secret = _s3_credentials(env)
+    s3_conn = {"conn_type": "aws", "login": key, "password": secret,
+               "extra": {"endpoint_url": s3_endpoint(env), "region_name": "us-east-1"}}
+    smtp_conn = {"conn_type": "smtp", "host": "127.0.0.1", "port": int(env["KAFKA_ARCHIVE_SMTP_PORT"]),
+                 "extra": {"disable_tls": True, "disable_ssl": True,
+                           "from_email": "kafka-archive@localhost"}}
+    return {
+        "KAFKA_ARCHIVE_BOOTSTRAP": kafka_bootstrap(env),
+        "KAFKA_ARCHIVE_ROOT": f"s3://{env['KAFKA_ARCHIVE_S3_BUCKET']}/archive",
+        "AIRFLOW_CONN_KAFKA_ARCHIVE_S3": json.dumps(s3_conn),
+        "AIRFLOW_CONN_KAFKA_ARCHIVE_SMTP": json.dumps(smtp_conn),
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home}/airflow.db",
+    }
+
+
+# --- process helpers ---------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def our_processes() -> dict[int, str]:
+    """Processes whose command line names this checkout (services, Spark, Airflow), but
+    not this process and its ancestors."""
+    exclude, pid = set(), os.getpid()
+    while pid > 1:
+        exclude.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            break
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in exclude:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(ROOT) in cmdline and _alive(int(entry.name)):
+            found[int(entry.name)] = cmdline.strip()
+    return found
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"start", "stop", "status", "env", "leftovers", "pids"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    action, names = argv[0], argv[1:]
+    env = local_env()
+    if action == "env":  # for eval in a shell; holds secrets, so never print it to a log
+        for key, value in client_env(env, CACHE / "airflow").items():
+            print(f"export {key}={shlex.quote(value)}")
+        return 0
+    if action == "pids":
+        print(json.dumps(sorted(our_processes())))
+        return 0
+    if action == "leftovers":
+        baseline = set()
+        if names[:1] == ["--baseline"]:
+            baseline = set(json.loads(Path(names[1]).read_text()))
+        left = {p: c for p, c in our_processes().items() if p not in baseline}
+        for pid, cmd in left.items():
+            print(f"leftover process {pid}: {cmd[:300]}", file=sys.stderr)
+        return 1 if left else 0
+    unknown = set(names) - set(SERVICES)
+    if unknown:
+        print(f"unknown service(s): {', '.join(sorted(unknown))}; known: {', '.join(SERVICES)}",
+              file=sys.stderr)
+        return 2
+    selected = [SERVICES[n] for n in (names or SERVICES)]
+    if action == "stop":
+        selected.reverse()
+    for service in selected:
+        if action == "start":
+            started = service.start(env)
+            print(f"{service.name}: {'started' if started else 'already running'} (pid {service.pid()})")
+        elif action == "stop":
+            print(f"{service.name}: {'stopped' if service.stop() else 'not running'}")
+        elif action == "status":
+            pid = service.pid()
+            print(f"{service.name}: {f'running (pid {pid})' if pid else 'stopped'}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
