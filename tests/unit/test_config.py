@@ -1,0 +1,69 @@
+import pytest
+
+from kafka_archive import config
+from kafka_archive.errors import ConfigError
+
+MINIMAL = """
+kafka:
+  bootstrap_servers: broker-1:9092
+archive_root: s3://archive-bucket/prefix
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_minimal_config_gets_defaults(tmp_path):
+    loaded = config.load(write(tmp_path, MINIMAL))
+    assert loaded.bootstrap_servers == "broker-1:9092"
+    assert loaded.archive_root == "s3://archive-bucket/prefix"
+    assert loaded.token_root == "offsets/"
+    assert loaded.s3_conn_id == "kafka_archive_s3"
+
+
+def test_environment_references_expand_with_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("BROKERS", "10.0.0.1:9092")
+    monkeypatch.delenv("ROOT_UNSET", raising=False)
+    loaded = config.load(write(tmp_path, """
+kafka: {bootstrap_servers: "${BROKERS}"}
+archive_root: "${ROOT_UNSET:-file:///data/archive}"
+"""))
+    assert loaded.bootstrap_servers == "10.0.0.1:9092"
+    assert loaded.archive_root == "file:///data/archive"
+
+
+def test_unset_reference_without_default_names_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_VAR", raising=False)
+    with pytest.raises(ConfigError, match=r"\$\{NO_SUCH_VAR\} is not set"):
+        config.load(write(tmp_path, MINIMAL + "token_root: ${NO_SUCH_VAR}\n"))
+
+
+def test_missing_key_is_named_with_the_file(tmp_path):
+    path = write(tmp_path, "archive_root: s3://b/p\n")
+    with pytest.raises(ConfigError, match=rf"{path}: missing required key 'kafka.bootstrap_servers'"):
+        config.load(path)
+
+
+@pytest.mark.parametrize("root", ["relative/path", "s3://", "http://host/x", ""])
+def test_bad_archive_root_is_refused(tmp_path, root):
+    text = MINIMAL.replace("s3://archive-bucket/prefix", repr(root))
+    with pytest.raises(ConfigError, match="'archive_root'"):
+        config.load(write(tmp_path, text))
+
+
+def test_invalid_yaml_and_missing_file_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.load(write(tmp_path, "kafka: [unclosed\n"))
+    with pytest.raises(ConfigError, match="config file not found"):
+        config.load(tmp_path / "absent.yaml")
+
+
+def test_shipped_example_config_loads(monkeypatch):
+    for name in ("KAFKA_ARCHIVE_BOOTSTRAP", "KAFKA_ARCHIVE_ROOT", "KAFKA_ARCHIVE_TOKEN_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    loaded = config.load(config.DEFAULT_PATH)
+    assert loaded.bootstrap_servers == "127.0.0.1:19092"
+    assert loaded.archive_root.startswith("s3://")
