@@ -1,0 +1,397 @@
+"""Hadoop SequenceFile (version 6) writer and reader, in pure Python.
+
+Layout, as org.apache.hadoop.io.SequenceFile writes it:
+
+    header  b"SEQ" 6, key class, value class (Hadoop Text: vint length + UTF-8),
+            isCompressed, isBlockCompressed (1 byte each), codec class (Text, if compressed),
+            metadata (int32 count + Text pairs), 16-byte sync marker
+    uncompressed records
+            int32 record length, int32 key length, key, value; every SYNC_INTERVAL bytes
+            a sync point (int32 -1 then the sync marker) precedes the next record
+    compressed blocks
+            sync point, vint record count, then four sections, each a vint length and the
+            compressed bytes: key lengths (vints), keys, value lengths (vints), values
+
+Keys and values are serialized Writables: BytesWritable is an int32 length and the bytes,
+LongWritable an 8-byte signed integer, all big-endian. "vint" is Hadoop's
+WritableUtils.writeVLong encoding, not protobuf's varint.
+
+Hadoop picks a random sync marker per file. Here the caller supplies it (sync_marker_for
+derives one from a name) so that rewriting the same records produces identical bytes, and
+a retried upload of an archive file is indistinguishable from the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+BYTES_WRITABLE = "org.apache.hadoop.io.BytesWritable"
+LONG_WRITABLE = "org.apache.hadoop.io.LongWritable"
+DEFAULT_CODEC = "org.apache.hadoop.io.compress.DefaultCodec"
+GZIP_CODEC = "org.apache.hadoop.io.compress.GzipCodec"
+
+COMPRESSIONS = {"none": None, "block-default": DEFAULT_CODEC, "block-gzip": GZIP_CODEC}
+KEY_CLASSES = (BYTES_WRITABLE, LONG_WRITABLE)
+
+MAGIC = b"SEQ"
+VERSION = 6
+SYNC_SIZE = 16
+SYNC_ESCAPE = -1
+SYNC_INTERVAL = 100 * (4 + SYNC_SIZE)  # Hadoop 2's interval between sync points
+
+# zlib's window bits: 15 = zlib header (DefaultCodec, like java.util.zip.Deflater), 31 = gzip.
+_WBITS = {DEFAULT_CODEC: 15, GZIP_CODEC: 31}
+_COMPRESSION_LEVEL = 6  # zlib's default, which Hadoop's codecs use
+
+Key = bytes | int  # bytes for BytesWritable keys, int for LongWritable keys
+
+
+def sync_marker_for(name: str) -> bytes:
+    """A deterministic 16-byte sync marker for the file called `name`."""
+    return hashlib.md5(name.encode()).digest()[:SYNC_SIZE]
+
+
+def encode_vlong(value: int) -> bytes:
+    """WritableUtils.writeVLong: -112..127 in one byte; otherwise a byte telling sign and
+    length, then the magnitude (one's complement if negative) big-endian."""
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{value} does not fit a Java long")
+    if -112 <= value <= 127:
+        return value.to_bytes(1, "big", signed=True)
+    magnitude = ~value if value < 0 else value
+    size = (magnitude.bit_length() + 7) // 8
+    prefix = (-120 if value < 0 else -112) - size
+    return prefix.to_bytes(1, "big", signed=True) + magnitude.to_bytes(size, "big")
+
+
+def _vlong_size(first_byte: int) -> int:
+    """Total encoded size of the vlong whose first byte is `first_byte` (0..255)."""
+    first = _signed_byte(first_byte)
+    if first >= -112:
+        return 1
+    return 1 + (-(first + 120) if first < -120 else -(first + 112))
+
+
+def _signed_byte(byte: int) -> int:
+    return byte - 256 if byte > 127 else byte
+
+
+def decode_vlong(data: bytes, pos: int = 0) -> tuple[int, int]:
+    """WritableUtils.readVLong from data[pos:]: returns (value, position after it)."""
+    if pos >= len(data):
+        raise ValueError(f"vlong expected at {pos}, data ends")
+    first = _signed_byte(data[pos])
+    size = _vlong_size(data[pos])
+    if pos + size > len(data):
+        raise ValueError(f"vlong at {pos} needs {size} bytes, only {len(data) - pos} left")
+    if size == 1:
+        return first, pos + 1
+    magnitude = int.from_bytes(data[pos + 1:pos + size], "big")
+    return (~magnitude if first < -120 else magnitude), pos + size
+
+
+def _text(value: str) -> bytes:
+    """Hadoop Text serialization: vint byte length + UTF-8."""
+    encoded = value.encode()
+    return encode_vlong(len(encoded)) + encoded
+
+
+def _serialize(writable_class: str, value: Key) -> bytes:
+    if writable_class == LONG_WRITABLE:
+        if not isinstance(value, int):
+            raise TypeError(f"LongWritable needs an int, got {type(value).__name__}")
+        return struct.pack(">q", value)
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"BytesWritable needs bytes, got {type(value).__name__}")
+    return struct.pack(">i", len(value)) + bytes(value)
+
+
+def _deserialize(writable_class: str, payload: bytes) -> Key:
+    if writable_class == LONG_WRITABLE:
+        if len(payload) != 8:
+            raise ValueError(f"LongWritable of {len(payload)} bytes, expected 8")
+        return struct.unpack(">q", payload)[0]
+    if len(payload) < 4 or struct.unpack(">i", payload[:4])[0] != len(payload) - 4:
+        raise ValueError(f"BytesWritable length prefix does not match its {len(payload)} bytes")
+    return payload[4:]
+
+
+def _decompress(codec: str, data: bytes) -> bytes:
+    """Decompress one section; concatenated streams (gzip members) are allowed, trailing
+    garbage or a cut-off stream is not."""
+    out = []
+    while data:
+        stream = zlib.decompressobj(_WBITS[codec])
+        out.append(stream.decompress(data))
+        if not stream.eof:
+            raise ValueError("compressed stream is truncated")
+        data = stream.unused_data
+    return b"".join(out)
+
+
+@dataclass
+class _Block:
+    """Records buffered for the next compressed block, as Hadoop's four buffers."""
+
+    count: int = 0
+    key_lengths: bytearray = field(default_factory=bytearray)
+    keys: bytearray = field(default_factory=bytearray)
+    value_lengths: bytearray = field(default_factory=bytearray)
+    values: bytearray = field(default_factory=bytearray)
+
+    def add(self, key: bytes, value: bytes) -> None:
+        self.count += 1
+        self.key_lengths += encode_vlong(len(key))
+        self.keys += key
+        self.value_lengths += encode_vlong(len(value))
+        self.values += value
+
+    def sections(self) -> tuple[bytearray, ...]:
+        return self.key_lengths, self.keys, self.value_lengths, self.values
+
+
+class SequenceFileWriter:
+    """Streams records into a SequenceFile on `fileobj` (written from its current position;
+    `bytes_written` counts from there). The header is written at once; `close()` writes the
+    last block and flushes, but leaves `fileobj` open. Memory holds at most one block."""
+
+    def __init__(self, fileobj: BinaryIO, key_class: str, value_class: str, compression: str,
+                 sync_marker: bytes, block_size: int = 1_000_000) -> None:
+        if key_class not in KEY_CLASSES:
+            raise ValueError(f"key class must be one of {KEY_CLASSES}, got {key_class!r}")
+        if value_class != BYTES_WRITABLE:
+            raise ValueError(f"value class must be {BYTES_WRITABLE}, got {value_class!r}")
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, "
+                             f"got {compression!r}")
+        if len(sync_marker) != SYNC_SIZE:
+            raise ValueError(f"sync marker must be {SYNC_SIZE} bytes, got {len(sync_marker)}")
+        self.key_class = key_class
+        self.value_class = value_class
+        self.records = 0
+        self.bytes_written = 0
+        self._out = fileobj
+        self._codec = COMPRESSIONS[compression]
+        self._sync_marker = bytes(sync_marker)
+        self._block_size = block_size
+        self._block = _Block()
+        self._last_sync = 0  # Hadoop counts the first interval from the start of the file
+        self._closed = False
+        self._write(self._header())
+
+    def append_record(self, key: Key, value: bytes) -> None:
+        """Append one record: `key` is bytes (BytesWritable) or int (LongWritable)."""
+        if self._closed:
+            raise ValueError("append_record on a closed SequenceFileWriter")
+        key_bytes = _serialize(self.key_class, key)
+        value_bytes = _serialize(self.value_class, value)
+        if self._codec is None:
+            self._write_record(key_bytes, value_bytes)
+        else:
+            self._block.add(key_bytes, value_bytes)
+            # Hadoop measures a block by its keys and values, not by their length vints.
+            if len(self._block.keys) + len(self._block.values) >= self._block_size:
+                self._write_block()
+        self.records += 1
+
+    def close(self) -> None:
+        """Write the buffered block, if any, and flush. Closing twice is harmless."""
+        if not self._closed:
+            self._write_block()
+            self._out.flush()
+            self._closed = True
+
+    def __enter__(self) -> SequenceFileWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # After an error the file is incomplete anyway: don't add a block to it.
+        if exc_type is None:
+            self.close()
+
+    def _header(self) -> bytes:
+        compressed = self._codec is not None
+        parts = [MAGIC, bytes([VERSION]), _text(self.key_class), _text(self.value_class),
+                 bytes([compressed, compressed])]
+        if compressed:
+            parts.append(_text(self._codec))
+        parts += [struct.pack(">i", 0), self._sync_marker]  # no metadata
+        return b"".join(parts)
+
+    def _write_record(self, key: bytes, value: bytes) -> None:
+        if self.bytes_written >= self._last_sync + SYNC_INTERVAL:
+            self._write_sync()
+        self._write(struct.pack(">ii", len(key) + len(value), len(key)) + key + value)
+
+    def _write_block(self) -> None:
+        if not self._block.count:
+            return
+        self._write_sync()
+        parts = [encode_vlong(self._block.count)]
+        for section in self._block.sections():
+            compressed = zlib.compress(section, _COMPRESSION_LEVEL, _WBITS[self._codec])
+            parts += [encode_vlong(len(compressed)), compressed]
+        self._write(b"".join(parts))
+        self._block = _Block()
+
+    def _write_sync(self) -> None:
+        self._write(struct.pack(">i", SYNC_ESCAPE) + self._sync_marker)
+        self._last_sync = self.bytes_written
+
+    def _write(self, data: bytes) -> None:
+        self._out.write(data)
+        self.bytes_written += len(data)
+
+
+class _Input:
+    """Exact reads from a file object, tracking the offset so errors can say where."""
+
+    def __init__(self, fileobj: BinaryIO) -> None:
+        self._in = fileobj
+        self.offset = 0
+
+    def read(self, size: int, what: str, eof_ok: bool = False) -> bytes:
+        """Read exactly `size` bytes of `what`; b"" only at a clean end when eof_ok."""
+        if size < 0:
+            raise ValueError(f"corrupt SequenceFile: negative size {size} for {what} "
+                             f"at byte {self.offset}")
+        chunks, missing = [], size
+        while missing:
+            chunk = self._in.read(missing)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            missing -= len(chunk)
+        data = b"".join(chunks)
+        if missing and not (eof_ok and not data):
+            raise ValueError(f"truncated SequenceFile: {what} at byte {self.offset} needs "
+                             f"{size} bytes, only {len(data)} left")
+        self.offset += len(data)
+        return data
+
+    def read_int(self, what: str) -> int:
+        return struct.unpack(">i", self.read(4, what))[0]
+
+    def read_vlong(self, what: str) -> int:
+        first = self.read(1, what)
+        return decode_vlong(first + self.read(_vlong_size(first[0]) - 1, what))[0]
+
+    def read_text(self, what: str) -> str:
+        return self.read(self.read_vlong(what), what).decode()
+
+
+class SequenceFileReader:
+    """Iterates the (key, value) records of a SequenceFile, block by block: keys as bytes
+    (BytesWritable) or int (LongWritable), values as bytes. Reads uncompressed and
+    block-compressed files with DefaultCodec or GzipCodec, from Hadoop or from
+    SequenceFileWriter. Raises ValueError, naming the byte offset, on anything malformed."""
+
+    def __init__(self, fileobj: BinaryIO) -> None:
+        self._in = _Input(fileobj)
+        magic = self._in.read(4, "header")
+        if magic[:3] != MAGIC:
+            raise ValueError(f"not a SequenceFile: magic {magic[:3]!r}, expected {MAGIC!r}")
+        if magic[3] != VERSION:
+            raise ValueError(f"unsupported SequenceFile version {magic[3]}, expected {VERSION}")
+        self.key_class = self._in.read_text("key class")
+        self.value_class = self._in.read_text("value class")
+        for name in (self.key_class, self.value_class):
+            if name not in KEY_CLASSES:
+                raise ValueError(f"unsupported Writable class {name}")
+        compressed, block_compressed = self._in.read(2, "compression flags")
+        if compressed and not block_compressed:
+            raise ValueError("record-compressed SequenceFiles are not supported")
+        self.codec: str | None = self._in.read_text("codec class") if compressed else None
+        if self.codec is not None and self.codec not in _WBITS:
+            raise ValueError(f"unsupported codec {self.codec}")
+        self.metadata = {self._in.read_text("metadata key"): self._in.read_text("metadata value")
+                         for _ in range(self._in.read_int("metadata count"))}
+        self.sync_marker = self._in.read(SYNC_SIZE, "sync marker")
+
+    def __iter__(self) -> Iterator[tuple[Key, Key]]:
+        if self.codec is None:
+            yield from self._records()
+        else:
+            while (block := self._read_block()) is not None:
+                yield from block
+
+    def _records(self) -> Iterator[tuple[Key, Key]]:
+        while True:
+            start = self._in.offset
+            head = self._in.read(4, "record length", eof_ok=True)
+            if not head:
+                return
+            length = struct.unpack(">i", head)[0]
+            if length == SYNC_ESCAPE:
+                self._check_sync(start)
+                continue
+            key_length = self._in.read_int("key length")
+            if not 0 <= key_length <= length:
+                raise ValueError(f"corrupt record at byte {start}: key length {key_length}, "
+                                 f"record length {length}")
+            payload = self._in.read(length, "record")
+            yield self._decode(payload[:key_length], payload[key_length:], start)
+
+    def _read_block(self) -> list[tuple[Key, Key]] | None:
+        """The records of the next block, or None at the end of the file."""
+        start = self._in.offset
+        escape = self._in.read(4, "block sync escape", eof_ok=True)
+        if not escape:
+            return None
+        if struct.unpack(">i", escape)[0] != SYNC_ESCAPE:
+            raise ValueError(f"corrupt block at byte {start}: no sync escape")
+        self._check_sync(start)
+        count = self._in.read_vlong("block record count")
+        names = ("key lengths", "keys", "value lengths", "values")
+        key_lengths, keys, value_lengths, values = (self._read_section(n, start) for n in names)
+        try:
+            key_sizes = _split_lengths(key_lengths, count)
+            value_sizes = _split_lengths(value_lengths, count)
+        except ValueError as exc:
+            raise ValueError(f"corrupt block at byte {start}: bad length section ({exc})") from None
+        if sum(key_sizes) != len(keys) or sum(value_sizes) != len(values):
+            raise ValueError(f"corrupt block at byte {start}: lengths do not match the data")
+        key_chunks, value_chunks = _split(keys, key_sizes), _split(values, value_sizes)
+        return [self._decode(key, value, start) for key, value in zip(key_chunks, value_chunks)]
+
+    def _read_section(self, name: str, block_start: int) -> bytes:
+        compressed = self._in.read(self._in.read_vlong(f"{name} length"), name)
+        try:
+            return _decompress(self.codec, compressed)
+        except (ValueError, zlib.error) as exc:
+            raise ValueError(f"cannot decompress {name} of the block at byte {block_start}: "
+                             f"{exc}") from None
+
+    def _check_sync(self, start: int) -> None:
+        if self._in.read(SYNC_SIZE, "sync marker") != self.sync_marker:
+            raise ValueError(f"corrupt SequenceFile: wrong sync marker at byte {start}")
+
+    def _decode(self, key: bytes, value: bytes, start: int) -> tuple[Key, Key]:
+        try:
+            return _deserialize(self.key_class, key), _deserialize(self.value_class, value)
+        except ValueError as exc:
+            raise ValueError(f"corrupt record at byte {start}: {exc}") from None
+
+
+def _split_lengths(data: bytes, count: int) -> list[int]:
+    """`count` vints from `data`, which must hold exactly those."""
+    lengths, pos = [], 0
+    for _ in range(count):
+        length, pos = decode_vlong(data, pos)
+        if length < 0:
+            raise ValueError(f"negative length {length}")
+        lengths.append(length)
+    if pos != len(data):
+        raise ValueError(f"{len(data) - pos} bytes after {count} lengths")
+    return lengths
+
+
+def _split(data: bytes, sizes: list[int]) -> Iterator[bytes]:
+    pos = 0
+    for size in sizes:
+        yield data[pos:pos + size]
+        pos += size
