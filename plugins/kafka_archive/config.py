@@ -2,7 +2,8 @@
 
 Values may refer to the environment as ${NAME} or ${NAME:-default}, so one file serves
 local runs, tests and production. Secrets never live here: S3 credentials come from the
-Airflow connection named by `s3_conn_id`.
+Airflow connection named by `s3_conn_id`, Kafka passwords from ${ENV} references.
+Every error names the file and the key.
 """
 
 from __future__ import annotations
@@ -17,17 +18,65 @@ import yaml
 
 from kafka_archive.errors import ConfigError
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "config" / "kafka-archive.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PATH = REPO / "config" / "kafka-archive.yaml"
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When a Kafka partition is worth a file, and how much one run takes: Secor's size-
+    and time-based upload policy, applied per topic-partition."""
+    max_records: int = 5_000_000  # per partition per run (plan time)
+    max_bytes: int = 1 << 30      # per partition per run (the job cuts the slice there)
+    min_records: int = 1          # fewer pending than this: wait ...
+    max_delay_s: int = 3600       # ... unless the oldest pending message is this old
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    kind: str = "sequencefile"
+    key: str = "msgpack"          # msgpack map (lossless, replayable) | offset (Secor legacy)
+    compression: str = "default"  # none | default (DefaultCodec) | gzip
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    schedule: str | None
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    start_from: str               # earliest | latest: where a partition without token starts
+    on_retention_gap: str         # fail | skip: token below the earliest retained offset
+    format: FormatSpec
+    policy: Policy
+    topic_policies: tuple[tuple[str, Policy], ...]  # (topic regex, policy); first match wins
+
+    def selects(self, topic: str) -> bool:
+        return (any(re.fullmatch(p, topic) for p in self.include)
+                and not any(re.fullmatch(p, topic) for p in self.exclude))
+
+    def policy_for(self, topic: str) -> Policy:
+        return next((p for rx, p in self.topic_policies if re.fullmatch(rx, topic)), self.policy)
 
 
 @dataclass(frozen=True)
 class Config:
     path: Path
     bootstrap_servers: str
-    archive_root: str  # file:///abs/path or s3://bucket/prefix
+    kafka_properties: dict[str, str]  # extra Kafka client properties (security), Java names
+    archive_root: str                 # file:///abs/path or s3://bucket/prefix
     token_root: str
     s3_conn_id: str
+    generation: int
+    groups: dict[str, Group]
+
+    def group(self, name: str) -> Group:
+        try:
+            return self.groups[name]
+        except KeyError:
+            raise ConfigError(f"{self.path}: no group '{name}' under 'groups' "
+                              f"(have: {', '.join(self.groups)})") from None
 
 
 def load(path: str | Path | None = None) -> Config:
@@ -39,40 +88,136 @@ def load(path: str | Path | None = None) -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     doc = _Doc(path, _expand(raw, path))
+    groups = doc.mapping("groups", default={"backup": {}})
+    if not groups.data:
+        raise ConfigError(f"{path}: 'groups' must name at least one group")
     return Config(
         path=path,
         bootstrap_servers=doc.str("kafka.bootstrap_servers"),
-        archive_root=doc.str("archive_root", pattern=r"(file:///|s3://[^/]+).*"),
-        token_root=doc.str("token_root", default="offsets/"),
+        kafka_properties={str(k): str(v) for k, v in doc.mapping("kafka.properties").data.items()},
+        archive_root=doc.str("archive_root", pattern=r"(file:///|s3://[^/]+).*").rstrip("/"),
+        token_root=_token_root(doc.str("token_root", default="offsets/")),
         s3_conn_id=doc.str("s3_conn_id", default="kafka_archive_s3"),
+        generation=doc.int("generation", default=1, minimum=1),
+        groups={name: _group(groups.mapping(name), name) for name in groups.data},
+    )
+
+
+def _token_root(value: str) -> str:
+    """A relative token_root is relative to the repository, wherever the task runs."""
+    if value.startswith("s3://") or Path(value).is_absolute():
+        return value
+    return str(REPO / value)
+
+
+def _group(doc: _Doc, name: str) -> Group:
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
+        raise ConfigError(f"{doc.path}: group name {name!r} may only use letters, digits, _ and -")
+    base = _policy(doc.mapping("policy"), Policy())
+    overrides = doc.mapping("topic_policies")
+    return Group(
+        name=name,
+        schedule=doc.get("schedule", None),
+        include=doc.regexes("topics.include", [".*"]),
+        exclude=doc.regexes("topics.exclude", ["_.*"]),  # Kafka's own and our monitoring topics
+        start_from=doc.choice("start_from", ("earliest", "latest"), "earliest"),
+        on_retention_gap=doc.choice("on_retention_gap", ("fail", "skip"), "fail"),
+        format=FormatSpec(
+            kind=doc.choice("format.kind", ("sequencefile",), "sequencefile"),
+            key=doc.choice("format.key", ("msgpack", "offset"), "msgpack"),
+            compression=doc.choice("format.compression", ("none", "default", "gzip"), "default"),
+        ),
+        policy=base,
+        topic_policies=tuple((overrides.regex(rx), _policy(overrides.mapping(rx), base))
+                             for rx in overrides.data),
+    )
+
+
+def _policy(doc: _Doc, base: Policy) -> Policy:
+    return Policy(
+        max_records=doc.int("max_records", base.max_records, minimum=1),
+        max_bytes=doc.int("max_bytes", base.max_bytes, minimum=1),
+        min_records=doc.int("min_records", base.min_records, minimum=1),
+        max_delay_s=doc.duration("max_delay", base.max_delay_s),
     )
 
 
 class _Doc:
-    """Typed access to the parsed YAML, with errors that name file and key."""
+    """Typed access to one mapping of the parsed YAML; errors name file and full key."""
 
-    def __init__(self, path: Path, data: Any):
+    def __init__(self, path: Path, data: Any, prefix: str = ""):
         if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-        self.path, self.data = path, data
+            raise ConfigError(f"{path}: '{prefix or '(top level)'}' must be a mapping")
+        self.path, self.data, self.prefix = path, data, prefix
+
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
 
     def get(self, key: str, default: Any = ...) -> Any:
         node: Any = self.data
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
                 if default is ...:
-                    raise ConfigError(f"{self.path}: missing required key '{key}'")
+                    raise ConfigError(f"{self.path}: missing required key '{self._name(key)}'")
                 return default
             node = node[part]
         return node
 
+    def mapping(self, key: str, default: dict | None = None) -> _Doc:
+        # a key present as is wins over a dotted path: topic regexes contain dots
+        value = self.data[key] if key in self.data else self.get(key, None)
+        if value is None:
+            value = default or {}
+        return _Doc(self.path, value, self._name(key))
+
     def str(self, key: str, default: Any = ..., pattern: str | None = None) -> str:
         value = self.get(key, default)
         if not isinstance(value, str) or not value:
-            raise ConfigError(f"{self.path}: '{key}' must be a non-empty string, got {value!r}")
+            raise ConfigError(f"{self.path}: '{self._name(key)}' must be a non-empty string, "
+                              f"got {value!r}")
         if pattern and not re.fullmatch(pattern, value):
-            raise ConfigError(f"{self.path}: '{key}' = {value!r} does not match {pattern}")
+            raise ConfigError(f"{self.path}: '{self._name(key)}' = {value!r} does not match {pattern}")
         return value
+
+    def int(self, key: str, default: int, minimum: int = 0) -> int:
+        value = self.get(key, default)
+        if isinstance(value, str) and value.strip().isdigit():  # from ${ENV} expansion
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"{self.path}: '{self._name(key)}' must be an integer >= {minimum}, "
+                              f"got {value!r}")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.get(key, default)
+        if value not in choices:
+            raise ConfigError(f"{self.path}: '{self._name(key)}' must be one of "
+                              f"{', '.join(choices)}, got {value!r}")
+        return value
+
+    def duration(self, key: str, default_s: int) -> int:
+        """Seconds, given as a number of seconds or as '90s', '15m', '2h', '1d'."""
+        value = self.get(key, default_s)
+        m = re.fullmatch(r"(\d+)\s*([smhd]?)", str(value).strip())
+        if not m or isinstance(value, bool):
+            raise ConfigError(f"{self.path}: '{self._name(key)}' must be a duration like 300, "
+                              f"'15m' or '2h', got {value!r}")
+        return int(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+
+    def regex(self, pattern: str, key: str | None = None) -> str:
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            raise ConfigError(f"{self.path}: '{self._name(key or str(pattern))}': bad regex "
+                              f"{pattern!r}: {exc}") from None
+        return pattern
+
+    def regexes(self, key: str, default: list[str]) -> tuple[str, ...]:
+        value = self.get(key, default)
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{self.path}: '{self._name(key)}' must be a regex or a list of regexes")
+        return tuple(self.regex(v, key) for v in value)
 
 
 def _expand(node: Any, path: Path) -> Any:

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from kafka_archive import storage
 from kafka_archive.config import Config
+from kafka_archive.storage import Storage, join
 from kafka_archive.errors import TransientError
 
 
@@ -37,9 +37,10 @@ def run(config: Config, run_id: str = "manual") -> dict:
         "topics": kafka_topics(config.bootstrap_servers),
         "archive_root": config.archive_root,
     }
-    url = storage.join(config.archive_root, "_preflight", "report.json")
-    storage.put_bytes(url, json.dumps(report, indent=2).encode(), config.s3_conn_id)
+    url = join(config.archive_root, "_preflight", "report.json")
+    store = Storage.for_airflow(config.s3_conn_id)
+    store.put_bytes(url, json.dumps(report, indent=2).encode())
     # read back what was written: a root that accepts writes but loses them is not usable
-    if json.loads(storage.get_bytes(url, config.s3_conn_id)) != report:
+    if json.loads(store.get_bytes(url)) != report:
         raise TransientError(f"{url}: read back differs from what was written")
     return report

@@ -1,12 +1,18 @@
-"""Reading and writing objects under an archive or token root: s3://bucket/prefix or
-file:///path. S3 access goes through the Airflow connection's boto3 client, so
-credentials and endpoint live in Airflow (or AIRFLOW_CONN_* in the environment)."""
+"""Objects under an archive or token root: s3://bucket/key or file:///path, one API.
+
+Airflow tasks get their S3 client from the Airflow connection (`for_airflow`); Spark
+executors, which have no Airflow, from boto3's own environment (AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) that the archive task passes to the job.
+Local writes are atomic (temp file, fsync, rename) so a reader never sees half a file.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable, Iterator
 from urllib.parse import urlparse
 
 from kafka_archive.errors import TerminalError
@@ -25,27 +31,148 @@ def split_s3_url(url: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.lstrip("/")
 
 
+def local_path(url: str) -> Path:
+    return Path(urlparse(url).path) if url.startswith("file://") else Path(url)
+
+
 def join(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *(p.strip("/") for p in parts)])
 
 
-def put_bytes(url: str, data: bytes, conn_id: str) -> None:
-    """Write data at url, replacing any object there; atomic for readers on both backends."""
-    if url.startswith("s3://"):
-        bucket, key = split_s3_url(url)
-        s3_client(conn_id).put_object(Bucket=bucket, Key=key, Body=data)
-        return
-    path = Path(urlparse(url).path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(data)
-        tmp.flush()
-        os.fsync(tmp.fileno())
-    os.replace(tmp.name, path)
+class Storage:
+    def __init__(self, make_s3_client: Callable[[], object] | None = None):
+        self._make_s3_client = make_s3_client
+        self._client = None
+
+    @classmethod
+    def for_airflow(cls, conn_id: str) -> Storage:
+        return cls(lambda: s3_client(conn_id))
+
+    @classmethod
+    def from_environment(cls) -> Storage:
+        import boto3
+
+        return cls(lambda: boto3.client("s3"))
+
+    @property
+    def s3(self):
+        if self._client is None:
+            if self._make_s3_client is None:
+                raise TerminalError("an s3:// URL was used but no S3 client is configured")
+            self._client = self._make_s3_client()
+        return self._client
+
+    def put_bytes(self, url: str, data: bytes) -> None:
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            self.s3.put_object(Bucket=bucket, Key=key, Body=data)
+            return
+        with _atomic_local(local_path(url)) as tmp:
+            tmp.write(data)
+
+    def upload_file(self, source: Path, url: str) -> None:
+        """Copy a finished local file to url; large files go up in parts."""
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            self.s3.upload_file(str(source), bucket, key)
+            return
+        with _atomic_local(local_path(url)) as tmp, open(source, "rb") as src:
+            shutil.copyfileobj(src, tmp, 1 << 20)
+
+    def get_bytes(self, url: str) -> bytes:
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return local_path(url).read_bytes()
+
+    def get_or_none(self, url: str) -> bytes | None:
+        try:
+            return self.get_bytes(url)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # botocore's NoSuchKey is generated per client
+            if _is_missing(exc):
+                return None
+            raise
+
+    def size(self, url: str) -> int | None:
+        """Size in bytes, or None if there is no object at url."""
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            try:
+                return self.s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+            except Exception as exc:
+                if _is_missing(exc):
+                    return None
+                raise
+        path = local_path(url)
+        return path.stat().st_size if path.is_file() else None
+
+    def list(self, prefix_url: str) -> Iterator[tuple[str, int]]:
+        """(url, size) of every object under prefix_url/, recursively, in key order."""
+        prefix_url = prefix_url.rstrip("/") + "/"
+        if prefix_url.startswith("s3://"):
+            bucket, prefix = split_s3_url(prefix_url)
+            pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    yield f"s3://{bucket}/{obj['Key']}", obj["Size"]
+            return
+        root = local_path(prefix_url)
+        if root.is_dir():
+            for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+                yield f"file://{path}", path.stat().st_size
+
+    def delete(self, url: str) -> None:
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            self.s3.delete_object(Bucket=bucket, Key=key)
+        else:
+            local_path(url).unlink(missing_ok=True)
+
+    def move(self, source: str, target: str) -> None:
+        """Copy then delete: a crash in between leaves a copy too many, never none."""
+        if source.startswith("s3://"):
+            src_bucket, src_key = split_s3_url(source)
+            bucket, key = split_s3_url(target)
+            self.s3.copy_object(Bucket=bucket, Key=key,
+                                CopySource={"Bucket": src_bucket, "Key": src_key})
+        else:
+            self.upload_file(local_path(source), target)
+        self.delete(source)
 
 
-def get_bytes(url: str, conn_id: str) -> bytes:
-    if url.startswith("s3://"):
-        bucket, key = split_s3_url(url)
-        return s3_client(conn_id).get_object(Bucket=bucket, Key=key)["Body"].read()
-    return Path(urlparse(url).path).read_bytes()
+class _atomic_local:
+    """Write to a temp file beside path; on success fsync and rename over path."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = tempfile.NamedTemporaryFile(dir=self.path.parent, prefix=f".{self.path.name}.",
+                                               delete=False)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.tmp.flush()
+                os.fsync(self.tmp.fileno())
+        finally:
+            self.tmp.close()
+        if exc_type is not None:
+            os.unlink(self.tmp.name)
+            return False
+        os.replace(self.tmp.name, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return False
+
+
+def _is_missing(exc: Exception) -> bool:
+    response = getattr(exc, "response", None) or {}
+    return response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "NotFound"}

@@ -15,8 +15,24 @@ def test_split_s3_url():
 
 
 def test_local_put_replaces_atomically_and_reads_back(tmp_path):
-    url = f"file://{tmp_path}/deep/dir/object.json"
-    storage.put_bytes(url, b"one", conn_id="unused")
-    storage.put_bytes(url, b"two", conn_id="unused")
-    assert storage.get_bytes(url, conn_id="unused") == b"two"
+    store, url = storage.Storage(), f"file://{tmp_path}/deep/dir/object.json"
+    store.put_bytes(url, b"one")
+    store.put_bytes(url, b"two")
+    assert store.get_bytes(url) == b"two"
     assert [p.name for p in (tmp_path / "deep/dir").iterdir()] == ["object.json"]  # no temp left
+
+
+def test_local_list_size_move_and_missing(tmp_path):
+    store, root = storage.Storage(), f"file://{tmp_path}/root"
+    store.put_bytes(f"{root}/b/2.seq", b"22")
+    store.put_bytes(f"{root}/a/1.seq", b"1")
+    assert list(store.list(root)) == [(f"{root}/a/1.seq", 1), (f"{root}/b/2.seq", 2)]
+    store.move(f"{root}/b/2.seq", f"{root}/_superseded/r1/b/2.seq")
+    assert store.size(f"{root}/b/2.seq") is None
+    assert store.get_or_none(f"{root}/_superseded/r1/b/2.seq") == b"22"
+    assert store.get_or_none(f"{root}/nothing") is None
+
+
+def test_s3_url_without_client_is_a_clear_error():
+    with pytest.raises(TerminalError, match="no S3 client is configured"):
+        storage.Storage().get_bytes("s3://bucket/key")
