@@ -317,6 +317,7 @@ def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
         "KAFKA_ARCHIVE_ROOT": f"s3://{env['KAFKA_ARCHIVE_S3_BUCKET']}/archive",
         "AIRFLOW_CONN_KAFKA_ARCHIVE_S3": json.dumps(s3_conn),
         "AIRFLOW_CONN_KAFKA_ARCHIVE_SMTP": json.dumps(smtp_conn),
+        "AIRFLOW_CONN_KAFKA_ARCHIVE_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),

@@ -31,5 +31,8 @@ def kafka_source_jars() -> list[str]:
 def submit_env() -> dict[str, str]:
     """Environment for spark-submit. Without SPARK_HOME, pyspark's launcher asks whatever
     `python3` is first on PATH to find Spark, which outside the venv finds nothing."""
+    bin_dir = str(spark_home() / "bin")
     return {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable}
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # the Spark provider runs a bare `spark-submit`: make it pyspark's own
+            "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}

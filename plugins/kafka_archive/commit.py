@@ -1,0 +1,84 @@
+"""Committing a run: the one place where tokens advance.
+
+Order, never changed: (1) check the manifest covers every planned slice and every file
+is durable with its recorded size, (2) advance each topic's token by compare-and-swap
+against the version the plan was made from, (3) mark the run committed, (4) clear the
+in-flight mark. A crash anywhere leaves the plan in flight; re-running it rewrites the
+same files and finds tokens already advanced by this run, which count as done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+
+from kafka_archive import layout
+from kafka_archive.config import Config
+from kafka_archive.errors import TerminalError
+from kafka_archive.planning import Plan
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import Token, TokenConflictError, TokenStore
+
+log = logging.getLogger(__name__)
+
+
+class ManifestMismatchError(TerminalError):
+    pass
+
+
+def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
+    """Check manifest against plan; return the end offset reached per (topic, partition)."""
+    if manifest.get("run_id") != plan.run_id:
+        raise ManifestMismatchError(f"manifest is for run {manifest.get('run_id')!r}, "
+                                    f"plan for {plan.run_id!r}")
+    written = {(e["topic"], e["partition"]): e for e in manifest["slices"]}
+    problems, ends = [], {}
+    for s in plan.slices:
+        where = f"{s.topic} partition {s.partition} [{s.start}, {s.end})"
+        e = written.get((s.topic, s.partition))
+        if e is None or e["start"] != s.start:
+            problems.append(f"{where}: missing from the manifest")
+            continue
+        gaps = sum(b - a for a, b in e["gaps"])
+        if not s.start <= e["end"] <= s.end or (e["end"] < s.end and not e["cut"]):
+            problems.append(f"{where}: manifest ends at {e['end']} without a max_bytes cut")
+        elif e["records"] + gaps != e["end"] - s.start:
+            problems.append(f"{where}: {e['records']} records + {gaps} offsets Kafka lacks "
+                            f"!= {e['end'] - s.start} offsets covered")
+        elif e["records"] and size_of(e["url"]) != e["bytes"]:
+            problems.append(f"{where}: {e['url']} is {size_of(e['url'])} bytes, "
+                            f"manifest says {e['bytes']}")
+        else:
+            ends[(s.topic, s.partition)] = e["end"]
+    if problems:
+        raise ManifestMismatchError(f"run {plan.run_id} cannot commit: " + "; ".join(problems))
+    return ends
+
+
+def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now: datetime) -> dict:
+    root = config.archive_root
+    manifest = json.loads(storage.get_bytes(layout.run_file(root, plan.group, plan.run_id,
+                                                            "manifest.json")))
+    ends = verify(plan, manifest, storage.size)
+    for topic in plan.topics():
+        offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
+        offsets.update({p: end for (t, p), end in ends.items() if t == topic})
+        token = Token(group=plan.group, topic=topic, bootstrap=plan.bootstrap, offsets=offsets,
+                      committed_at=now.isoformat(timespec="seconds"), run_id=plan.run_id)
+        try:
+            tokens.write(token, expected_version=plan.token_versions[topic])
+        except TokenConflictError:
+            current = tokens.read(plan.group, topic).token
+            if not (current and current.run_id == plan.run_id and dict(current.offsets) == offsets):
+                raise
+            log.info("token %s/%s was already advanced by this run", plan.group, topic)
+    summary = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds"),
+               "records": sum(e["records"] for e in manifest["slices"]),
+               "files": sum(1 for e in manifest["slices"] if e["records"]),
+               "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
+                          for t in plan.topics()}}
+    storage.put_bytes(layout.run_file(root, plan.group, plan.run_id, "committed.json"),
+                      json.dumps(summary, indent=1).encode())
+    storage.delete(layout.inflight_marker(root, plan.group))
+    return summary

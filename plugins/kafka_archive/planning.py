@@ -1,0 +1,167 @@
+"""Planning a run: which offsets of which Kafka partitions this run archives.
+
+`decide` is the pure heart: from what Kafka holds, what the tokens say and the group's
+policy it computes the slices [start, end) and the anomalies. `observe` reads Kafka's
+side with kafka-python. The plan is fixed before any data moves and stored as JSON, so a
+failed run is re-executed unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from kafka import TopicPartition
+
+from kafka_archive.config import Group
+from kafka_archive.errors import TerminalError
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    topic: str
+    partition: int
+    earliest: int  # first retained offset
+    latest: int    # next offset to be written (high watermark)
+
+
+@dataclass(frozen=True)
+class Slice:
+    topic: str
+    partition: int
+    start: int
+    end: int        # exclusive; start == end only initialises a token (start_from: latest)
+    max_bytes: int  # the job ends the slice early, deterministically, past this many bytes
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str       # retention_gap
+    topic: str
+    partition: int
+    lost_from: int
+    lost_to: int    # exclusive
+    action: str     # failed | skipped
+
+    def describe(self) -> str:
+        return (f"{self.topic} partition {self.partition}: offsets [{self.lost_from}, "
+                f"{self.lost_to}) ({self.lost_to - self.lost_from} messages) were deleted by "
+                f"retention before they were archived")
+
+
+@dataclass(frozen=True)
+class Plan:
+    group: str
+    run_id: str
+    created_at: str
+    bootstrap: str
+    generation: int
+    format: dict
+    slices: tuple[Slice, ...]
+    token_versions: dict[str, str | None]  # per topic in the plan: the token version read
+    base_offsets: dict[str, dict[str, int]]  # per topic: the token's offsets when planned
+    anomalies: tuple[Anomaly, ...] = ()
+    superseded: tuple[str, ...] = ()         # files moved aside by a rewind
+    waiting: dict[str, str] = field(default_factory=dict)  # "topic/partition" -> why not now
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Plan:
+        raw = json.loads(data)
+        raw["slices"] = tuple(Slice(**s) for s in raw["slices"])
+        raw["anomalies"] = tuple(Anomaly(**a) for a in raw["anomalies"])
+        raw["superseded"] = tuple(raw["superseded"])
+        return cls(**raw)
+
+    def topics(self) -> list[str]:
+        return sorted({s.topic for s in self.slices})
+
+    def records(self) -> int:
+        return sum(s.end - s.start for s in self.slices)
+
+
+class RetentionGapError(TerminalError):
+    def __init__(self, anomalies: list[Anomaly]):
+        self.anomalies = anomalies
+        super().__init__("data lost to retention: " + "; ".join(a.describe() for a in anomalies)
+                         + ". Set on_retention_gap: skip to archive from the earliest retained "
+                           "offset, or rewind the token by hand.")
+
+
+class TokenAheadError(TerminalError):
+    pass
+
+
+def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[int, int]],
+           now_ms: int, oldest_pending_ms: Callable[[str, int, int], int | None]
+           ) -> tuple[list[Slice], list[Anomaly], dict[str, str]]:
+    """Slices to archive, anomalies found, and partitions left waiting (with the reason).
+
+    tokens: per topic, partition -> next offset (a missing partition has no token).
+    oldest_pending_ms(topic, partition, offset): timestamp of the message at offset, asked
+    only when a partition has fewer pending messages than min_records.
+    """
+    slices, anomalies, waiting = [], [], {}
+    for s in states:
+        policy = group.policy_for(s.topic)
+        token = tokens.get(s.topic, {}).get(s.partition)
+        if token is None:
+            start = s.earliest if group.start_from == "earliest" else s.latest
+        elif token > s.latest:
+            raise TokenAheadError(
+                f"{s.topic} partition {s.partition}: token says {token} but Kafka's latest offset "
+                f"is {s.latest}; the token belongs to other data (another cluster, or a topic "
+                f"deleted and re-created). Delete or fix the token line to go on.")
+        elif token < s.earliest:
+            action = "skipped" if group.on_retention_gap == "skip" else "failed"
+            anomalies.append(Anomaly("retention_gap", s.topic, s.partition, token, s.earliest, action))
+            start = s.earliest
+        else:
+            start = token
+        pending = s.latest - start
+        if token is None and pending == 0:
+            if start > 0:  # start_from: latest, or an emptied partition: remember the spot
+                slices.append(Slice(s.topic, s.partition, start, start, policy.max_bytes))
+            continue
+        if pending == 0:
+            continue
+        if pending < policy.min_records:
+            oldest = oldest_pending_ms(s.topic, s.partition, start)
+            age_s = (now_ms - oldest) / 1000 if oldest is not None else 0
+            if age_s < policy.max_delay_s:
+                waiting[f"{s.topic}/{s.partition}"] = (
+                    f"{pending} pending < min_records {policy.min_records}, oldest {age_s:.0f}s "
+                    f"< max_delay {policy.max_delay_s}s")
+                continue
+        slices.append(Slice(s.topic, s.partition, start,
+                            min(s.latest, start + policy.max_records), policy.max_bytes))
+    return slices, anomalies, waiting
+
+
+def observe(consumer, group: Group) -> list[PartitionState]:
+    """Every partition of every topic the group selects, with its retained offset range.
+    Topics and partitions are discovered afresh on every run."""
+    topics = sorted(t for t in consumer.topics() if group.selects(t))
+    partitions = [TopicPartition(t, p) for t in topics
+                  for p in sorted(consumer.partitions_for_topic(t) or ())]
+    if not partitions:
+        return []
+    earliest = consumer.beginning_offsets(partitions)
+    latest = consumer.end_offsets(partitions)
+    return [PartitionState(tp.topic, tp.partition, earliest[tp], latest[tp]) for tp in partitions]
+
+
+def oldest_pending_reader(consumer) -> Callable[[str, int, int], int | None]:
+    """Reads the timestamp of one message; used for the max_delay policy."""
+    def read(topic: str, partition: int, offset: int) -> int | None:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        for records in consumer.poll(timeout_ms=5000, max_records=1).values():
+            for record in records:
+                return record.timestamp
+        return None
+    return read
