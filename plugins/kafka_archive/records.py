@@ -77,12 +77,11 @@ def read(fileobj: BinaryIO) -> Iterator[Record]:
 
 
 def last_offset(storage, url: str) -> int:
-    """Offset of the last record of an archived file (read whole: used only on rewinds)."""
-    import io
-
+    """Offset of the last record of an archived file (read through: used only on rewinds)."""
     last = None
-    for last in read(io.BytesIO(storage.get_bytes(url))):
-        pass
+    with storage.open(url) as stream:
+        for last in read(stream):
+            pass
     if last is None:
         raise ValueError(f"{url}: archived file holds no record")
     return last.offset

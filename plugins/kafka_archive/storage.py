@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
 from urllib.parse import urlparse
 
 from kafka_archive.errors import TerminalError
@@ -84,6 +84,13 @@ class Storage:
             bucket, key = split_s3_url(url)
             return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         return local_path(url).read_bytes()
+
+    def open(self, url: str) -> BinaryIO:
+        """A stream of the object at url, for files too large to hold in memory."""
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            return self.s3.get_object(Bucket=bucket, Key=key)["Body"]
+        return open(local_path(url), "rb")
 
     def get_or_none(self, url: str) -> bytes | None:
         try:
