@@ -147,7 +147,9 @@ class _OpenSlice:
     def add(self, offset, key, value, timestamp_ms, headers) -> None:
         size = len(key or b"") + len(value or b"")
         if self.count and self.payload + size > self.max_bytes:
-            self.cut, self.end = True, offset  # deterministic: depends on the data only
+            # end right after the last record written, so a gap before `offset` is left
+            # to the next run; deterministic: depends on the data only
+            self.cut, self.end = True, self.next_offset
             return
         if offset > self.next_offset:
             self.gaps.append([self.next_offset, offset])
