@@ -36,3 +36,11 @@ def submit_env() -> dict[str, str]:
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             # the Spark provider runs a bare `spark-submit`: make it pyspark's own
             "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
+def archive_command(config_path: str, plan_url: str, master: str = "local[2]") -> list[str]:
+    """The archive job's spark-submit command line, for running it outside Airflow (CLI,
+    tests, benchmark); ArchiveOperator builds the same through the Spark provider."""
+    return [str(spark_home() / "bin" / "spark-submit"), "--master", master,
+            "--name", "kafka-archive", "--jars", ",".join(kafka_source_jars()),
+            str(REPO / "spark_jobs" / "archive.py"), "--config", config_path, "--plan", plan_url]

@@ -87,6 +87,22 @@ def airflow_env(service_env, tmp_path_factory) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(scope="session")
+def sc():
+    """A local SparkContext: Hadoop's own readers, to check what the pipeline wrote."""
+    from pyspark.sql import SparkSession
+
+    from kafka_archive import spark
+
+    with pytest.MonkeyPatch.context() as patch:  # undone after the session
+        for name, value in spark.submit_env().items():
+            patch.setenv(name, value)
+        session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                   .getOrCreate())
+        yield session.sparkContext
+        session.stop()
+
+
 def airflow(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run the airflow CLI of this venv; fail the test with its output if it fails."""
     result = subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env,

@@ -3,27 +3,12 @@ and SequenceFileReader reads what Hadoop writes."""
 
 import pytest
 
-from kafka_archive import spark as spark_env
 from kafka_archive.formats.sequencefile import (
     BYTES_WRITABLE, LONG_WRITABLE, SequenceFileReader, SequenceFileWriter, sync_marker_for)
 
 MODES = ["none", "block-default", "block-gzip"]
 RECORDS = [(b"key-0", b""), (b"", b"empty key"), (b"bin", bytes(range(256))),
            (b"lines", b"one\ntwo\r\nthree\n"), (b"big", b"x" * 100_000)]
-
-
-@pytest.fixture(scope="module")
-def sc():
-    from pyspark.sql import SparkSession
-
-    # The environment change is undone after this module, so other tests see the original.
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in spark_env.submit_env().items():
-            env.setenv(name, value)
-        session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-                   .getOrCreate())
-        yield session.sparkContext
-        session.stop()
 
 
 def write_file(path, records, compression, key_class=BYTES_WRITABLE, block_size=1_000_000):
