@@ -38,3 +38,7 @@ def test_incomplete_manifest_refuses_to_commit(bad, reason):
 def test_file_size_must_match_the_manifest():
     with pytest.raises(ManifestMismatchError, match="is 99 bytes, manifest says 100"):
         check(make_plan(Slice("t", 0, 0, 1, 1000)), entry(0, 1, 1), size=99)
+
+
+def test_zero_length_slice_needs_no_file():
+    assert check(make_plan(Slice("t", 0, 90, 90, 1000))) == {("t", 0): 90}

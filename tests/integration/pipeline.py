@@ -1,0 +1,122 @@
+"""Drives the real backup pipeline for integration tests: a config of its own (unique
+archive root and topics), the DAG through `airflow dags test`, or its three steps one by
+one so a test can stop between them, as a crash would."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+from conftest import airflow
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewPartitions, NewTopic
+
+from kafka_archive import records, spark, tasks
+from kafka_archive.operators import s3_environment
+from kafka_archive.tokens import LocalTokenStore
+
+GROUP = "backup"
+
+
+class Pipeline:
+    def __init__(self, env: dict[str, str], kafka: str, s3, prefix: str, tmp_path: Path,
+                 policy: str = "", group_extra: str = "", name: str = "main"):
+        """Topics are named <prefix>-*; `name` tells apart archives of the same topics."""
+        self.kafka, self.s3, self.prefix = kafka, s3, prefix
+        self.root_key = f"{prefix}/{name}"
+        self.root = f"s3://{s3.bucket}/{self.root_key}"
+        self.token_root = tmp_path / name / "tokens"
+        self.config_path = tmp_path / name / "kafka-archive.yaml"
+        self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(textwrap.dedent(f"""\
+            kafka: {{bootstrap_servers: "{kafka}"}}
+            archive_root: {self.root}
+            token_root: {self.token_root}
+            groups:
+              {GROUP}:
+                topics: {{include: ["{prefix}-.*"]}}
+                policy: {{{policy}}}
+            """) + textwrap.indent(group_extra, "    "))
+        self.env = {**env, "KAFKA_ARCHIVE_CONFIG": str(self.config_path)}
+        self.tokens = LocalTokenStore(self.token_root)
+
+    # --- Kafka -------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int, **config) -> str:
+        topic = f"{self.prefix}-{name}"
+        admin = KafkaAdminClient(bootstrap_servers=self.kafka)
+        admin.create_topics([NewTopic(topic, partitions, 1,
+                                      topic_configs={k: str(v) for k, v in config.items()})])
+        admin.close()
+        return topic
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=self.kafka)
+        admin.create_partitions({topic: NewPartitions(total)})
+        admin.close()
+
+    def produce(self, messages) -> None:
+        """messages: (topic, partition, key, value, headers) tuples."""
+        producer = KafkaProducer(bootstrap_servers=self.kafka, acks="all", linger_ms=5)
+        for topic, partition, key, value, headers in messages:
+            producer.send(topic, key=key, value=value, partition=partition, headers=headers)
+        producer.flush()
+        producer.close()
+
+    # --- the run, whole or step by step --------------------------------------------------
+    def run_dag(self):
+        return airflow(self.env, "dags", "test", f"kafka_archive_{GROUP}")
+
+    def in_env(self, monkeypatch) -> None:
+        """For calling the library in this process as the Airflow tasks would."""
+        for name, value in self.env.items():
+            monkeypatch.setenv(name, value)
+
+    def plan(self, run_id: str) -> str | None:
+        return tasks.plan(GROUP, run_id)
+
+    def archive(self, plan_url: str) -> subprocess.Popen:
+        """Start the Spark job as the archive task would; its output goes to job.log (a
+        pipe nobody reads would fill up and stall the job)."""
+        env = {**os.environ, **spark.submit_env(), **s3_environment("kafka_archive_s3")}
+        self.job_log = self.config_path.parent / "job.log"
+        with open(self.job_log, "ab") as log:
+            return subprocess.Popen(spark.archive_command(str(self.config_path), plan_url),
+                                    env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+    def archive_to_end(self, plan_url: str) -> None:
+        job = self.archive(plan_url)
+        assert job.wait(timeout=600) == 0, self.job_log.read_text()[-3000:]
+
+    def commit(self, plan_url: str) -> dict:
+        return tasks.commit(plan_url)
+
+    # --- what is in the archive ----------------------------------------------------------
+    def data_files(self) -> dict[str, bytes]:
+        """Archived data files (not metadata), by path below the archive root."""
+        out = {}
+        paginator = self.s3.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.s3.bucket, Prefix=f"{self.root_key}/{GROUP}/"):
+            for obj in page.get("Contents", []):
+                relative = obj["Key"][len(self.root_key) + 1:]
+                out[relative] = self.s3.client.get_object(
+                    Bucket=self.s3.bucket, Key=obj["Key"])["Body"].read()
+        return out
+
+    def archived_records(self) -> list[tuple]:
+        """(topic, partition, offset, key, value, timestamp, headers) of every archived
+        message, read with our reader; duplicates are kept, so a test can count them."""
+        found = []
+        for path, data in self.data_files().items():
+            _, topic, partition_dir, _ = path.split("/")
+            partition = int(partition_dir.split("=")[1])
+            for r in records.read(io.BytesIO(data)):
+                found.append((topic, partition, r.offset, r.key, r.value, r.timestamp_ms,
+                              tuple(r.headers)))
+        return found
+
+    def token_offsets(self) -> dict[str, dict[int, int]]:
+        return {t: dict(self.tokens.read(GROUP, t).token.offsets) for t in self.tokens.topics(GROUP)}

@@ -1,0 +1,115 @@
+"""Rewinds, data lost to retention and malformed tokens: clear outcomes, nothing lost
+or duplicated."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from pipeline import Pipeline
+from test_backup_archive import consumed, varied_messages
+
+from kafka_archive import layout
+from kafka_archive.planning import RetentionGapError
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import MalformedTokenError
+
+
+@pytest.fixture
+def pipeline(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    made = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path)
+    made.in_env(monkeypatch)
+    return made
+
+
+def superseded_keys(pipeline: Pipeline) -> list[str]:
+    listing = pipeline.s3.client.list_objects_v2(Bucket=pipeline.s3.bucket,
+                                                 Prefix=f"{pipeline.root_key}/_superseded/")
+    return [o["Key"] for o in listing.get("Contents", [])]
+
+
+def test_rewind_by_deleting_a_token_file_keeps_each_message_once(pipeline, kafka):
+    topic = pipeline.create_topic("rewound", 2)
+    pipeline.produce(varied_messages(topic, 2, 40, seed=7))
+    pipeline.run_dag()
+    before = pipeline.data_files()
+
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()
+    pipeline.produce(varied_messages(topic, 2, 10, seed=8))
+    pipeline.run_dag()
+
+    archived = pipeline.archived_records()
+    assert len(archived) == len(set(archived)) == 50
+    assert set(archived) == consumed(kafka, [topic])
+    moved = superseded_keys(pipeline)
+    assert len(moved) == len(before)  # the first run's files, moved aside, not deleted
+    assert pipeline.token_offsets()[topic] == {0: 25, 1: 25}
+
+
+def test_rewind_of_one_partition_by_deleting_its_line(pipeline, kafka):
+    topic = pipeline.create_topic("oneline", 2)
+    pipeline.produce(varied_messages(topic, 2, 40, seed=9))
+    pipeline.run_dag()
+    token_file = pipeline.token_root / "backup" / f"{topic}.token"
+    token_file.write_text("".join(line for line in token_file.read_text().splitlines(True)
+                                  if f" {topic} 1 " not in line))  # partition 1's line
+    pipeline.run_dag()
+
+    archived = pipeline.archived_records()
+    assert len(archived) == len(set(archived)) == 40
+    assert [k.rsplit("/", 2)[-2] for k in superseded_keys(pipeline)] == ["partition=1"]
+
+
+def test_retention_gap_fails_naming_the_lost_range(pipeline, kafka):
+    topic = pipeline.create_topic("shortlived", 1)
+    pipeline.produce(varied_messages(topic, 1, 5, seed=11))
+    pipeline.run_dag()
+    assert pipeline.token_offsets()[topic] == {0: 5}
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                        configs={"retention.ms": "1000", "segment.ms": "100"})])
+    admin.close()
+
+    # more messages arrive and retention deletes them before the next run: each new
+    # message rolls a segment, and the broker deletes expired segments every second
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    consumer = KafkaConsumer(bootstrap_servers=kafka)
+    tp, deadline, sent = TopicPartition(topic, 0), time.monotonic() + 120, 5
+    while consumer.beginning_offsets([tp])[tp] <= 5:
+        assert time.monotonic() < deadline, "retention did not delete anything in 120 s"
+        producer.send(topic, value=b"doomed", partition=0).get()
+        sent += 1
+        time.sleep(0.2)
+    producer.close()
+    earliest = consumer.beginning_offsets([tp])[tp]
+    consumer.close()
+
+    with pytest.raises(RetentionGapError) as failed:
+        pipeline.plan("after-retention")
+    message = str(failed.value)
+    assert f"{topic} partition 0: offsets [5, {earliest})" in message
+    assert f"({earliest - 5} messages)" in message
+    recorded = Storage.for_airflow("kafka_archive_s3").get_bytes(
+        layout.run_file(pipeline.root, "backup", "after-retention", "anomalies.json"))
+    assert b'"lost_from": 5' in recorded
+    assert pipeline.token_offsets()[topic] == {0: 5}  # nothing moved
+
+
+def test_malformed_token_fails_with_file_and_line_and_changes_nothing(pipeline, kafka):
+    topic = pipeline.create_topic("badtoken", 1)
+    pipeline.produce(varied_messages(topic, 1, 10, seed=12))
+    pipeline.run_dag()
+    files_before = pipeline.data_files()
+    token_file = pipeline.token_root / "backup" / f"{topic}.token"
+    token_file.write_text(token_file.read_text() + f"127.0.0.1:19092 {topic} zero 7\n")
+    pipeline.produce(varied_messages(topic, 1, 10, seed=13))
+
+    with pytest.raises(MalformedTokenError) as failed:
+        pipeline.plan("with-bad-token")
+    lines = token_file.read_text().count("\n")
+    assert str(token_file) in str(failed.value) and f"line {lines}" in str(failed.value)
+    assert pipeline.data_files() == files_before
+    assert Storage.for_airflow("kafka_archive_s3").get_or_none(
+        layout.inflight_marker(pipeline.root, "backup")) is None
