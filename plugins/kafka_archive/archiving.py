@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -38,6 +39,11 @@ def run(spark, config: Config, plan_url: str) -> dict:
     storage = Storage.from_environment()
     plan = Plan.from_json(storage.get_bytes(plan_url))
     to_read = [s for s in plan.slices if s.end > s.start]
+    # a topic deleted since the plan was made cannot be read; without this the in-flight
+    # plan would fail on every re-run and block the group for good
+    present = _existing_partitions(config, {s.topic for s in to_read})
+    vanished = [[s.topic, s.partition] for s in to_read if (s.topic, s.partition) not in present]
+    to_read = [s for s in to_read if (s.topic, s.partition) in present]
     rows = []
     if to_read:
         frame = (spark.read.format("kafka").options(**brokers.spark_options(config))
@@ -55,11 +61,20 @@ def run(spark, config: Config, plan_url: str) -> dict:
         rows = [r.asDict() for r in frame.mapInArrow(writer, MANIFEST_SCHEMA).collect()]
     for row in rows:
         row["gaps"] = json.loads(row["gaps"])
-    _check_nothing_lost(config, plan, rows)
-    manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows}
+    _check_nothing_lost(config, replace(plan, slices=tuple(to_read)), rows)
+    manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows, "vanished": vanished}
     storage.put_bytes(layout.run_file(config.archive_root, plan.group, plan.run_id, "manifest.json"),
                       json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
+
+
+def _existing_partitions(config: Config, topics: set[str]) -> set[tuple[str, int]]:
+    consumer = brokers.consumer(config)
+    try:
+        existing = consumer.topics()
+        return {(t, p) for t in topics & existing for p in consumer.partitions_for_topic(t) or ()}
+    finally:
+        consumer.close()
 
 
 def _by_topic(slices, value, as_list=False) -> dict:

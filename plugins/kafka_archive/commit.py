@@ -33,10 +33,15 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
         raise ManifestMismatchError(f"manifest is for run {manifest.get('run_id')!r}, "
                                     f"plan for {plan.run_id!r}")
     written = {(e["topic"], e["partition"]): e for e in manifest["slices"]}
+    vanished = {(t, p) for t, p in manifest.get("vanished", ())}
     problems, ends = [], {}
     for s in plan.slices:
         if s.start == s.end:  # only sets a token (start_from: latest): nothing to write
             ends[(s.topic, s.partition)] = s.end
+            continue
+        if (s.topic, s.partition) in vanished:  # deleted from Kafka: its token stays put
+            log.warning("%s partition %d was deleted from Kafka after planning; offsets "
+                        "[%d, %d) were not archived", s.topic, s.partition, s.start, s.end)
             continue
         where = f"{s.topic} partition {s.partition} [{s.start}, {s.end})"
         e = written.get((s.topic, s.partition))

@@ -42,3 +42,8 @@ def test_file_size_must_match_the_manifest():
 
 def test_zero_length_slice_needs_no_file():
     assert check(make_plan(Slice("t", 0, 90, 90, 1000))) == {("t", 0): 90}
+
+
+def test_partition_deleted_after_planning_commits_without_advancing():
+    plan = make_plan(Slice("t", 0, 10, 20, 1000))
+    assert verify(plan, {"run_id": "r1", "slices": [], "vanished": [["t", 0]]}, None) == {}
