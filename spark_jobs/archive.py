@@ -14,7 +14,11 @@ parser.add_argument("--config", required=True)
 parser.add_argument("--plan", required=True)
 args = parser.parse_args()
 
-spark = SparkSession.builder.appName("kafka-archive").getOrCreate()
+spark = (SparkSession.builder.appName("kafka-archive")
+         # Spark 4.1 sizes each Arrow batch row by row, quadratic in the list-typed
+         # headers column; batches stay capped at maxRecordsPerBatch rows anyway
+         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
+         .getOrCreate())
 try:
     archiving.run(spark, config.load(args.config), args.plan)
 finally:

@@ -14,10 +14,11 @@ AWKWARD_VALUES = [b"", bytes(range(256)), b"line one\nline two\r\n", b"\x00" * 1
 
 
 def write(records, key_class=BYTES_WRITABLE, compression="block-default", block_size=1_000_000,
-          marker=MARKER) -> bytes:
+          marker=MARKER, sync_interval=2000) -> bytes:
+    """Small sync interval by default: the format tests want sync points in small files."""
     out = io.BytesIO()
     with SequenceFileWriter(out, key_class, BYTES_WRITABLE, compression, marker,
-                            block_size) as writer:
+                            block_size, sync_interval) as writer:
         for key, value in records:
             writer.append_record(key, value)
     return out.getvalue()
@@ -71,10 +72,11 @@ def test_long_keys_round_trip(compression):
 
 @pytest.mark.parametrize("compression", MODES)
 def test_many_records_span_blocks_and_sync_points(compression):
-    records = [(f"key-{i}".encode(), f"value {i}\n".encode() * (i % 5)) for i in range(2000)]
-    data = write(records, compression=compression, block_size=1000)
+    records = [(f"key-{i}".encode(), f"value {i}\n".encode() * (i % 5) * 20) for i in range(2000)]
+    data = write(records, compression=compression, block_size=1000, sync_interval=SYNC_INTERVAL)
     assert read(data) == records
     if compression == "none":
+        assert len(data) // SYNC_INTERVAL >= 5  # enough data to need several sync points
         assert sync_points(data) >= len(data) // SYNC_INTERVAL - 1
     else:
         assert sync_points(data) > 20  # one per block

@@ -41,7 +41,7 @@ MAGIC = b"SEQ"
 VERSION = 6
 SYNC_SIZE = 16
 SYNC_ESCAPE = -1
-SYNC_INTERVAL = 100 * (4 + SYNC_SIZE)  # Hadoop 2's interval between sync points
+SYNC_INTERVAL = 5 * 1024 * (4 + SYNC_SIZE)  # as the Hadoop 3 bundled with pyspark: 100 KiB
 
 # zlib's window bits: 15 = zlib header (DefaultCodec, like java.util.zip.Deflater), 31 = gzip.
 _WBITS = {DEFAULT_CODEC: 15, GZIP_CODEC: 31}
@@ -160,7 +160,8 @@ class SequenceFileWriter:
     last block and flushes, but leaves `fileobj` open. Memory holds at most one block."""
 
     def __init__(self, fileobj: BinaryIO, key_class: str, value_class: str, compression: str,
-                 sync_marker: bytes, block_size: int = 1_000_000) -> None:
+                 sync_marker: bytes, block_size: int = 1_000_000,
+                 sync_interval: int = SYNC_INTERVAL) -> None:
         if key_class not in KEY_CLASSES:
             raise ValueError(f"key class must be one of {KEY_CLASSES}, got {key_class!r}")
         if value_class != BYTES_WRITABLE:
@@ -178,6 +179,7 @@ class SequenceFileWriter:
         self._codec = COMPRESSIONS[compression]
         self._sync_marker = bytes(sync_marker)
         self._block_size = block_size
+        self._sync_interval = sync_interval  # uncompressed files only, as in Hadoop
         self._block = _Block()
         self._last_sync = 0  # Hadoop counts the first interval from the start of the file
         self._closed = False
@@ -223,7 +225,7 @@ class SequenceFileWriter:
         return b"".join(parts)
 
     def _write_record(self, key: bytes, value: bytes) -> None:
-        if self.bytes_written >= self._last_sync + SYNC_INTERVAL:
+        if self.bytes_written >= self._last_sync + self._sync_interval:
             self._write_sync()
         self._write(struct.pack(">ii", len(key) + len(value), len(key)) + key + value)
 

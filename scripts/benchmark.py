@@ -1,0 +1,760 @@
+"""Benchmark: how fast does one archive run move Kafka data to S3, compared with Kafka's own
+consumer on the same data?
+
+    .venv/bin/python scripts/benchmark.py [--gigabytes 2.0] [--partitions 8]
+        [--message-bytes 1024] [--driver-memory 2g] [--conf KEY=VALUE ...] [--skip-tiny] [--keep]
+
+What it does, against the local services (it starts Kafka and S3 with
+scripts/localservices.py if they are not running, and stops only what it started):
+
+1. Makes a fresh topic `bench-<timestamp>` with --partitions partitions and fills it with
+   --gigabytes GiB of JSON log lines, each exactly --message-bytes bytes, no key. Kafka's own
+   `ProducerPerformance` sends them (acks=1, no compression): it picks each message at
+   random from a pool of 50,000 distinct generated log lines (timestamps, levels, services,
+   trace ids, HTTP fields, free text), so the data compresses like real logs, not like
+   repeated bytes. kafka-python manages only ~5k messages/s here, which would make the
+   producing step take minutes for 2 GiB.
+2. Consumer baseline: Kafka's `ConsumerPerformance` (same jars as the broker) reads the whole
+   topic; run once before and once after the archive runs, and the faster of the two is the
+   baseline (the machine is noisy; the faster run makes the ratios conservative).
+3. For each compression (`none`, then the default codec `default`): a config with its own
+   archive root `s3://kafka-archive/bench-<timestamp>-<compression>` and its own local token
+   root, one group `backup` selecting only the topic, per-run caps large enough for one run.
+   It times the three steps of the DAG, calling the library directly (not through Airflow, so
+   task start-up is not counted): `tasks.plan`, then `spark-submit spark_jobs/archive.py`
+   with the command line and environment `ArchiveOperator` builds (`--master local[2]`, the
+   same connection the local Airflow uses), then `tasks.commit`. While the Spark job runs it
+   samples, every 0.2 s from /proc, the resident memory (RSS) of the spark-submit process tree
+   (the JVM, the Python driver, PySpark's Python workers) and the CPU time each used.
+4. Fixed cost of a run with nothing to archive: `tasks.plan` again on the archived topic
+   (it returns None, so the DAG skips archive and commit), in this process (warm) and in a
+   fresh Python process (cold: interpreter, library and Airflow imports included).
+   Spark start-up overhead: a full run on a one-message topic.
+5. Prints a table: throughput of spark-submit alone, of the Spark job without its start-up
+   (the job's duration from Spark's own log) and of plan+archive+commit, in MiB/s and
+   messages/s; the ratios archive/consumer and whether the target (archive/consumer >= 0.4
+   with compression off) holds; output size, peak memory, and CPU seconds of the JVM, of
+   Python, of the broker and MinIO, and of everything else on the machine (the noise).
+6. Deletes its S3 objects and topics unless --keep.
+
+Units: "MiB" is 2**20 bytes, which is what Kafka's tools call "MB". Throughput counts message
+payload (key + value bytes; keys are null here), not the size of the files written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import statistics
+import string
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "plugins"))
+
+import localservices  # noqa: E402
+
+KAFKA_JARS = ROOT / ".cache" / "jars" / "kafka" / "*"
+BUCKET_PREFIX = "bench-"
+GROUP = "backup"
+MIB = 1 << 20
+POOL_SIZE = 50_000
+TARGET_RATIO = 0.4
+SAMPLE_EVERY_S = 0.2
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+# --- the data ---------------------------------------------------------------------------
+
+_WORDS = ("request handled user session cache miss hit retry upstream timeout connection "
+          "pool order payment invoice shipment created updated deleted queued processed "
+          "failed accepted rejected token refresh validation schema record batch commit "
+          "offset partition leader replica fetch produce latency slow query index table "
+          "row lock acquired released worker thread scheduler job started finished").split()
+_SERVICES = ["checkout", "payments", "search", "inventory", "auth", "gateway", "shipping",
+             "recommendations", "notifications", "billing"]
+_PATHS = ["/api/v1/orders", "/api/v1/orders/{id}", "/api/v1/cart", "/api/v2/search",
+          "/api/v1/users/{id}/profile", "/api/v1/payments", "/healthz", "/api/v1/items/{id}"]
+
+
+def log_line(rng: random.Random, size: int, when: datetime) -> bytes:
+    """One JSON log line of exactly `size` bytes (ASCII): structured fields, then free text
+    in `msg` cut to make up the size."""
+    service = rng.choice(_SERVICES)
+    fields = {
+        "ts": (when + timedelta(microseconds=rng.randrange(3_600_000_000)))
+        .isoformat(timespec="microseconds"),
+        "level": rng.choices(["INFO", "DEBUG", "WARN", "ERROR"], [70, 15, 10, 5])[0],
+        "service": service,
+        "host": f"{service}-{rng.randrange(40):02d}.prod.internal",
+        "pod": f"{service}-{''.join(rng.choices(string.ascii_lowercase + string.digits, k=10))}",
+        "trace_id": f"{rng.getrandbits(128):032x}",
+        "span_id": f"{rng.getrandbits(64):016x}",
+        "user_id": rng.randrange(10_000_000),
+        "http": {"method": rng.choice(["GET", "GET", "GET", "POST", "PUT", "DELETE"]),
+                 "path": rng.choice(_PATHS).replace("{id}", str(rng.randrange(1_000_000))),
+                 "status": rng.choices([200, 201, 204, 400, 404, 500, 503],
+                                       [80, 5, 5, 3, 4, 2, 1])[0],
+                 "latency_ms": round(rng.lognormvariate(3, 1), 3),
+                 "bytes": rng.randrange(100, 200_000)},
+        "msg": "",
+    }
+    base = len(json.dumps(fields, separators=(",", ":")))
+    if base >= size:
+        raise ValueError(f"--message-bytes {size} is too small for a log line ({base} bytes)")
+    words: list[str] = []
+    while sum(map(len, words)) + len(words) - 1 < size - base:  # joined with spaces
+        words.append(rng.choice(_WORDS) if rng.random() < 0.9 else str(rng.randrange(100_000)))
+    fields["msg"] = " ".join(words)[:size - base]
+    line = json.dumps(fields, separators=(",", ":")).encode()
+    assert len(line) == size, (len(line), size)
+    return line
+
+
+def write_pool(path: Path, size: int, count: int = POOL_SIZE) -> None:
+    rng = random.Random(20260101)
+    when = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    with open(path, "wb") as out:
+        for _ in range(count):
+            out.write(log_line(rng, size, when) + b"\n")
+
+
+# --- Kafka --------------------------------------------------------------------------------
+
+def kafka_tool(main_class: str, *args: str, heap: str = "512m", timeout: int = 3600) -> str:
+    """Run one of Kafka's tools from the broker's own jars (the heap of Kafka's own
+    kafka-*-perf-test.sh scripts by default); its stdout."""
+    command = ["java", f"-Xmx{heap}", "-XX:+UseG1GC", "-cp", str(KAFKA_JARS),
+               f"org.apache.kafka.tools.{main_class}", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{main_class} exited {result.returncode}:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        existing = set(admin.list_topics())
+        if doomed := [n for n in names if n in existing]:
+            admin.delete_topics(doomed)
+    finally:
+        admin.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        return {tp.partition: o for tp, o in consumer.end_offsets(parts).items()}
+    finally:
+        consumer.close()
+
+
+@dataclass
+class Throughput:
+    seconds: float
+    messages: int
+    payload_bytes: int
+
+    @property
+    def mib_s(self) -> float:
+        return self.payload_bytes / MIB / self.seconds
+
+    @property
+    def msg_s(self) -> float:
+        return self.messages / self.seconds
+
+
+def produce(bootstrap: str, topic: str, messages: int, pool: Path,
+            message_bytes: int) -> tuple[Throughput, dict[int, int]]:
+    started = time.perf_counter()
+    kafka_tool("ProducerPerformance", "--topic", topic, "--num-records", str(messages),
+               "--throughput", "-1", "--payload-file", str(pool),
+               "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1",
+               "compression.type=none", "linger.ms=20", f"batch.size={1 << 20}",
+               f"buffer.memory={64 << 20}", f"max.request.size={8 << 20}",
+               heap="1g")  # the payload pool and the buffers
+    seconds = time.perf_counter() - started
+    per_partition = end_offsets(bootstrap, topic)
+    if sum(per_partition.values()) != messages:
+        raise RuntimeError(f"asked ProducerPerformance for {messages} messages, topic has "
+                           f"{sum(per_partition.values())}")
+    return Throughput(seconds, messages, messages * message_bytes), per_partition
+
+
+@dataclass
+class ConsumerRun:
+    mib_s: float        # Kafka's MB.sec: from subscribe to the last message (group join included)
+    msg_s: float        # nMsg.sec, same interval
+    fetch_mib_s: float  # fetch.MB.sec: without the group join
+    fetch_msg_s: float
+    messages: int
+
+
+def consumer_perf(bootstrap: str, topic: str, messages: int) -> ConsumerRun:
+    out = kafka_tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
+                     "--messages", str(messages), "--timeout", "60000",
+                     "--group", f"bench-perf-{time.time_ns()}")
+    lines = [l for l in out.splitlines() if l.strip()]
+    header = next(i for i, l in enumerate(lines) if l.startswith("start.time"))
+    names = [n.strip() for n in lines[header].split(",")]
+    values = dict(zip(names, (v.strip() for v in lines[header + 1].split(","))))
+    run = ConsumerRun(float(values["MB.sec"]), float(values["nMsg.sec"]),
+                      float(values["fetch.MB.sec"]), float(values["fetch.nMsg.sec"]),
+                      int(values["data.consumed.in.nMsg"]))
+    if run.messages < messages:
+        raise RuntimeError(f"ConsumerPerformance read {run.messages} of {messages} messages")
+    return run
+
+
+# --- the Spark job and its memory ----------------------------------------------------------
+
+@dataclass
+class TreeSample:
+    """What the sampler saw of one process tree."""
+    peak_total_mib: float = 0.0
+    peak_jvm_mib: float = 0.0
+    peak_python_mib: float = 0.0   # all Python processes together, at their own peak
+    at_peak: dict = field(default_factory=dict)  # kind -> MiB when the total peaked
+    max_processes: int = 0
+    cpu_s: dict = field(default_factory=dict)    # kind -> CPU seconds (user + system)
+
+
+def _kind(pid: int) -> str:
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return "gone"
+    if comm == "java":
+        return "jvm"
+    if "python" in comm or "python" in cmdline.split(" ", 1)[0]:
+        return "python driver" if "spark_jobs/archive.py" in cmdline else "python workers"
+    return "other"
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of pid, or None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_SIZE / MIB
+    except (OSError, IndexError):
+        return 0.0
+
+
+class TreeSampler(threading.Thread):
+    """Every SAMPLE_EVERY_S, the RSS of every process under `root` (by /proc parent links),
+    grouped by kind, and the last CPU time seen per process (processes that exit keep the
+    CPU time last sampled, so up to 0.2 s of a short-lived worker may be missed)."""
+
+    def __init__(self, root: int):
+        super().__init__(daemon=True)
+        self.root, self.result = root, TreeSample()
+        self._stop_event = threading.Event()
+        self._cpu: dict[int, tuple[str, float]] = {}
+        self._kinds: dict[int, str] = {}
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.sample()
+            self._stop_event.wait(SAMPLE_EVERY_S)
+
+    def stop(self) -> TreeSample:
+        self._stop_event.set()
+        self.join()
+        for kind, cpu in self._cpu.values():
+            self.result.cpu_s[kind] = self.result.cpu_s.get(kind, 0.0) + cpu
+        return self.result
+
+    def sample(self) -> None:
+        parents, cpu = {}, {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (stat := _stat(int(entry))):
+                parents[int(entry)], cpu[int(entry)] = stat
+        tree, frontier = {self.root}, [self.root]
+        children: dict[int, list[int]] = {}
+        for pid, parent in parents.items():
+            children.setdefault(parent, []).append(pid)
+        while frontier:
+            for child in children.get(frontier.pop(), ()):
+                tree.add(child)
+                frontier.append(child)
+        rss: dict[str, float] = {}
+        for pid in tree:
+            if pid not in parents:
+                continue
+            # the kind can change once (spark-submit's shell execs the JVM): ask until it's known
+            kind = self._kinds.get(pid)
+            if kind in (None, "other"):
+                kind = self._kinds[pid] = _kind(pid)
+            rss[kind] = rss.get(kind, 0.0) + _rss_mib(pid)
+            self._cpu[pid] = (kind, cpu[pid])
+        r, total = self.result, sum(rss.values())
+        r.max_processes = max(r.max_processes, len(tree))
+        r.peak_jvm_mib = max(r.peak_jvm_mib, rss.get("jvm", 0.0))
+        r.peak_python_mib = max(r.peak_python_mib,
+                                rss.get("python driver", 0.0) + rss.get("python workers", 0.0))
+        if total > r.peak_total_mib:
+            r.peak_total_mib, r.at_peak = total, dict(rss)
+
+
+def service_cpu_s() -> dict[str, float]:
+    """CPU seconds used so far by the broker's and the S3 server's processes, and by the
+    whole machine (`machine`: busy time of all cores, from /proc/stat)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    out = {"machine": (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS}  # minus idle, iowait
+    for name in ("kafka", "s3"):
+        pid = localservices.SERVICES[name].pid()
+        if pid and (stat := _stat(pid)):
+            out[name] = stat[1]
+    return out
+
+
+@dataclass
+class SparkLog:
+    """What Spark's own INFO log says about the archive job's one Spark job."""
+    job_s: float | None = None       # the collect() of mapInArrow: reading and writing the data
+    tasks: int = 0
+    task_s: float = 0.0              # sum over tasks
+    kafka_poll_s: float = 0.0        # sum over tasks: time inside the Kafka consumer's polls
+    python_s: float = 0.0            # sum over tasks: the Python worker's time (mapInArrow)
+
+    @classmethod
+    def parse(cls, text: str) -> SparkLog:
+        log = cls()
+        if m := re.search(r"Job 0 finished: .* took ([\d.]+) ms", text):
+            log.job_s = float(m[1]) / 1000
+        for m in re.finditer(r"Finished task \S+ in stage \S+ \(TID \d+\) in (\d+) ms", text):
+            log.tasks += 1
+            log.task_s += int(m[1]) / 1000
+        log.kafka_poll_s = sum(float(m[1]) for m in re.finditer(
+            r"KafkaDataConsumer: From Kafka .* polls .*, taking ([\d.]+) ms", text)) / 1000
+        log.python_s = sum(int(m[1]) for m in re.finditer(
+            r"Times: total = (\d+), boot", text)) / 1000
+        return log
+
+
+@dataclass
+class SparkRun:
+    seconds: float
+    memory: TreeSample
+    services_cpu_s: dict[str, float]
+    log: SparkLog
+
+
+def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: list[str],
+                 log_path: Path) -> SparkRun:
+    """spark-submit of spark_jobs/archive.py: the command line ArchiveOperator.execute builds
+    through SparkSubmitHook (spark.archive_command: master local[2] as the kafka_archive_spark
+    connection says, --name, --jars) and the same environment (spark.submit_env() and the S3
+    credentials of the Airflow connection). spark_args: what --driver-memory and --conf of
+    this script add (nothing by default)."""
+    from kafka_archive import operators, spark
+
+    binary, *options = spark.archive_command(str(config_path), plan_url)
+    command = [binary, *spark_args, *options]
+    env = {**os.environ, **spark.submit_env(), **operators.s3_environment(s3_conn_id)}
+    services_before = service_cpu_s()
+    with open(log_path, "wb") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL, cwd=log_path.parent)
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        returncode = proc.wait()
+        seconds = time.perf_counter() - started
+    memory = sampler.stop()
+    services = {k: v - services_before.get(k, 0.0) for k, v in service_cpu_s().items()}
+    text = log_path.read_text(errors="replace")
+    if returncode != 0:
+        tail = "\n".join(text.splitlines()[-40:])
+        raise RuntimeError(f"spark-submit exited {returncode}; log {log_path}:\n{tail}")
+    return SparkRun(seconds, memory, services, SparkLog.parse(text))
+
+
+# --- one archive run ------------------------------------------------------------------------
+
+def write_config(folder: Path, topic: str, archive_root: str, compression: str) -> Path:
+    config = {
+        "kafka": {"bootstrap_servers": "${KAFKA_ARCHIVE_BOOTSTRAP}"},
+        "archive_root": archive_root,
+        "token_root": str(folder / "offsets"),
+        "s3_conn_id": "kafka_archive_s3",
+        "generation": 1,
+        "groups": {GROUP: {
+            "topics": {"include": [re.escape(topic)], "exclude": []},
+            "start_from": "earliest",
+            "format": {"kind": "sequencefile", "key": "msgpack", "compression": compression},
+            # everything in one run: no per-run cap reached, no waiting for more data
+            "policy": {"max_records": 100_000_000, "max_bytes": 100_000_000_000,
+                       "min_records": 1, "max_delay": 0},
+        }},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "kafka-archive.yaml"
+    path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+    return path
+
+
+@dataclass
+class ArchiveRun:
+    label: str
+    plan_s: float
+    spark: SparkRun
+    commit_s: float
+    records: int
+    files: int
+    output_bytes: int
+    idle_plan_warm_s: list[float] = field(default_factory=list)
+    idle_plan_cold_s: float | None = None
+
+    @property
+    def total_s(self) -> float:
+        return self.plan_s + self.spark.seconds + self.commit_s
+
+
+def timed(fn, *args):
+    started = time.perf_counter()
+    value = fn(*args)
+    return value, time.perf_counter() - started
+
+
+def archive_run(label: str, config_path: Path, expected_records: int, spark_args: list[str],
+                work: Path, measure_idle: bool = False) -> ArchiveRun:
+    """plan, spark-submit, commit, as the DAG runs them; then optionally plan again with
+    nothing left to archive."""
+    from kafka_archive import config as config_module, tasks
+    from kafka_archive.storage import Storage
+
+    os.environ["KAFKA_ARCHIVE_CONFIG"] = str(config_path)
+    cfg = config_module.load()
+    run_id = f"bench__{label}__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    plan_url, plan_s = timed(tasks.plan, GROUP, run_id)
+    if plan_url is None:
+        raise RuntimeError(f"{label}: the plan found nothing to archive")
+    spark_run = spark_submit(config_path, plan_url, cfg.s3_conn_id, spark_args,
+                             work / f"spark-{label}.log")
+    summary, commit_s = timed(tasks.commit, plan_url)
+    if summary["records"] != expected_records:
+        raise RuntimeError(f"{label}: committed {summary['records']} records, "
+                           f"expected {expected_records}")
+    storage = Storage.for_airflow(cfg.s3_conn_id)
+    output = sum(size for _, size in storage.list(f"{cfg.archive_root}/{GROUP}"))
+    run = ArchiveRun(label, plan_s, spark_run, commit_s, summary["records"], summary["files"],
+                     output)
+    if measure_idle:
+        for i in range(3):
+            again, seconds = timed(tasks.plan, GROUP, f"{run_id}__idle{i}")
+            if again is not None:
+                raise RuntimeError(f"{label}: a second plan found work: {again}")
+            run.idle_plan_warm_s.append(seconds)
+        run.idle_plan_cold_s = cold_plan(config_path, f"{run_id}__idle-cold")
+    return run
+
+
+def cold_plan(config_path: Path, run_id: str) -> float:
+    """tasks.plan in a fresh interpreter, as a task process would run it (minus Airflow's
+    own task runner): imports included."""
+    code = ("import sys; from kafka_archive import tasks; "
+            f"sys.exit(0 if tasks.plan({GROUP!r}, {run_id!r}) is None else 3)")
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "KAFKA_ARCHIVE_CONFIG": str(config_path)})
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"cold plan exited {result.returncode}:\n{result.stderr[-2000:]}")
+    return seconds
+
+
+# --- S3 clean-up -------------------------------------------------------------------------------
+
+def delete_prefix(s3, bucket: str, prefix: str) -> int:
+    deleted = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+            deleted += len(keys)
+    return deleted
+
+
+# --- output ------------------------------------------------------------------------------------
+
+def quiet_logging() -> None:
+    """Importing Airflow sets up its logging at INFO: keep the clients' chatter out."""
+    logging.getLogger().setLevel(logging.WARNING)
+    for name in ("kafka", "botocore", "boto3", "airflow", "kafka_archive"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def describe_spark(run: ArchiveRun, payload_bytes: int) -> None:
+    s, m = run.spark, run.spark.memory
+    say(f"  plan {run.plan_s:6.2f} s | spark-submit {s.seconds:6.1f} s | commit "
+        f"{run.commit_s:5.2f} s | {run.records:,} records in {run.files} files, "
+        f"{run.output_bytes / MIB:,.1f} MiB written"
+        f" ({run.output_bytes / payload_bytes:.1%} of payload)")
+    at_peak = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(m.at_peak.items()) if v >= 1)
+    say(f"  Spark job memory: peak RSS {m.peak_total_mib:,.0f} MiB ({at_peak}); "
+        f"JVM alone peaked at {m.peak_jvm_mib:,.0f} MiB, Python at {m.peak_python_mib:,.0f} MiB; "
+        f"up to {m.max_processes} processes")
+    cpu = ", ".join(f"{k} {v:,.1f}" for k, v in sorted(m.cpu_s.items()) if v >= 0.05)
+    services = {"broker": s.services_cpu_s.get("kafka", 0.0),
+                "MinIO": s.services_cpu_s.get("s3", 0.0)}
+    if s.log.job_s is not None:
+        say(f"  Spark's log: the job (Kafka read + mapInArrow + uploads) took {s.log.job_s:.1f} s "
+            f"({payload_bytes / MIB / s.log.job_s:,.1f} MiB/s); start-up and shut-down "
+            f"{s.seconds - s.log.job_s:.1f} s. Summed over its {s.log.tasks} tasks: "
+            f"{s.log.task_s:.1f} s; the Python worker's own clock {s.log.python_s:.1f} s "
+            f"(includes waiting for the JVM's batches); inside Kafka polls "
+            f"{s.log.kafka_poll_s:.1f} s")
+    say(f"  CPU seconds during spark-submit: {cpu}; broker {services['broker']:,.1f}, MinIO "
+        f"{services['MinIO']:,.1f}; everything else on the machine {other_cpu_s(s):,.1f} "
+        f"(of {os.cpu_count()} cores x {s.seconds:.1f} s = {os.cpu_count() * s.seconds:,.0f})")
+
+
+def other_cpu_s(run: SparkRun) -> float:
+    """CPU time that neither the Spark job nor the broker nor MinIO used while the job ran:
+    the machine's noise."""
+    ours = sum(run.memory.cpu_s.values()) + sum(v for k, v in run.services_cpu_s.items()
+                                                 if k != "machine")
+    return max(run.services_cpu_s["machine"] - ours, 0.0)
+
+
+def row(name: str, *values: str) -> None:
+    say(f"  {name:<50}" + "".join(f"{v:>16}" for v in values))
+
+
+def describe_consumer(i: int, c: ConsumerRun) -> None:
+    say(f"consumer baseline {i}: {c.mib_s:,.1f} MiB/s, {c.msg_s:,.0f} msg/s "
+        f"(fetch only, without the group join: {c.fetch_mib_s:,.1f} MiB/s, "
+        f"{c.fetch_msg_s:,.0f} msg/s)")
+
+
+def report(args, topic: str, messages: int, payload: int, produced: Throughput,
+           consumers: list[ConsumerRun], runs: dict[str, ArchiveRun],
+           tiny: ArchiveRun | None) -> None:
+    best = max(consumers, key=lambda c: c.mib_s)
+    mib = payload / MIB
+    say()
+    say(f"== Results: {mib:,.0f} MiB, {messages:,} messages of {args.message_bytes} B, "
+        f"{args.partitions} partitions, topic {topic}; Spark local[2], driver memory "
+        f"{args.driver_memory or 'Spark default (1g)'}"
+        + "".join(f", --conf {c}" for c in args.conf))
+    say(f"  produce (ProducerPerformance): {produced.mib_s:,.1f} MiB/s, "
+        f"{produced.msg_s:,.0f} msg/s")
+    say(f"  consumer baseline (ConsumerPerformance, faster of {len(consumers)} runs): "
+        f"{best.mib_s:,.1f} MiB/s, {best.msg_s:,.0f} msg/s")
+    row("", "compression=none", "default codec")
+    order = [runs["none"], runs["default"]]
+    job = all(r.spark.log.job_s for r in order)
+    rows = [
+        ("archive, spark-submit alone: seconds", lambda r: f"{r.spark.seconds:,.1f}"),
+        ("archive, spark-submit alone: MiB/s", lambda r: f"{mib / r.spark.seconds:,.1f}"),
+        ("archive, spark-submit alone: messages/s", lambda r: f"{messages / r.spark.seconds:,.0f}"),
+        ("archive, plan+archive+commit: seconds", lambda r: f"{r.total_s:,.1f}"),
+        ("archive, plan+archive+commit: MiB/s", lambda r: f"{mib / r.total_s:,.1f}"),
+        ("archive, plan+archive+commit: messages/s", lambda r: f"{messages / r.total_s:,.0f}"),
+    ]
+    if job:
+        rows.append(("archive, Spark job without start-up: MiB/s",
+                     lambda r: f"{mib / r.spark.log.job_s:,.1f}"))
+    rows += [
+        ("ratio archive/consumer, spark-submit alone",
+         lambda r: f"{mib / r.spark.seconds / best.mib_s:.3f}"),
+        ("ratio archive/consumer, plan+archive+commit",
+         lambda r: f"{mib / r.total_s / best.mib_s:.3f}"),
+    ]
+    if job:
+        rows.append(("ratio archive/consumer, Spark job w/o start-up",
+                     lambda r: f"{mib / r.spark.log.job_s / best.mib_s:.3f}"))
+    rows += [
+        ("written to S3, MiB", lambda r: f"{r.output_bytes / MIB:,.1f}"),
+        ("Spark job peak RSS, process tree, MiB",
+         lambda r: f"{r.spark.memory.peak_total_mib:,.0f}"),
+        ("Spark job peak RSS, JVM alone, MiB", lambda r: f"{r.spark.memory.peak_jvm_mib:,.0f}"),
+        ("CPU seconds: Spark JVM", lambda r: f"{r.spark.memory.cpu_s.get('jvm', 0):,.1f}"),
+        ("CPU seconds: Spark Python (driver + workers)",
+         lambda r: f"{sum(v for k, v in r.spark.memory.cpu_s.items() if 'python' in k):,.1f}"),
+        ("CPU seconds: broker + MinIO",
+         lambda r: f"{sum(r.spark.services_cpu_s.get(k, 0) for k in ('kafka', 's3')):,.1f}"),
+        ("CPU seconds: everything else (noise)", lambda r: f"{other_cpu_s(r.spark):,.1f}"),
+    ]
+    for name, value in rows:
+        row(name, *(value(r) for r in order))
+    warm = runs["none"].idle_plan_warm_s
+    say(f"  fixed cost of a run with nothing to archive (plan returns None; archive and commit "
+        f"are skipped): {statistics.median(warm):.2f} s in a warm process (median of "
+        f"{', '.join(f'{s:.2f}' for s in warm)}), {runs['none'].idle_plan_cold_s:.2f} s in a "
+        f"fresh Python process (imports included)")
+    if tiny is not None:
+        say(f"  Spark start-up overhead (a run archiving 1 message): spark-submit "
+            f"{tiny.spark.seconds:.1f} s ({sum(tiny.spark.memory.cpu_s.values()):.1f} CPU-s), "
+            f"plan {tiny.plan_s:.2f} s, commit {tiny.commit_s:.2f} s; "
+            f"peak RSS {tiny.spark.memory.peak_total_mib:,.0f} MiB")
+    ratio = mib / runs["none"].spark.seconds / best.mib_s
+    say(f"  target archive/consumer >= {TARGET_RATIO} with compression off: "
+        f"{'MET' if ratio >= TARGET_RATIO else 'NOT MET'} ({ratio:.3f}: spark-submit alone "
+        f"against the faster consumer run)")
+
+
+# --- main --------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gigabytes", type=float, default=2.0,
+                        help="GiB of message payload to produce and archive (default 2.0)")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--message-bytes", type=int, default=1024)
+    parser.add_argument("--driver-memory", default=None,
+                        help="spark-submit --driver-memory (default: none, as the DAG: Spark's 1g)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra spark-submit --conf (repeatable), to try a setting the DAG "
+                             "does not use; none by default")
+    parser.add_argument("--skip-tiny", action="store_true",
+                        help="skip the one-message run that measures Spark start-up")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the topics and the S3 objects (printed at the end)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
+
+    service_env = localservices.local_env()
+    started_services = [name for name in ("kafka", "s3")
+                        if localservices.SERVICES[name].start(service_env)]
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    work = Path(tempfile.mkdtemp(prefix=f"kafka-archive-bench-{stamp}-"))
+    # Airflow connections and config references, as the local Airflow gets them; set before
+    # anything imports Airflow
+    os.environ.update(localservices.client_env(service_env, work / "airflow-home"))
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    bootstrap = localservices.kafka_bootstrap(service_env)
+    bucket = service_env["KAFKA_ARCHIVE_S3_BUCKET"]
+    s3 = localservices.s3_client(service_env)
+    topic, tiny_topic = f"bench-{stamp}", f"bench-{stamp}-tiny"
+    prefix = f"{BUCKET_PREFIX}{stamp}-"
+
+    spark_args = ["--driver-memory", args.driver_memory] if args.driver_memory else []
+    for conf in args.conf:
+        spark_args += ["--conf", conf]
+    messages = int(args.gigabytes * (1 << 30)) // args.message_bytes
+    payload = messages * args.message_bytes
+    free = shutil.disk_usage(localservices.SERVICES_DIR).free
+    needed = int(payload * 3.3)  # Kafka + uncompressed archive + compressed + temp files
+    say(f"== kafka-archive benchmark {stamp}: {payload / MIB:,.0f} MiB as {messages:,} JSON log "
+        f"lines of {args.message_bytes} B on {args.partitions} partitions (work dir {work})")
+    if spark_args:
+        say(f"  spark-submit gets, beyond what ArchiveOperator passes: {' '.join(spark_args)}")
+    if started_services:
+        say(f"  started {', '.join(started_services)} (will stop them at the end)")
+    if free < needed:
+        say(f"  not enough disk: {free / MIB:,.0f} MiB free, about {needed / MIB:,.0f} MiB needed")
+        return 2
+
+    finished = False
+    try:
+        # warm the imports so the first timed plan does not pay for them
+        from kafka_archive import operators, tasks  # noqa: F401
+        quiet_logging()
+
+        pool = work / "payloads.jsonl"
+        write_pool(pool, args.message_bytes)
+        create_topic(bootstrap, topic, args.partitions)
+        produced, per_partition = produce(bootstrap, topic, messages, pool, args.message_bytes)
+        say(f"produce: {produced.seconds:.1f} s, {produced.msg_s:,.0f} msg/s, "
+            f"{produced.mib_s:,.1f} MiB/s (Kafka ProducerPerformance, acks=1, no compression; "
+            f"pool of {POOL_SIZE:,} distinct lines); messages per partition "
+            f"{min(per_partition.values()):,} to {max(per_partition.values()):,}")
+
+        consumers = [consumer_perf(bootstrap, topic, messages)]
+        describe_consumer(1, consumers[0])
+
+        runs = {}
+        for compression in ("none", "default"):
+            config_path = write_config(work / compression, topic,
+                                       f"s3://{bucket}/{prefix}{compression}", compression)
+            say(f"archive, compression={compression}:")
+            runs[compression] = archive_run(compression, config_path, messages, spark_args,
+                                            work, measure_idle=compression == "none")
+            describe_spark(runs[compression], payload)
+
+        consumers.append(consumer_perf(bootstrap, topic, messages))
+        describe_consumer(2, consumers[1])
+
+        tiny = None
+        if not args.skip_tiny:
+            from kafka import KafkaProducer
+
+            create_topic(bootstrap, tiny_topic, 1)
+            producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, enable_idempotence=False)
+            producer.send(tiny_topic, pool.read_bytes()[:args.message_bytes])
+            producer.flush()
+            producer.close()
+            say("archive, one message (Spark start-up overhead):")
+            tiny = archive_run("tiny", write_config(work / "tiny", tiny_topic,
+                                                    f"s3://{bucket}/{prefix}tiny", "default"),
+                               1, spark_args, work)
+            describe_spark(tiny, args.message_bytes)
+
+        report(args, topic, messages, payload, produced, consumers, runs, tiny)
+        finished = True
+    finally:
+        if args.keep:
+            say(f"kept: topics {topic}, {tiny_topic}; s3://{bucket}/{prefix}*; work dir {work}")
+        else:
+            deleted = delete_prefix(s3, bucket, prefix)
+            delete_topics(bootstrap, [topic, tiny_topic])
+            say(f"cleaned up: {deleted} S3 objects under s3://{bucket}/{prefix}*, "
+                f"topics {topic} and {tiny_topic}")
+            if finished:
+                shutil.rmtree(work, ignore_errors=True)
+            else:
+                say(f"the run failed: logs are in {work}")
+        for name in reversed(started_services):
+            localservices.SERVICES[name].stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
