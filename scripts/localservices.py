@@ -390,7 +390,10 @@ def main(argv: list[str]) -> int:
         baseline = set()
         if names[:1] == ["--baseline"]:
             baseline = set(json.loads(Path(names[1]).read_text()))
-        left = {p: c for p, c in our_processes().items() if p not in baseline}
+        deadline = time.monotonic() + 15  # a process still exiting is not left running
+        while (left := {p: c for p, c in our_processes().items() if p not in baseline}) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
         for pid, cmd in left.items():
             print(f"leftover process {pid}: {cmd[:300]}", file=sys.stderr)
         return 1 if left else 0

@@ -99,8 +99,14 @@ def sc():
             patch.setenv(name, value)
         session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
                    .getOrCreate())
+        gateway = session.sparkContext._gateway
         yield session.sparkContext
         session.stop()
+        # stop() leaves pyspark's gateway JVM running until this process exits; end it
+        # now (it exits when its stdin closes) so the suite leaves no process behind
+        gateway.shutdown()
+        gateway.proc.stdin.close()
+        gateway.proc.wait(timeout=60)
 
 
 def airflow(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
