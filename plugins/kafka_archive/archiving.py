@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -47,9 +46,7 @@ def run(spark, config: Config, plan_url: str) -> dict:
     rows = []
     if to_read:
         frame = (spark.read.format("kafka").options(**brokers.spark_options(config))
-                 .option("assign", json.dumps(_by_topic(to_read, lambda s: None, as_list=True)))
-                 .option("startingOffsets", json.dumps(_by_topic(to_read, lambda s: s.start)))
-                 .option("endingOffsets", json.dumps(_by_topic(to_read, lambda s: s.end)))
+                 .options(**_offset_ranges(to_read))
                  .option("includeHeaders", "true")
                  # gaps are Kafka's own (compaction, transaction markers) or retention;
                  # the manifest records them and the check below tells them apart
@@ -61,7 +58,8 @@ def run(spark, config: Config, plan_url: str) -> dict:
         rows = [r.asDict() for r in frame.mapInArrow(writer, MANIFEST_SCHEMA).collect()]
     for row in rows:
         row["gaps"] = json.loads(row["gaps"])
-    _check_nothing_lost(config, replace(plan, slices=tuple(to_read)), rows)
+    _fail_on_retention_loss(config, to_read, rows)
+    rows += rows_for_empty_slices(to_read, rows)
     manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows, "vanished": vanished}
     storage.put_bytes(layout.run_file(config.archive_root, plan.group, plan.run_id, "manifest.json"),
                       json.dumps(manifest, indent=1, sort_keys=True).encode())
@@ -77,39 +75,47 @@ def _existing_partitions(config: Config, topics: set[str]) -> set[tuple[str, int
         consumer.close()
 
 
-def _by_topic(slices, value, as_list=False) -> dict:
-    out: dict = {}
+def _offset_ranges(slices) -> dict[str, str]:
+    """Spark Kafka source options selecting exactly these [start, end) ranges."""
+    assign, starts, ends = {}, {}, {}
     for s in slices:
-        if as_list:
-            out.setdefault(s.topic, []).append(s.partition)
-        else:
-            out.setdefault(s.topic, {})[str(s.partition)] = value(s)
-    return out
+        assign.setdefault(s.topic, []).append(s.partition)
+        starts.setdefault(s.topic, {})[str(s.partition)] = s.start
+        ends.setdefault(s.topic, {})[str(s.partition)] = s.end
+    return {"assign": json.dumps(assign), "startingOffsets": json.dumps(starts),
+            "endingOffsets": json.dumps(ends)}
 
 
-def _check_nothing_lost(config: Config, plan: Plan, rows: list[dict]) -> None:
+def rows_for_empty_slices(slices, rows: list[dict]) -> list[dict]:
+    """Manifest rows for slices Spark returned no record for: offsets Kafka holds no
+    message at (a range of transaction markers, a compacted-away range). Without a row
+    the commit could never account for them and the plan would stay stuck in flight."""
+    seen = {(r["topic"], r["partition"]) for r in rows}
+    return [{"topic": s.topic, "partition": s.partition, "start": s.start, "end": s.end,
+             "cut": False, "records": 0, "bytes": 0, "sha256": None, "url": None,
+             "min_timestamp_ms": None, "max_timestamp_ms": None, "gaps": [[s.start, s.end]]}
+            for s in slices if (s.topic, s.partition) not in seen]
+
+
+def _fail_on_retention_loss(config: Config, slices, rows: list[dict]) -> None:
     """A slice whose first records are missing because retention deleted them after the
     plan was made has lost data: fail, naming the range. Other gaps are Kafka's own."""
-    planned = {(s.topic, s.partition): s for s in plan.slices if s.end > s.start}
-    leading = {(r["topic"], r["partition"]): r["gaps"][0] for r in rows
+    planned = {(s.topic, s.partition): s for s in slices}
+    leading = {(r["topic"], r["partition"]) for r in rows
                if r["gaps"] and r["gaps"][0][0] == r["start"]}
-    missing = set(planned) - {(r["topic"], r["partition"]) for r in rows}
-    if not leading and not missing:
+    suspects = leading | (set(planned) - {(r["topic"], r["partition"]) for r in rows})
+    if not suspects:
         return
     from kafka import TopicPartition
 
     consumer = brokers.consumer(config)
     try:
-        suspects = [TopicPartition(t, p) for t, p in set(leading) | missing]
-        earliest = consumer.beginning_offsets(suspects)
+        earliest = consumer.beginning_offsets([TopicPartition(t, p) for t, p in suspects])
     finally:
         consumer.close()
-    lost = []
-    for tp, first_retained in earliest.items():
-        s = planned[(tp.topic, tp.partition)]
-        if first_retained > s.start:
-            lost.append(Anomaly("retention_gap", tp.topic, tp.partition, s.start,
-                                min(first_retained, s.end), "failed"))
+    lost = [Anomaly("retention_gap", tp.topic, tp.partition, s.start, min(first, s.end), "failed")
+            for tp, first in earliest.items()
+            if first > (s := planned[(tp.topic, tp.partition)]).start]
     if lost:
         raise RetentionGapError(lost)
 

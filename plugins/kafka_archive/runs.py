@@ -36,12 +36,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     states = planning.observe(consumer, group)
     reads = {t: tokens.read(group.name, t)
              for t in sorted({s.topic for s in states} | set(tokens.topics(group.name)))}
-    for topic, read in reads.items():
-        if read.token and read.token.offsets and read.token.bootstrap != config.bootstrap_servers:
-            raise TerminalError(
-                f"token {group.name}/{topic} was written for Kafka at {read.token.bootstrap}, "
-                f"but the config says {config.bootstrap_servers}: refusing to apply offsets of "
-                f"another cluster. Delete the token to start over.")
+    _refuse_other_clusters(config, group.name, reads)
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     slices, anomalies, waiting = planning.decide(
         group, states, offsets, int(now.timestamp() * 1000), planning.oldest_pending_reader(consumer))
@@ -69,6 +64,15 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                       json.dumps({"run_id": run_id, "plan": plan_url}).encode())
     _move_aside(storage, config, plan)
     return plan
+
+
+def _refuse_other_clusters(config: Config, group: str, reads: dict) -> None:
+    for topic, read in reads.items():
+        if read.token and read.token.offsets and read.token.bootstrap != config.bootstrap_servers:
+            raise TerminalError(
+                f"token {group}/{topic} was written for Kafka at {read.token.bootstrap}, "
+                f"but the config says {config.bootstrap_servers}: refusing to apply offsets of "
+                f"another cluster. Delete the token to start over.")
 
 
 def _rewinds(storage: Storage, config: Config, group: str, slices: list[Slice],
