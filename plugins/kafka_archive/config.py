@@ -61,6 +61,25 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Alerts:
+    """Where alert emails go: through the Airflow SMTP connection named here."""
+    smtp_conn_id: str = "kafka_archive_smtp"
+    email_to: tuple[str, ...] = ("data-oncall@localhost",)
+    email_from: str = "kafka-archive@localhost"
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The Kafka paper's audit: producers publish per-window counts to `topic`; the
+    archive job counts what it archived per (topic, source, window) of `window_s`."""
+    topic: str = "_kafka_archive_audit"
+    window_s: int = 60            # archive-side counting window; producers' must be a multiple
+    grace_s: int = 300            # a window is judged only once archived this far past its end
+    source_header: str = "kafka-archive-source"
+    groups: tuple[str, ...] = ("backup",)
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     bootstrap_servers: str
@@ -70,6 +89,8 @@ class Config:
     s3_conn_id: str
     generation: int
     groups: dict[str, Group]
+    alerts: Alerts = Alerts()
+    audit: Audit = Audit()
 
     def group(self, name: str) -> Group:
         try:
@@ -100,7 +121,38 @@ def load(path: str | Path | None = None) -> Config:
         s3_conn_id=doc.str("s3_conn_id", default="kafka_archive_s3"),
         generation=doc.int("generation", default=1, minimum=1),
         groups={name: _group(groups.mapping(name), name) for name in groups.data},
+        alerts=_alerts(doc.mapping("alerts")),
+        audit=_audit(doc.mapping("audit"), set(groups.data)),
     )
+
+
+def _alerts(doc: _Doc) -> Alerts:
+    default = Alerts()
+    to = doc.get("email_to", list(default.email_to))
+    to = [to] if isinstance(to, str) else to
+    if not isinstance(to, list) or not to or not all(isinstance(a, str) and "@" in a for a in to):
+        raise ConfigError(f"{doc.path}: 'alerts.email_to' must be an email address or a list "
+                          f"of them, got {to!r}")
+    return Alerts(smtp_conn_id=doc.str("smtp_conn_id", default.smtp_conn_id),
+                  email_to=tuple(to), email_from=doc.str("email_from", default.email_from))
+
+
+def _audit(doc: _Doc, group_names: set[str]) -> Audit:
+    default = Audit()
+    groups = doc.get("groups", list(default.groups))
+    groups = [groups] if isinstance(groups, str) else groups
+    unknown = [g for g in groups if g not in group_names]
+    if unknown:
+        raise ConfigError(f"{doc.path}: 'audit.groups' names {', '.join(map(str, unknown))}, "
+                          f"not under 'groups' (have: {', '.join(sorted(group_names))})")
+    audit = Audit(topic=doc.str("topic", default.topic),
+                  window_s=doc.duration("window", default.window_s),
+                  grace_s=doc.duration("grace", default.grace_s),
+                  source_header=doc.str("source_header", default.source_header),
+                  groups=tuple(groups))
+    if audit.window_s < 1:
+        raise ConfigError(f"{doc.path}: 'audit.window' must be at least 1s")
+    return audit
 
 
 def _token_root(value: str) -> str:
