@@ -3,8 +3,11 @@
 The default SequenceFile key is a MessagePack map holding everything needed to replay the
 message into Kafka (DESIGN.md): 1 offset, 2 key (absent when null), 3 timestamp ms,
 4 headers as [name, value] pairs (absent when none), 5 true when the value is null (a
-tombstone, which the BytesWritable value cannot tell from empty). The value is the
-message bytes verbatim. Secor's legacy key, a LongWritable offset, keeps only the offset.
+tombstone, which the BytesWritable value cannot tell from empty), and, only in quarantine
+files, 6 why the message could not be parsed. The value is the message bytes verbatim.
+Secor's legacy key, a LongWritable offset, keeps only the offset.
+
+Writing and reading files goes through the format registry (kafka_archive.formats).
 """
 
 from __future__ import annotations
@@ -14,18 +17,15 @@ from typing import BinaryIO, Iterator
 
 import msgpack
 
-from kafka_archive.formats import sequencefile as seq
-
-COMPRESSION = {"none": "none", "default": "block-default", "gzip": "block-gzip"}
-
 
 @dataclass(frozen=True)
 class Record:
-    offset: int
+    offset: int | None            # None when read from a format that keeps values only
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    error: str | None = None      # quarantine files: why the message could not be parsed
 
 
 def encode_key(r: Record) -> bytes:
@@ -36,6 +36,8 @@ def encode_key(r: Record) -> bytes:
         fields[4] = [[name, value] for name, value in r.headers]
     if r.value is None:
         fields[5] = True
+    if r.error is not None:
+        fields[6] = r.error
     return msgpack.packb(fields)
 
 
@@ -45,43 +47,32 @@ def decode(key: bytes | int, value: bytes) -> Record:
     fields = msgpack.unpackb(key, strict_map_key=False)
     return Record(offset=fields[1], key=fields.get(2), timestamp_ms=fields.get(3),
                   value=None if fields.get(5) else value,
-                  headers=[(name, v) for name, v in fields.get(4, ())])
+                  headers=[(name, v) for name, v in fields.get(4, ())], error=fields.get(6))
 
 
-class RecordWriter:
-    """Appends Records to one SequenceFile, keyed as the group's format says."""
+def open_writer(fileobj: BinaryIO, fmt: dict, file_name: str):
+    """A writer of Records in the group's format (formats.open_writer)."""
+    from kafka_archive import formats  # formats builds on Record: import it when used
 
-    def __init__(self, fileobj: BinaryIO, fmt: dict, file_name: str):
-        self.legacy_key = fmt["key"] == "offset"
-        self._file = seq.SequenceFileWriter(
-            fileobj, seq.LONG_WRITABLE if self.legacy_key else seq.BYTES_WRITABLE,
-            seq.BYTES_WRITABLE, COMPRESSION[fmt["compression"]],
-            sync_marker=seq.sync_marker_for(file_name))
-
-    def append(self, r: Record) -> None:
-        self._file.append_record(r.offset if self.legacy_key else encode_key(r), r.value or b"")
-
-    def close(self) -> None:
-        self._file.close()
+    return formats.open_writer(fileobj, fmt, file_name)
 
 
-def open_writer(fileobj: BinaryIO, fmt: dict, file_name: str) -> RecordWriter:
-    if fmt["kind"] != "sequencefile":
-        raise ValueError(f"unknown format kind {fmt['kind']!r}")
-    return RecordWriter(fileobj, fmt, file_name)
+def read(fileobj: BinaryIO, name: str | None = None) -> Iterator[Record]:
+    """The Records of an archived file; `name` (path or URL) tells the format, without it
+    the file must be a SequenceFile (formats.read)."""
+    from kafka_archive import formats
 
-
-def read(fileobj: BinaryIO) -> Iterator[Record]:
-    for key, value in seq.SequenceFileReader(fileobj):
-        yield decode(key, value)
+    return formats.read(fileobj, name)
 
 
 def last_offset(storage, url: str) -> int:
     """Offset of the last record of an archived file (read through: used only on rewinds)."""
     last = None
     with storage.open(url) as stream:
-        for last in read(stream):
+        for last in read(stream, url):
             pass
     if last is None:
         raise ValueError(f"{url}: archived file holds no record")
+    if last.offset is None:
+        raise ValueError(f"{url}: its format keeps no offsets (only sequencefile does)")
     return last.offset

@@ -1,1 +1,168 @@
-"""File formats the archiver writes, implemented in pure Python so the archiver needs no JVM."""
+"""File formats the archiver writes, implemented in pure Python so the archiver needs no JVM.
+
+The registry below is the one way to write and read every kind (records.open_writer,
+records.read, `kafka-archive cat` and verify all go through it). A group's format is a
+dict (config.FormatSpec as a dict, as plans carry it):
+
+- `sequencefile` (default, `.seq`): Hadoop SequenceFile, lossless: offset, key,
+  timestamp, headers and tombstones are kept (records.encode_key). Options `key`
+  (msgpack | offset) and `compression` (none | default | gzip).
+- `text` (`.txt`, `.txt.gz`, `.escaped.txt`, `.escaped.txt.gz`): one value per line,
+  options `compression` (none | gzip) and `escape_newlines` (formats/text.py).
+- `baldr` (`.baldr.gz`): Bifrost's length-prefixed gzip file of values (formats/baldr.py).
+
+Text and Baldr keep values only: their records read back with offset, key and timestamp
+None (`keeps_offsets` False). Their offsets are not derived from the file name and
+position, which is exact only for a file of consecutive offsets, and neither a Kafka
+partition with gaps (compaction, transaction markers) nor an event-time partition holds
+one. The file name still gives the first offset; the manifest gives range and count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Iterator, Mapping, Protocol
+
+from kafka_archive.formats import baldr, sequencefile as seq, text
+from kafka_archive.records import Record, decode, encode_key
+
+# Quarantined messages are kept whole whatever the group's format, with their reason
+QUARANTINE_FORMAT = {"kind": "sequencefile", "key": "msgpack", "compression": "default"}
+
+
+class Writer(Protocol):
+    def append(self, record: Record) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Format:
+    kind: str
+    extensions: tuple[str, ...]                  # every name ending it writes, without the dot
+    extension: Callable[[Mapping], str]          # the one for these options
+    open_writer: Callable[[BinaryIO, Mapping, str], Writer]  # (file, format, file name)
+    read: Callable[[BinaryIO, str], Iterator[Record]]        # (file, extension)
+    keeps_offsets: bool                          # records read back carry offset, key, time
+
+
+# --- sequencefile -------------------------------------------------------------------------
+
+SEQUENCEFILE_COMPRESSION = {"none": "none", "default": "block-default", "gzip": "block-gzip"}
+
+
+class SequenceFileRecordWriter:
+    """Appends Records to one SequenceFile, keyed as the group's format says."""
+
+    def __init__(self, fileobj: BinaryIO, fmt: Mapping, file_name: str):
+        self.legacy_key = fmt.get("key", "msgpack") == "offset"
+        self._file = seq.SequenceFileWriter(
+            fileobj, seq.LONG_WRITABLE if self.legacy_key else seq.BYTES_WRITABLE,
+            seq.BYTES_WRITABLE, SEQUENCEFILE_COMPRESSION[fmt.get("compression", "default")],
+            sync_marker=seq.sync_marker_for(file_name))
+
+    def append(self, r: Record) -> None:
+        self._file.append_record(r.offset if self.legacy_key else encode_key(r), r.value or b"")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _read_sequencefile(fileobj: BinaryIO, ext: str = "seq") -> Iterator[Record]:
+    for key, value in seq.SequenceFileReader(fileobj):
+        yield decode(key, value)
+
+
+# --- text and baldr -----------------------------------------------------------------------
+
+class _ValuesWriter:
+    """Adapts a values-only writer, append(offset, value), to Records."""
+
+    def __init__(self, writer):
+        self._writer = writer
+
+    def append(self, r: Record) -> None:
+        self._writer.append(r.offset, r.value)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _values(values: Iterator[bytes]) -> Iterator[Record]:
+    for value in values:
+        yield Record(None, None, value, None)
+
+
+def _text_extension(fmt: Mapping) -> str:
+    ext = "escaped.txt" if fmt.get("escape_newlines") else "txt"
+    return ext + ".gz" if fmt.get("compression", "none") == "gzip" else ext
+
+
+def _open_text(fileobj: BinaryIO, fmt: Mapping, file_name: str) -> Writer:
+    compression = fmt.get("compression", "none")
+    if compression not in ("none", "gzip"):
+        raise ValueError(f"text format compression must be none or gzip, got {compression!r}")
+    return _ValuesWriter(text.TextWriter(fileobj, compression == "gzip",
+                                         bool(fmt.get("escape_newlines")), file_name))
+
+
+def _read_text(fileobj: BinaryIO, ext: str) -> Iterator[Record]:
+    return _values(text.read_values(fileobj, gzip=ext.endswith(".gz"),
+                                    escaped=ext.startswith("escaped.")))
+
+
+FORMATS = {f.kind: f for f in (
+    Format("sequencefile", ("seq",), lambda fmt: "seq", SequenceFileRecordWriter,
+           _read_sequencefile, keeps_offsets=True),
+    Format("text", ("txt", "txt.gz", "escaped.txt", "escaped.txt.gz"), _text_extension,
+           _open_text, _read_text, keeps_offsets=False),
+    Format("baldr", ("baldr.gz",), lambda fmt: "baldr.gz",
+           lambda fileobj, fmt, name: _ValuesWriter(baldr.BaldrWriter(fileobj)),
+           lambda fileobj, ext: _values(baldr.read_values(fileobj)), keeps_offsets=False),
+)}
+# every extension a data file may have, longest first (escaped.txt.gz before txt.gz)
+EXTENSIONS = sorted((e for f in FORMATS.values() for e in f.extensions), key=len, reverse=True)
+_BY_EXTENSION = {e: f for f in FORMATS.values() for e in f.extensions}
+
+
+def get(kind: str) -> Format:
+    try:
+        return FORMATS[kind]
+    except KeyError:
+        raise ValueError(f"unknown format kind {kind!r} (have: {', '.join(FORMATS)})") from None
+
+
+def extension(fmt: Mapping | str) -> str:
+    """The file name extension for a format dict, or for a kind with default options."""
+    fmt = {"kind": fmt} if isinstance(fmt, str) else fmt
+    return get(fmt["kind"]).extension(fmt)
+
+
+def split_extension(name: str) -> tuple[str, str] | None:
+    """(stem, extension) when `name` ends in a known data file extension, else None."""
+    for ext in EXTENSIONS:
+        if name.endswith("." + ext):
+            return name[:-len(ext) - 1], ext
+    return None
+
+
+def for_file(name: str) -> tuple[Format, str]:
+    """The format of an archived file and its extension, from its name (path or URL)."""
+    found = split_extension(name.rsplit("/", 1)[-1])
+    if found is None:
+        raise ValueError(f"{name}: not an archive file name (extensions: {', '.join(EXTENSIONS)})")
+    return _BY_EXTENSION[found[1]], found[1]
+
+
+def open_writer(fileobj: BinaryIO, fmt: Mapping, file_name: str) -> Writer:
+    """A writer of Records to `fileobj` in format `fmt`; `file_name` (the base name) seeds
+    what must be deterministic and names the file in errors."""
+    return get(fmt["kind"]).open_writer(fileobj, fmt, file_name)
+
+
+def read(fileobj: BinaryIO, name: str | None = None) -> Iterator[Record]:
+    """The Records of an archived file. The format comes from the file name (a path or URL
+    will do); without one, only a SequenceFile is recognized, by its magic bytes."""
+    if name is None:
+        return _read_sequencefile(fileobj)
+    fmt, ext = for_file(name)
+    return fmt.read(fileobj, ext)

@@ -1,0 +1,101 @@
+"""Config of a group's output: format, layout, parsers, lateness."""
+
+import textwrap
+
+import pytest
+
+from kafka_archive import config
+from kafka_archive.config import FormatSpec
+from kafka_archive.errors import ConfigError
+from kafka_archive.layout import LayoutSpec
+from kafka_archive.parsers import ParserSpec
+
+HEAD = """
+kafka: {bootstrap_servers: "b:9092"}
+archive_root: s3://bucket/archive
+audit: {groups: []}
+groups:
+  g:
+"""
+
+
+def load(tmp_path, group_yaml: str):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(HEAD + textwrap.indent(textwrap.dedent(group_yaml), "    "))
+    return config.load(path).group("g"), path
+
+
+def test_defaults_are_the_backup_group(tmp_path):
+    group, _ = load(tmp_path, "schedule: null\n")
+    assert group.format == FormatSpec("sequencefile", "msgpack", "default", False)
+    assert group.layout == LayoutSpec("partition")
+    assert group.parser == ParserSpec("timestamp") and group.topic_parsers == ()
+    assert group.lateness_s == 3600
+
+
+def test_partitioned_group_with_per_topic_parsers(tmp_path):
+    group, _ = load(tmp_path, r"""
+        layout: {kind: event_time, granularity: minute, prefixes: {minute: "m="},
+                 formats: {day: "%Y%m%d"}}
+        parser: {kind: json, field: meta.event_time, unit: ms}
+        topic_parsers:
+          "clicks\\..*": timestamp
+          "logs": {kind: msgpack, field: [at, "x.y"]}
+        lateness: 2h
+        format: {kind: text, compression: gzip, escape_newlines: true}
+    """)
+    assert group.layout == LayoutSpec("event_time", "minute", ("dt=", "hr=", "m="),
+                                      ("%Y%m%d", "%H", "%M"))
+    assert group.parser_for("orders") == ParserSpec("json", (("field", "meta.event_time"),
+                                                              ("unit", "ms")))
+    assert group.parser_for("clicks.eu") == ParserSpec("timestamp")
+    assert group.parser_for("logs") == ParserSpec("msgpack", (("field", ("at", "x.y")),))
+    assert group.lateness_s == 7200
+    assert group.format == FormatSpec("text", compression="gzip", escape_newlines=True)
+    hash(group)  # still a plain value
+
+
+@pytest.mark.parametrize("fmt, expected", [
+    ("{kind: text}", FormatSpec("text", compression="none")),
+    ("{kind: baldr}", FormatSpec("baldr", compression="gzip")),
+    ("{kind: sequencefile, key: offset, compression: gzip}",
+     FormatSpec("sequencefile", "offset", "gzip")),
+])
+def test_format_kinds(tmp_path, fmt, expected):
+    assert load(tmp_path, f"format: {fmt}\n")[0].format == expected
+
+
+EVENT_TIME = "layout: event_time\n"
+
+
+@pytest.mark.parametrize("group_yaml, message", [
+    ("format: {kind: avro}", r"'groups.g.format.kind' must be one of sequencefile, text, baldr"),
+    ("format: {kind: text, compression: default}",
+     r"'groups.g.format.compression' must be one of none, gzip"),
+    ("format: {kind: text, key: offset}", r"'groups.g.format' has key, which format kind text"),
+    ("format: {kind: baldr, compression: none}", r"'groups.g.format' has compression"),
+    ("format: {kind: text, escape_newlines: maybe}",
+     r"'groups.g.format.escape_newlines' must be true or false"),
+    ("layout: sideways", r"'groups.g.layout': kind must be partition or event_time"),
+    ("layout: [event_time]", r"'groups.g.layout' must be partition, event_time or a mapping"),
+    ("layout: {granularity: day}", r"'groups.g.layout' has granularity, which this layout kind"),
+    ("layout: {kind: event_time, granularity: week}", r"'groups.g.layout': granularity must be"),
+    ("layout: {kind: event_time, formats: {day: '%Y'}}", r"'groups.g.layout': formats.day '%Y'"),
+    ("layout: {kind: event_time, prefixes: {second: 's='}}",
+     r"'groups.g.layout.prefixes' must map"),
+    ("layout: {kind: event_time, prefixes: {day: _dt=}}", r"start with _ or \."),
+    ("parser: json", r"'groups.g.parser' and 'topic_parsers' apply only to layout kind event_time"),
+    (EVENT_TIME + "parser: {kind: json, unit: ms}", r"'groups.g.parser': parser json refuses"),
+    (EVENT_TIME + "parser: {field: ts}", r"'groups.g.parser' must be a parser name"),
+    (EVENT_TIME + "parser: nope.module:Cls",
+     r"'groups.g.parser': parser nope.module:Cls: cannot import nope.module"),
+    (EVENT_TIME + "topic_parsers: {'a\\.b': {kind: json, field: ts, unit: hours}}",
+     r"'groups.g.topic_parsers.a\\.b': parser json refuses options .*unit must be one of"),
+    (EVENT_TIME + "topic_parsers: {'(': timestamp}", r"bad regex"),
+    (EVENT_TIME + "lateness: soon", r"'groups.g.lateness' must be a duration"),
+])
+def test_bad_group_output_config_names_file_and_key(tmp_path, group_yaml, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        load(tmp_path, group_yaml + "\n")
+    assert str(caught.value).startswith(str(tmp_path / "kafka-archive.yaml") + ": ")
+
