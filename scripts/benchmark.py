@@ -2,7 +2,8 @@
 consumer on the same data?
 
     .venv/bin/python scripts/benchmark.py [--gigabytes 2.0] [--partitions 8]
-        [--message-bytes 1024] [--driver-memory 2g] [--conf KEY=VALUE ...] [--skip-tiny] [--keep]
+        [--message-bytes 1024] [--driver-memory 2g] [--conf KEY=VALUE ...] [--partitioned]
+        [--skip-tiny] [--keep]
 
 What it does, against the local services (it starts Kafka and S3 with
 scripts/localservices.py if they are not running, and stops only what it started):
@@ -35,6 +36,9 @@ scripts/localservices.py if they are not running, and stops only what it started
    messages/s; the ratios archive/consumer and whether the target (archive/consumer >= 0.4
    with compression off) holds; output size, peak memory, and CPU seconds of the JVM, of
    Python, of the broker and MinIO, and of everything else on the machine (the noise).
+With --partitioned, also the partitioned group (JSON parser on each line's `ts`, hourly
+event-time layout, default codec) on the same topic, reported next to the backup job with
+the default codec (target: at least 0.7 of its throughput).
 6. Deletes its S3 objects and topics unless --keep.
 
 Units: "MiB" is 2**20 bytes, which is what Kafka's tools call "MB". Throughput counts message
@@ -70,6 +74,8 @@ import localservices  # noqa: E402
 KAFKA_JARS = ROOT / ".cache" / "jars" / "kafka" / "*"
 BUCKET_PREFIX = "bench-"
 GROUP = "backup"
+PARTITIONED = "partitioned"
+TARGET_PARTITIONED_RATIO = 0.7  # partitioned job's throughput / the backup job's
 MIB = 1 << 20
 POOL_SIZE = 50_000
 TARGET_RATIO = 0.4
@@ -412,14 +418,22 @@ def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: 
 
 # --- one archive run ------------------------------------------------------------------------
 
-def write_config(folder: Path, topic: str, archive_root: str, compression: str) -> Path:
+def write_config(folder: Path, topic: str, archive_root: str, compression: str,
+                 group: str = GROUP) -> Path:
+    """group PARTITIONED: the event-time layout, by hour, with the JSON parser on the log
+    lines' `ts` (ISO-8601 text)."""
+    event_time = ({"layout": {"kind": "event_time", "granularity": "hour"},
+                   "parser": {"kind": "json", "field": "ts", "unit": "iso8601"}}
+                  if group == PARTITIONED else {})
     config = {
         "kafka": {"bootstrap_servers": "${KAFKA_ARCHIVE_BOOTSTRAP}"},
         "archive_root": archive_root,
         "token_root": str(folder / "offsets"),
         "s3_conn_id": "kafka_archive_s3",
         "generation": 1,
-        "groups": {GROUP: {
+        "audit": {"groups": [group]},
+        "groups": {group: {
+            **event_time,
             "topics": {"include": [re.escape(topic)], "exclude": []},
             "start_from": "earliest",
             "format": {"kind": "sequencefile", "key": "msgpack", "compression": compression},
@@ -458,7 +472,7 @@ def timed(fn, *args):
 
 
 def archive_run(label: str, config_path: Path, expected_records: int, spark_args: list[str],
-                work: Path, measure_idle: bool = False) -> ArchiveRun:
+                work: Path, measure_idle: bool = False, group: str = GROUP) -> ArchiveRun:
     """plan, spark-submit, commit, as the DAG runs them; then optionally plan again with
     nothing left to archive."""
     from kafka_archive import config as config_module, tasks
@@ -467,7 +481,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     os.environ["KAFKA_ARCHIVE_CONFIG"] = str(config_path)
     cfg = config_module.load()
     run_id = f"bench__{label}__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
-    plan_url, plan_s = timed(tasks.plan, GROUP, run_id)
+    plan_url, plan_s = timed(tasks.plan, group, run_id)
     if plan_url is None:
         raise RuntimeError(f"{label}: the plan found nothing to archive")
     spark_run = spark_submit(config_path, plan_url, cfg.s3_conn_id, spark_args,
@@ -476,8 +490,11 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     if summary["records"] != expected_records:
         raise RuntimeError(f"{label}: committed {summary['records']} records, "
                            f"expected {expected_records}")
+    if summary["quarantined"]:
+        raise RuntimeError(f"{label}: {summary['quarantined']} messages quarantined: the "
+                           "parser did not read them, so this is not the parsing path")
     storage = Storage.for_airflow(cfg.s3_conn_id)
-    output = sum(size for _, size in storage.list(f"{cfg.archive_root}/{GROUP}"))
+    output = sum(size for _, size in storage.list(f"{cfg.archive_root}/{group}"))
     run = ArchiveRun(label, plan_s, spark_run, commit_s, summary["records"], summary["files"],
                      output)
     if measure_idle:
@@ -637,6 +654,27 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
     say(f"  target archive/consumer >= {TARGET_RATIO} with compression off: "
         f"{'MET' if ratio >= TARGET_RATIO else 'NOT MET'} ({ratio:.3f}: spark-submit alone "
         f"against the faster consumer run)")
+    if PARTITIONED in runs:
+        describe_partitioned(runs[PARTITIONED], runs["default"], mib, messages)
+
+
+def describe_partitioned(part: ArchiveRun, backup: ArchiveRun, mib: float, messages: int) -> None:
+    """The partitioned job (JSON parser, hourly event-time layout) next to the backup job,
+    both with the default codec, on the same topic."""
+    say()
+    say("  partitioned (JSON parser on ts, hourly) vs backup, both default codec:")
+    row("", "backup", "partitioned", "ratio")
+    for name, value in (("spark-submit alone", lambda r: r.spark.seconds),
+                        ("Spark job without start-up", lambda r: r.spark.log.job_s)):
+        b, p = value(backup), value(part)
+        if b and p:
+            row(f"{name}: MiB/s", f"{mib / b:,.1f}", f"{mib / p:,.1f}", f"{b / p:.3f}")
+            row(f"{name}: messages/s", f"{messages / b:,.0f}", f"{messages / p:,.0f}", "")
+    row("files written", str(backup.files), str(part.files), "")
+    ratio = backup.spark.seconds / part.spark.seconds
+    say(f"  target partitioned/backup >= {TARGET_PARTITIONED_RATIO}: "
+        f"{'MET' if ratio >= TARGET_PARTITIONED_RATIO else 'NOT MET'} ({ratio:.3f}, "
+        f"spark-submit alone)")
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -653,6 +691,10 @@ def main() -> int:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra spark-submit --conf (repeatable), to try a setting the DAG "
                              "does not use; none by default")
+    parser.add_argument("--partitioned", action="store_true",
+                        help="also run the partitioned group (JSON parser on the log lines' ts, "
+                             "hourly event-time layout, default codec) on the same topic and "
+                             "report its throughput next to the backup job's")
     parser.add_argument("--skip-tiny", action="store_true",
                         help="skip the one-message run that measures Spark start-up")
     parser.add_argument("--keep", action="store_true",
@@ -718,6 +760,15 @@ def main() -> int:
             runs[compression] = archive_run(compression, config_path, messages, spark_args,
                                             work, measure_idle=compression == "none")
             describe_spark(runs[compression], payload)
+
+        if args.partitioned:
+            say("archive, partitioned group (JSON parser), default codec:")
+            runs[PARTITIONED] = archive_run(
+                PARTITIONED, write_config(work / PARTITIONED, topic,
+                                          f"s3://{bucket}/{prefix}{PARTITIONED}", "default",
+                                          PARTITIONED), messages, spark_args, work,
+                group=PARTITIONED)
+            describe_spark(runs[PARTITIONED], payload)
 
         consumers.append(consumer_perf(bootstrap, topic, messages))
         describe_consumer(2, consumers[1])

@@ -1,31 +1,29 @@
 """The archive job: read exactly the planned slices with Spark's Kafka source and write
-each slice to one file at its deterministic path, then the manifest.
+each slice to its files at their deterministic paths (kafka_archive.writing: one file per
+slice, or per (slice, time partition) for the event-time layout), then the manifest.
 
 Runs inside `spark-submit` (spark_jobs/archive.py). Records stream from Kafka through
-Arrow batches into the file writer on the executors; only one manifest row per slice
-comes back to the driver.
+Arrow batches into the file writers on the executors; only one manifest row per slice
+(listing its files) comes back to the driver.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Iterator
 
-from kafka_archive import brokers, layout, records
+from kafka_archive import brokers, layout, parsers, records, writing
 from kafka_archive.config import Config
-from kafka_archive.errors import TransientError
 from kafka_archive.planning import Anomaly, Plan, RetentionGapError
 from kafka_archive.storage import Storage
 
 # One manifest row per slice, as Spark (DDL) and Arrow (what the executors yield) see it
 _MANIFEST_FIELDS = [("topic", "string"), ("partition", "int"), ("start", "long"), ("end", "long"),
-                    ("cut", "boolean"), ("records", "long"), ("bytes", "long"),
-                    ("sha256", "string"), ("url", "string"), ("min_timestamp_ms", "long"),
-                    ("max_timestamp_ms", "long"), ("gaps", "string")]
+                    ("cut", "boolean"), ("records", "long"), ("quarantined", "long"),
+                    ("late", "long"), ("bytes", "long"), ("sha256", "string"),
+                    ("url", "string"), ("files", "string"), ("errors", "string"),
+                    ("min_timestamp_ms", "long"),
+                    ("max_timestamp_ms", "long"), ("gaps", "string"), ("audit", "string")]
 MANIFEST_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _MANIFEST_FIELDS)
 
 
@@ -54,10 +52,11 @@ def run(spark, config: Config, plan_url: str) -> dict:
                  .load()
                  .selectExpr("topic", "partition", "offset", "key", "value",
                              "unix_millis(timestamp) AS timestamp_ms", "headers"))
-        writer = SliceWriter(config.archive_root, plan)
+        writer = SliceWriter(config, plan)
         rows = [r.asDict() for r in frame.mapInArrow(writer, MANIFEST_SCHEMA).collect()]
     for row in rows:
-        row["gaps"] = json.loads(row["gaps"])
+        for name in ("gaps", "audit", "files", "errors"):
+            row[name] = json.loads(row[name])
     _fail_on_retention_loss(config, to_read, rows)
     rows += rows_for_empty_slices(to_read, rows)
     manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows, "vanished": vanished}
@@ -92,8 +91,9 @@ def rows_for_empty_slices(slices, rows: list[dict]) -> list[dict]:
     the commit could never account for them and the plan would stay stuck in flight."""
     seen = {(r["topic"], r["partition"]) for r in rows}
     return [{"topic": s.topic, "partition": s.partition, "start": s.start, "end": s.end,
-             "cut": False, "records": 0, "bytes": 0, "sha256": None, "url": None,
-             "min_timestamp_ms": None, "max_timestamp_ms": None, "gaps": [[s.start, s.end]]}
+             "cut": False, "records": 0, "quarantined": 0, "late": 0, "bytes": 0,
+             "sha256": None, "url": None, "files": [], "errors": [], "min_timestamp_ms": None, "max_timestamp_ms": None, "gaps": [[s.start, s.end]],
+             "audit": []}
             for s in slices if (s.topic, s.partition) not in seen]
 
 
@@ -123,10 +123,10 @@ def _fail_on_retention_loss(config: Config, slices, rows: list[dict]) -> None:
 class SliceWriter:
     """mapInArrow function: one Spark partition of the Kafka source holds one slice."""
 
-    def __init__(self, archive_root: str, plan: Plan):
-        self.archive_root = archive_root
+    def __init__(self, config: Config, plan: Plan):
         self.plan = plan
         self.slices = {(s.topic, s.partition): s for s in plan.slices}
+        self.targets = {t: target(config, plan, t) for t in plan.topics()}
 
     def __call__(self, batches: Iterator) -> Iterator:
         import pyarrow as pa
@@ -140,85 +140,29 @@ class SliceWriter:
                 if out is None or (out.topic, out.partition) != (topic, partition):
                     if out is not None:
                         yield _row_batch(pa, out.finish(storage))
-                    out = _OpenSlice(self.archive_root, self.plan, self.slices[(topic, partition)])
+                    s = self.slices[(topic, partition)]
+                    out = writing.OpenSlice(self.targets[topic], partition, s.start, s.end,
+                                            s.max_bytes)
                 if out.cut:
                     continue
-                out.add(columns["offset"][i], columns["key"][i], columns["value"][i],
-                        columns["timestamp_ms"][i], columns["headers"][i])
+                out.add(records.Record(columns["offset"][i], columns["key"][i], columns["value"][i],
+                                       columns["timestamp_ms"][i],
+                                       [(h["key"], h["value"]) for h in columns["headers"][i] or ()]))
         if out is not None:
             yield _row_batch(pa, out.finish(storage))
 
 
-class _OpenSlice:
-    """The file being written for one slice: streamed to a local temp file, hashed on the
-    way, uploaded to its final path when the slice is complete."""
-
-    def __init__(self, root: str, plan: Plan, s):
-        self.topic, self.partition, self.start, self.end = s.topic, s.partition, s.start, s.end
-        self.max_bytes = s.max_bytes
-        self.url = layout.data_file(root, plan.group, s.topic, s.partition, plan.generation,
-                                    s.start, plan.format["kind"])
-        fd, self.tmp_path = tempfile.mkstemp(prefix="kafka-archive-", suffix=".part")
-        self.file = _HashingFile(os.fdopen(fd, "wb"))
-        self.writer = records.open_writer(self.file, plan.format, self.url.rsplit("/", 1)[-1])
-        self.next_offset, self.gaps, self.count, self.payload = s.start, [], 0, 0
-        self.min_ts = self.max_ts = None
-        self.cut = False
-
-    def add(self, offset, key, value, timestamp_ms, headers) -> None:
-        size = len(key or b"") + len(value or b"")
-        if self.count and self.payload + size > self.max_bytes:
-            # end right after the last record written, so a gap before `offset` is left
-            # to the next run; deterministic: depends on the data only
-            self.cut, self.end = True, self.next_offset
-            return
-        if offset > self.next_offset:
-            self.gaps.append([self.next_offset, offset])
-        try:
-            self.writer.append(records.Record(offset, key, value, timestamp_ms,
-                                              [(h["key"], h["value"]) for h in headers or ()]))
-        except OSError as exc:
-            raise TransientError(f"writing {self.url} ({self.topic} partition {self.partition}) "
-                                 f"at offset {offset} to local {self.tmp_path} failed: {exc}") from exc
-        self.count += 1
-        self.payload += size
-        self.next_offset = offset + 1
-        self.min_ts = timestamp_ms if self.min_ts is None else min(self.min_ts, timestamp_ms)
-        self.max_ts = timestamp_ms if self.max_ts is None else max(self.max_ts, timestamp_ms)
-
-    def finish(self, storage: Storage) -> dict:
-        if not self.cut and self.next_offset < self.end:
-            self.gaps.append([self.next_offset, self.end])
-        self.writer.close()
-        self.file.close()
-        try:
-            if self.count:
-                storage.upload_file(Path(self.tmp_path), self.url)
-        finally:
-            os.unlink(self.tmp_path)
-        return {"topic": self.topic, "partition": self.partition, "start": self.start,
-                "end": self.end, "cut": self.cut, "records": self.count,
-                "bytes": self.file.size if self.count else 0, "sha256": self.file.sha256.hexdigest(),
-                "url": self.url if self.count else None, "min_timestamp_ms": self.min_ts,
-                "max_timestamp_ms": self.max_ts, "gaps": json.dumps(self.gaps)}
-
-
-class _HashingFile:
-    def __init__(self, raw):
-        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        self.sha256.update(data)
-        self.size += len(data)
-        return self.raw.write(data)
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def close(self) -> None:
-        self.raw.flush()
-        os.fsync(self.raw.fileno())
-        self.raw.close()
+def target(config: Config, plan: Plan, topic: str) -> writing.Target:
+    """Where and how a run writes a topic's slices: the plan's format, generation and
+    finalized watermark; the group's layout and the topic's parser."""
+    group = config.group(plan.group)
+    event_time = group.layout.kind == "event_time"
+    return writing.Target(
+        root=config.archive_root, group=plan.group, topic=topic, generation=plan.generation,
+        format=plan.format, layout=group.layout,
+        parser=parsers.parser_for(group.parser_for(topic)) if event_time else None,
+        finalized_ms=plan.finalized.get(topic), audit_header=config.audit.source_header,
+        audit_window_ms=config.audit.window_s * 1000)
 
 
 def _row_batch(pa, row: dict):

@@ -1,6 +1,9 @@
 """Where everything lives under the archive root. Pure functions of their arguments.
 
     <root>/<group>/<topic>/partition=<n>/<generation>_<partition>_<first offset:020>.<ext>
+    <root>/<group>/<topic>/dt=YYYY-MM-DD/hr=HH/<same file name>     (event-time layout)
+    <root>/<group>/<topic>/_quarantine/partition=<n>/<generation>_<partition>_<first>.seq
+    <root>/<group>/<topic>/_late/dt=YYYY-MM-DD/hr=HH/<file name>   (after finalization)
     <root>/_runs/<group>/<run id>/plan.json, manifest.json, committed.json
     <root>/_runs/<group>/_inflight.json
     <root>/_superseded/<run id>/<group>/<topic>/partition=<n>/<file>
@@ -12,13 +15,19 @@ Paths starting with `_` hold metadata, which Hive and Spark readers skip.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Mapping
 
+from kafka_archive import formats
 from kafka_archive.storage import join
 
-EXTENSIONS = {"sequencefile": "seq"}
-_FILE_NAME = re.compile(r"(?P<generation>\d+)_(?P<partition>\d+)_(?P<first>\d{20})\.(?P<ext>\w+)")
+# the extension of each format kind with its default options (the registry has them all)
+EXTENSIONS = {kind: formats.extension(kind) for kind in formats.FORMATS}
+_FILE_NAME = re.compile(r"(?P<generation>\d+)_(?P<partition>\d+)_(?P<first>\d{20})\."
+                        rf"(?P<ext>{'|'.join(map(re.escape, formats.EXTENSIONS))})")
 
 
 @dataclass(frozen=True)
@@ -29,8 +38,9 @@ class ArchivedFile:
     ext: str
 
 
-def file_name(generation: int, partition: int, first_offset: int, kind: str) -> str:
-    return f"{generation}_{partition}_{first_offset:020d}.{EXTENSIONS[kind]}"
+def file_name(generation: int, partition: int, first_offset: int, fmt: str | Mapping) -> str:
+    """fmt: the group's format dict, or a format kind (with its default options)."""
+    return f"{generation}_{partition}_{first_offset:020d}.{formats.extension(fmt)}"
 
 
 def parse_file_name(name: str) -> ArchivedFile | None:
@@ -45,9 +55,155 @@ def partition_dir(root: str, group: str, topic: str, partition: int) -> str:
 
 
 def data_file(root: str, group: str, topic: str, partition: int, generation: int,
-              first_offset: int, kind: str) -> str:
+              first_offset: int, fmt: str | Mapping) -> str:
+    """fmt: the group's format dict (text's extension depends on its options), or a kind."""
     return join(partition_dir(root, group, topic, partition),
-                file_name(generation, partition, first_offset, kind))
+                file_name(generation, partition, first_offset, fmt))
+
+
+# --- the event-time layout (the partitioned group) ----------------------------------------
+# Time partitions are UTC and proleptic Gregorian, for any event time in years 1..9999:
+# before 1970 (negative ms) too, laid out like any other; outside that range an event time
+# has no time partition (ValueError; parsers.event_time_ms quarantines such messages).
+
+GRANULARITY_MS = {"day": 86_400_000, "hour": 3_600_000, "minute": 60_000}
+_LEVELS = tuple(GRANULARITY_MS)                           # day, hour, minute
+_LEVEL_DIRECTIVES = {"day": "Ymd", "hour": "H", "minute": "M"}
+_DIRECTIVE_DIGITS = {"Y": 4, "m": 2, "d": 2, "H": 2, "M": 2}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
+MIN_EVENT_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // _MS
+MAX_EVENT_MS = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // _MS + 1  # exclusive
+QUARANTINE = "_quarantine"
+LATE = "_late"
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """Where a group's files go under their topic: `partition` (partition=<n>, the backup
+    group) or `event_time` (time partitions of the parser's event time, UTC). Formats are
+    strftime-like, with only %Y %m %d (day), %H (hour), %M (minute) and %%, each of a
+    level's directives exactly once; a level's part of the path is prefix + format."""
+
+    kind: str = "partition"
+    granularity: str = "hour"                                 # day | hour | minute
+    prefixes: tuple[str, str, str] = ("dt=", "hr=", "min=")   # day, hour, minute
+    formats: tuple[str, str, str] = ("%Y-%m-%d", "%H", "%M")
+
+    def __post_init__(self):
+        if self.kind not in ("partition", "event_time"):
+            raise ValueError(f"kind must be partition or event_time, got {self.kind!r}")
+        if self.granularity not in GRANULARITY_MS:
+            raise ValueError(f"granularity must be one of {', '.join(GRANULARITY_MS)}, "
+                             f"got {self.granularity!r}")
+        for level, fmt in zip(_LEVELS, self.formats):
+            used = sorted(d for d in re.findall(r"%(.)", fmt) if d != "%")
+            if used != sorted(_LEVEL_DIRECTIVES[level]) or "%" in re.sub(r"%.", "", fmt):
+                wanted = " ".join("%" + d for d in _LEVEL_DIRECTIVES[level])
+                raise ValueError(f"formats.{level} {fmt!r} must hold {wanted} once each and "
+                                 "no other directive (%% for a literal %)")
+        for part in _render(self, _EPOCH, self.depth).split("/"):
+            if not part or part[0] in "_.":
+                raise ValueError(f"time partition paths would have a part {part!r}: parts "
+                                 "must not be empty or start with _ or . (readers skip those)")
+
+    @property
+    def depth(self) -> int:
+        """How many levels a time partition path has: 1 day, 2 hour, 3 minute."""
+        return _LEVELS.index(self.granularity) + 1
+
+
+def time_partition(event_ms: int, spec: LayoutSpec) -> str:
+    """The relative path of the time partition holding an event time (ms since the epoch,
+    UTC), e.g. "dt=2026-11-21/hr=07" at hour granularity. Cheap per message: a path is
+    computed once per time partition."""
+    return _bucket_path(event_ms // GRANULARITY_MS[spec.granularity], spec)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bucket_path(bucket: int, spec: LayoutSpec) -> str:
+    start_ms = bucket * GRANULARITY_MS[spec.granularity]
+    if not MIN_EVENT_MS <= start_ms < MAX_EVENT_MS:
+        raise ValueError(f"event time {start_ms} ms is outside years 1..9999: no time partition")
+    return _render(spec, _EPOCH + start_ms * _MS, spec.depth)
+
+
+def _render(spec: LayoutSpec, t: datetime, depth: int) -> str:
+    values = {"Y": f"{t.year:04d}", "m": f"{t.month:02d}", "d": f"{t.day:02d}",
+              "H": f"{t.hour:02d}", "M": f"{t.minute:02d}", "%": "%"}
+    return "/".join(prefix + re.sub(r"%(.)", lambda m: values[m[1]], fmt)
+                    for prefix, fmt in zip(spec.prefixes[:depth], spec.formats[:depth]))
+
+
+def time_partition_range(path: str, spec: LayoutSpec) -> tuple[int, int]:
+    """[start, end) in ms of the time partition at a relative path as time_partition
+    gives it; a coarser path (only the day, say) gives the coarser range. ValueError when
+    the path is not one of this layout's."""
+    path = path.strip("/")
+    for depth in range(spec.depth, 0, -1):
+        if m := _path_pattern(spec, depth).fullmatch(path):
+            break
+    else:
+        raise ValueError(f"{path!r} is not a time partition path of the layout {spec}")
+    f = {name: int(value) for name, value in m.groupdict().items()}
+    try:
+        start = datetime(f["Y"], f["m"], f["d"], f.get("H", 0), f.get("M", 0), tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise ValueError(f"{path!r} is not a time partition: {exc}") from None
+    start_ms = (start - _EPOCH) // _MS
+    return start_ms, start_ms + GRANULARITY_MS[_LEVELS[depth - 1]]
+
+
+@functools.lru_cache(maxsize=64)
+def _path_pattern(spec: LayoutSpec, depth: int) -> re.Pattern:
+    def piece(i: int, p: str) -> str:  # odd pieces are directives
+        if i % 2 == 0 or p == "%%":
+            return re.escape(p)
+        return rf"(?P<{p[1]}>\d{{{_DIRECTIVE_DIGITS[p[1]]}}})"
+
+    levels = zip(spec.prefixes[:depth], spec.formats[:depth])
+    return re.compile("/".join(
+        re.escape(prefix) + "".join(piece(i, p) for i, p in enumerate(re.split(r"(%.)", fmt)))
+        for prefix, fmt in levels))
+
+
+def time_partition_dir(root: str, group: str, topic: str, time_path: str) -> str:
+    return join(root, group, topic, time_path)
+
+
+def event_data_file(root: str, group: str, topic: str, time_path: str, partition: int,
+                    generation: int, first_offset: int, fmt: str | Mapping) -> str:
+    """The file holding the messages of one slice that fall in one time partition, named
+    by the first offset among them."""
+    return join(time_partition_dir(root, group, topic, time_path),
+                file_name(generation, partition, first_offset, fmt))
+
+
+def quarantine_file(root: str, group: str, topic: str, partition: int, generation: int,
+                    first_offset: int) -> str:
+    """The messages of one slice that its parser could not read, named by the first of
+    them: always a SequenceFile keeping each message whole with the reason
+    (formats.QUARANTINE_FORMAT, key field 6). Under `_quarantine`, table readers skip it."""
+    return join(root, group, topic, QUARANTINE, f"partition={partition}",
+                file_name(generation, partition, first_offset, "sequencefile"))
+
+
+def late_file(root: str, group: str, topic: str, time_path: str, partition: int,
+              generation: int, first_offset: int, fmt: str | Mapping) -> str:
+    """Messages of one slice for a time partition that was already final (`_SUCCESS`)
+    when the run was planned: kept beside, never added to the final partition."""
+    return join(root, group, topic, LATE, time_path,
+                file_name(generation, partition, first_offset, fmt))
+
+
+def finalized_state(root: str, group: str, topic: str) -> str:
+    """The finalizer's watermark of a topic: time partitions ending at or before it are final."""
+    return join(root, group, topic, "_finalized.json")
+
+
+def success_marker(root: str, group: str, topic: str, time_path: str) -> str:
+    """Written when a time partition can receive no more data (the finalizer)."""
+    return join(time_partition_dir(root, group, topic, time_path), "_SUCCESS")
 
 
 def runs_dir(root: str, group: str) -> str:
@@ -71,3 +227,19 @@ def superseded(root: str, run_id: str, url: str) -> str:
 def _safe(run_id: str) -> str:
     # Airflow run ids hold ':' and '+', which some S3 tools and shells mangle
     return re.sub(r"[^A-Za-z0-9._=-]", "_", run_id)
+
+
+def audit_report(root: str, group: str, run_id: str | None, name: str) -> str:
+    """<root>/_audit/<group>/<run id>/report.{json,csv,html}; the latest page without run id."""
+    folder = join(root, "_audit", group)
+    return join(folder, _safe(run_id), name) if run_id else join(folder, name)
+
+
+def audit_events_dir(root: str, monitoring_topic: str) -> str:
+    return join(root, "_audit", "_events", monitoring_topic)
+
+
+def audit_events_file(root: str, monitoring_topic: str, partition: int, first_offset: int) -> str:
+    """Monitoring messages copied from the topic, one file per (partition, first offset)."""
+    return join(audit_events_dir(root, monitoring_topic), f"partition={partition}",
+                f"{first_offset:020d}.json")

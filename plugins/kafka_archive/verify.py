@@ -113,6 +113,44 @@ def check_partition(files: list[FileSummary], token_offset: int | None,
     return findings
 
 
+def check_scattered(files: list[tuple[FileSummary, list[int]]], token_offset: int | None,
+                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = ()
+                    ) -> list[Finding]:
+    """The event-time layout's check of one Kafka partition: its offsets are spread over
+    many files (per slice and time partition, quarantine, late), none consecutive. Every
+    offset must be in one file only; the runs of consecutive offsets are then checked
+    like the files of the partition layout. files: (summary, offsets read)."""
+    findings = [Finding(ERROR, f"{f.url}: {f.problem}") for f, _ in files if f.problem]
+    usable = [(f, offsets) for f, offsets in files if not f.problem]
+    findings += [Finding(ERROR, f"{f.url}: first record has offset {f.first_offset}, but the "
+                                f"file name says {f.name_offset}")
+                 for f, _ in usable if f.first_offset != f.name_offset]
+    owner: dict[int, str] = {}
+    twice: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for f, offsets in usable:
+        for offset in offsets:
+            if offset in owner:
+                twice[(owner[offset], f.url)].append(offset)
+            else:
+                owner[offset] = f.url
+    findings += [Finding(ERROR, f"duplicate offsets {_few(found)} are in both {a} and {b}")
+                 for (a, b), found in sorted(twice.items())]
+    runs: list[FileSummary] = []
+    for offset in sorted(owner):
+        if runs and runs[-1].last_offset + 1 == offset:
+            last = runs[-1]
+            runs[-1] = FileSummary(f"offsets [{last.first_offset}, {offset}]", last.first_offset,
+                                   last.first_offset, offset, last.records + 1)
+        else:
+            runs.append(FileSummary(f"offsets [{offset}, {offset}]", offset, offset, offset, 1))
+    return findings + check_partition(runs, token_offset, known_gaps, retention_skipped)
+
+
+def _few(offsets: list[int]) -> str:
+    shown = ", ".join(map(str, offsets[:5]))
+    return shown + (f" (+{len(offsets) - 5} more)" if len(offsets) > 5 else "")
+
+
 def _missing(start: int, end: int, where: str, known_gaps: Iterable[Range],
              retention_skipped: Iterable[Range]) -> list[Finding]:
     """Findings for offsets [start, end) that no file holds: each part is a Kafka gap, a
@@ -202,14 +240,26 @@ class Report:
 def read_summary(storage: Storage, url: str, name_offset: int) -> FileSummary:
     try:
         with storage.open(url) as stream:
-            return summarize(url, name_offset, (r.offset for r in records.read(stream)))
+            return summarize(url, name_offset, (r.offset for r in records.read(stream, url)))
     except READ_ERRORS as exc:
         return FileSummary(url, name_offset, problem=f"unreadable: {exc}")
 
 
+def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSummary, list[int]]:
+    offsets: list[int] = []
+    try:
+        with storage.open(url) as stream:
+            offsets = [r.offset for r in records.read(stream, url)]
+        return summarize(url, name_offset, offsets), offsets
+    except READ_ERRORS as exc:
+        return FileSummary(url, name_offset, problem=f"unreadable: {exc}"), []
+
+
 def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore) -> Report:
-    config.group(group)  # an unknown group is a config error, not an empty archive
-    found, ignored = _archived_files(storage, join(config.archive_root, group))
+    spec = config.group(group).layout  # an unknown group is a config error, not an empty archive
+    event_time = spec.kind == "event_time"
+    found, ignored = (_event_time_files(storage, join(config.archive_root, group), spec)
+                      if event_time else _archived_files(storage, join(config.archive_root, group)))
     gaps, skipped = _recorded_ranges(storage, layout.runs_dir(config.archive_root, group))
     topics = sorted({topic for topic, _, _ in found} | set(tokens.topics(group)))
     partitions = []
@@ -222,15 +272,20 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
             # a token is the configured generation's progress; older ones stopped somewhere
             current = generation == config.generation
             token_offset = offsets.get(partition) if current else None
-            files = [_summary(storage, url, name, partition)
-                     for url, name in found.get((topic, partition, generation), [])]
+            listed = found.get((topic, partition, generation), [])
+            if event_time:
+                read = [read_offsets(storage, url, name.first_offset) for url, name in listed]
+                files = [summary for summary, _ in read]
+            else:
+                files = [_summary(storage, url, name, partition) for url, name in listed]
             report = PartitionReport(topic, partition, generation, token_offset, files)
             if not current:
                 report.findings.append(Finding(INFO, f"generation {generation} is not the "
                                                      f"configured {config.generation}: not "
                                                      "checked against the token"))
-            report.findings += check_partition(files, token_offset, gaps[(topic, partition)],
-                                               skipped[(topic, partition)])
+            recorded = (token_offset, gaps[(topic, partition)], skipped[(topic, partition)])
+            report.findings += (check_scattered(read, *recorded) if event_time
+                                else check_partition(files, *recorded))
             partitions.append(report)
     return Report(group, partitions, ignored)
 
@@ -261,6 +316,40 @@ def _archived_files(storage: Storage, group_url: str
         else:
             found[(parts[0], int(directory[1]), name.generation)].append((url, name))
     return found, ignored
+
+
+def _event_time_files(storage: Storage, group_url: str, spec: layout.LayoutSpec
+                      ) -> tuple[dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]],
+                                 list[str]]:
+    """The same for the event-time layout, per (topic, Kafka partition from the file
+    name, generation): files in time partitions, `_quarantine/partition=<n>/` and
+    `_late/<time partition>/`. Markers (`_SUCCESS`) and other metadata are skipped."""
+    found: dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]] = defaultdict(list)
+    ignored = []
+    for url, _ in storage.list(group_url):
+        parts = url[len(group_url) + 1:].split("/")
+        folder, name = parts[1:-1], layout.parse_file_name(parts[-1])
+        if parts[-1].startswith("_") or (folder and folder[0] not in (layout.QUARANTINE, layout.LATE)
+                                         and any(p.startswith("_") for p in folder)):
+            continue
+        if folder[:1] == [layout.QUARANTINE]:
+            place = len(folder) == 2 and _PARTITION_DIR.fullmatch(folder[1])
+        else:
+            place = _is_time_path("/".join(folder[1:] if folder[:1] == [layout.LATE] else folder),
+                                  spec)
+        if not place or name is None:
+            ignored.append(url)
+        else:
+            found[(parts[0], name.partition, name.generation)].append((url, name))
+    return found, ignored
+
+
+def _is_time_path(path: str, spec: layout.LayoutSpec) -> bool:
+    try:
+        layout.time_partition_range(path, spec)
+    except ValueError:
+        return False
+    return path.count("/") + 1 == spec.depth
 
 
 def _recorded_ranges(storage: Storage, runs_url: str
