@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from datetime import datetime, timezone
 
-from kafka_archive import layout, planning, records
+from kafka_archive import finalizing, layout, planning, rewinds
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
-from kafka_archive.planning import Plan, RetentionGapError, Slice
+from kafka_archive.planning import Caps, Plan, RetentionGapError
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore
 
@@ -23,23 +22,27 @@ log = logging.getLogger(__name__)
 
 
 def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens: TokenStore,
-          consumer, now: datetime, dry_run: bool = False) -> Plan:
+          consumer, now: datetime, dry_run: bool = False, topics: tuple[str, ...] = (),
+          caps: Caps = Caps()) -> Plan:
+    """topics (empty: all of the group) and caps come from a manual run's params."""
     group = config.group(group_name)
     marker = storage.get_or_none(layout.inflight_marker(config.archive_root, group.name))
     if marker is not None:
         plan = Plan.from_json(storage.get_bytes(json.loads(marker)["plan"]))
-        log.warning("run %s failed before commit; re-executing its plan unchanged", plan.run_id)
+        log.warning("run %s failed before commit; re-executing its plan unchanged%s", plan.run_id,
+                    " (this run's topics and caps do not apply)" if topics or caps != Caps() else "")
         if not dry_run:
             _move_aside(storage, config, plan)
         return plan
 
-    states = planning.observe(consumer, group)
-    reads = {t: tokens.read(group.name, t)
-             for t in sorted({s.topic for s in states} | set(tokens.topics(group.name)))}
+    states = planning.only_topics(planning.observe(consumer, group), topics, group)
+    with_tokens = set() if topics else set(tokens.topics(group.name))
+    reads = {t: tokens.read(group.name, t) for t in sorted({s.topic for s in states} | with_tokens)}
     _refuse_other_clusters(config, group.name, reads)
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     slices, anomalies, waiting = planning.decide(
-        group, states, offsets, int(now.timestamp() * 1000), planning.oldest_pending_reader(consumer))
+        group, states, offsets, int(now.timestamp() * 1000), planning.oldest_pending_reader(consumer),
+        caps)
     failed = [a for a in anomalies if a.action == "failed"]
     if failed:
         # recorded even though the run fails: the lost range must not be forgotten
@@ -47,7 +50,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                           json.dumps([a.__dict__ for a in failed], indent=1).encode())
         raise RetentionGapError(failed)
 
-    slices, superseded = _rewinds(storage, config, group.name, slices, offsets)
+    slices, superseded = rewinds.supersede(storage, config, group.name, slices, offsets)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
         group=group.name, run_id=run_id, created_at=now.isoformat(timespec="seconds"),
@@ -55,7 +58,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         format=group.format.__dict__, slices=tuple(slices),
         token_versions={t: reads[t].version for t in topics},
         base_offsets={t: {str(p): o for p, o in offsets[t].items()} for t in topics},
-        anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting)
+        anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
+        finalized=finalizing.watermarks(storage, config, group, topics))
     if dry_run or not slices:
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
@@ -73,29 +77,6 @@ def _refuse_other_clusters(config: Config, group: str, reads: dict) -> None:
                 f"token {group}/{topic} was written for Kafka at {read.token.bootstrap}, "
                 f"but the config says {config.bootstrap_servers}: refusing to apply offsets of "
                 f"another cluster. Delete the token to start over.")
-
-
-def _rewinds(storage: Storage, config: Config, group: str, slices: list[Slice],
-             offsets: dict[str, dict[int, int]]) -> tuple[list[Slice], list[str]]:
-    """For partitions without a token line (a rewind, or new), find archived files at or
-    beyond the slice start: they are moved aside so no message is archived twice. A file
-    that straddles the start keeps its messages; the slice then starts after it."""
-
-    adjusted, superseded = [], []
-    for s in slices:
-        if s.partition in offsets.get(s.topic, {}):
-            adjusted.append(s)
-            continue
-        files = sorted((f.first_offset, url) for url, _ in storage.list(
-            layout.partition_dir(config.archive_root, group, s.topic, s.partition))
-            if (f := layout.parse_file_name(url.rsplit("/", 1)[-1])))
-        below = [(first, url) for first, url in files if first < s.start]
-        start = s.start
-        if below:
-            start = max(start, records.last_offset(storage, below[-1][1]) + 1)
-        superseded += [url for first, url in files if first >= start]
-        adjusted.append(replace(s, start=min(start, s.end)))
-    return adjusted, superseded
 
 
 def _move_aside(storage: Storage, config: Config, plan: Plan) -> None:

@@ -115,12 +115,18 @@ class Storage:
         path = local_path(url)
         return path.stat().st_size if path.is_file() else None
 
-    def list(self, prefix_url: str) -> Iterator[tuple[str, int]]:
-        """(url, size) of every object under prefix_url/, recursively, in key order."""
+    def list(self, prefix_url: str, start_after: str | None = None) -> Iterator[tuple[str, int]]:
+        """(url, size) of every object under prefix_url/, recursively, in key order;
+        with start_after (a URL under prefix_url), only those whose URL sorts after it,
+        which S3 skips server-side (ListObjectsV2 StartAfter)."""
         prefix_url = prefix_url.rstrip("/") + "/"
+        if start_after is not None and not start_after.startswith(prefix_url):
+            raise ValueError(f"start_after {start_after!r} is not under {prefix_url!r}")
         if prefix_url.startswith("s3://"):
             bucket, prefix = split_s3_url(prefix_url)
-            pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            after = {"StartAfter": split_s3_url(start_after)[1]} if start_after else {}
+            pages = self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix, **after)
             for page in pages:
                 for obj in page.get("Contents", []):
                     yield f"s3://{bucket}/{obj['Key']}", obj["Size"]
@@ -128,7 +134,9 @@ class Storage:
         root = local_path(prefix_url)
         if root.is_dir():
             for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
-                yield f"file://{path}", path.stat().st_size
+                url = f"file://{path}"
+                if start_after is None or url > start_after:
+                    yield url, path.stat().st_size
 
     def delete(self, url: str) -> None:
         if url.startswith("s3://"):

@@ -36,3 +36,13 @@ def test_local_list_size_move_and_missing(tmp_path):
 def test_s3_url_without_client_is_a_clear_error():
     with pytest.raises(TerminalError, match="no S3 client is configured"):
         storage.Storage().get_bytes("s3://bucket/key")
+
+
+def test_local_list_after_a_name(tmp_path):
+    store, root = storage.Storage(), f"file://{tmp_path}/root"
+    for name in ("1_0_01.seq", "1_0_02.seq", "1_0_03.txt.gz"):
+        store.put_bytes(f"{root}/{name}", b"x")
+    assert [url for url, _ in store.list(root, start_after=f"{root}/1_0_01~")] == [
+        f"{root}/1_0_02.seq", f"{root}/1_0_03.txt.gz"]
+    with pytest.raises(ValueError, match="is not under"):
+        list(store.list(root, start_after=f"file://{tmp_path}/elsewhere/1"))
