@@ -1,21 +1,24 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python scripts/localservices.py start [kafka s3 smtp]
-    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp]
+    .venv/bin/python scripts/localservices.py start [kafka s3 smtp airflow]
+    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp airflow]
     .venv/bin/python scripts/localservices.py status
     eval "$(.venv/bin/python scripts/localservices.py env)"  # point Airflow/CLI at them
     .venv/bin/python scripts/localservices.py leftovers [--baseline FILE]
 
 Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
-real request; `stop` signals only the process group recorded in the pid file. Ports come
-from KAFKA_ARCHIVE_{KAFKA,S3,SMTP}_PORT; S3 credentials from .cache/local.env (made by
-scripts/install) or the environment.
+real request; `stop` signals only the session (process tree) its pid file names. Ports come
+from KAFKA_ARCHIVE_{KAFKA,S3,SMTP,AIRFLOW}_PORT; credentials from .cache/local.env (made by
+scripts/install) or the environment. `start` and `stop` without names mean kafka, s3 and
+smtp; `airflow` (api-server, scheduler, dag-processor and triggerer, about half a minute to
+start) only runs when named, and `stop` without names stops it too.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import shlex
@@ -35,6 +38,11 @@ CACHE = ROOT / ".cache"
 SERVICES_DIR = CACHE / "services"
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 30
+# --skip-serve-logs: their log servers would listen on every interface; the API server
+# reads the task logs from the shared log folder instead
+AIRFLOW_COMPONENTS = {"api-server": [], "scheduler": ["--skip-serve-logs"],
+                      "dag-processor": [], "triggerer": ["--skip-serve-logs"]}
+AIRFLOW_USER = "admin"
 
 
 class ServiceError(RuntimeError):
@@ -51,6 +59,7 @@ def local_env() -> dict[str, str]:
         "KAFKA_ARCHIVE_KAFKA_PORT": "19092",
         "KAFKA_ARCHIVE_S3_PORT": "19000",
         "KAFKA_ARCHIVE_SMTP_PORT": "12525",
+        "KAFKA_ARCHIVE_AIRFLOW_PORT": "18080",
         "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
     }
     env_file = CACHE / "local.env"
@@ -71,6 +80,7 @@ class Service:
     prepare: Callable[[dict[str, str], Path], None] = lambda env, home: None
     after_ready: Callable[[dict[str, str]], None] = lambda env: None
     process_env: Callable[[dict[str, str]], dict[str, str]] = lambda env: {}
+    start_timeout_s: int = START_TIMEOUT_S
 
     @property
     def home(self) -> Path:
@@ -93,18 +103,24 @@ class Service:
         return pid if _alive(pid) else None
 
     def start(self, env: dict[str, str]) -> bool:
-        """Start unless already running; True if this call started it."""
+        """Start unless already running; True if this call started it. Concurrent calls
+        (two test sessions) take turns: the second finds the first's and waits for it."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "start.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            return self._start(env)
+
+    def _start(self, env: dict[str, str]) -> bool:
         if self.pid() is not None:
             self._wait_ready(env, self.pid())
             return False
-        self.home.mkdir(parents=True, exist_ok=True)
         self.prepare(env, self.home)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
                 self.command(env, self.home),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.home, env={**os.environ, **self.process_env(env)},
-                start_new_session=True,  # own process group: stop() ends it whole
+                start_new_session=True,  # own session: stop() ends it whole
             )
         self.pid_file.write_text(str(proc.pid))
         self._wait_ready(env, proc.pid)
@@ -112,7 +128,7 @@ class Service:
         return True
 
     def _wait_ready(self, env: dict[str, str], pid: int) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + self.start_timeout_s
         while True:
             try:
                 self.ready(env)
@@ -122,8 +138,8 @@ class Service:
                     raise ServiceError(f"{self.name} exited while starting; "
                                        f"last log lines:\n{_tail(self.log_file)}") from exc
                 if time.monotonic() > deadline:
-                    raise ServiceError(f"{self.name} not ready after {START_TIMEOUT_S}s: {exc}; "
-                                       f"last log lines:\n{_tail(self.log_file)}") from exc
+                    raise ServiceError(f"{self.name} not ready after {self.start_timeout_s}s: "
+                                       f"{exc}; last log lines:\n{_tail(self.log_file)}") from exc
                 time.sleep(0.25)
 
     def stop(self) -> bool:
@@ -131,12 +147,13 @@ class Service:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
-        _signal_group(pid, signal.SIGTERM)
+        # the whole session start() made, not just the process group: Airflow runs each
+        # task (and its spark-submit) in a process group of its own
+        _signal_session(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while _alive(pid) and time.monotonic() < deadline:
+        while _session_members(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(pid):
-            _signal_group(pid, signal.SIGKILL)
+        _signal_session(pid, signal.SIGKILL)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -299,7 +316,135 @@ SMTP = Service(
     ready=_smtp_ready,
 )
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP)}
+
+# --- Airflow: api-server, scheduler, dag-processor and triggerer -------------------------
+
+def airflow_url(env: dict[str, str]) -> str:
+    return f"http://127.0.0.1:{env['KAFKA_ARCHIVE_AIRFLOW_PORT']}"
+
+
+def airflow_password(env: dict[str, str]) -> str:
+    """The password of the Airflow user `admin` (SimpleAuthManager)."""
+    try:
+        return env["KAFKA_ARCHIVE_AIRFLOW_PASSWORD"]
+    except KeyError:
+        raise ServiceError("KAFKA_ARCHIVE_AIRFLOW_PASSWORD is not set: run scripts/install (it "
+                           "writes .cache/local.env) or export it") from None
+
+
+def airflow_config_file() -> Path:
+    """The kafka-archive config the running Airflow uses (recorded when it started)."""
+    return Path((SERVICES_DIR / "airflow" / "kafka-archive-config").read_text().strip())
+
+
+def _airflow_process_env(env: dict[str, str]) -> dict[str, str]:
+    home = SERVICES_DIR / "airflow"
+    url = airflow_url(env)
+    try:
+        jwt_secret = env["KAFKA_ARCHIVE_AIRFLOW_JWT_SECRET"]
+    except KeyError:
+        raise ServiceError("KAFKA_ARCHIVE_AIRFLOW_JWT_SECRET is not set: run scripts/install "
+                           "(it writes .cache/local.env) or export it") from None
+    return {
+        **client_env(env, home),
+        "KAFKA_ARCHIVE_CONFIG": env.get("KAFKA_ARCHIVE_CONFIG",
+                                        str(ROOT / "config" / "kafka-archive.yaml")),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__AUTH_MANAGER":
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        # one secret for every component: the scheduler signs task tokens the API checks
+        "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret,
+        "AIRFLOW__API__SECRET_KEY": jwt_secret,
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": env["KAFKA_ARCHIVE_AIRFLOW_PORT"],
+        "AIRFLOW__API__BASE_URL": url,
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+        # fast enough for tests: DAG files looked at every 10 s, heartbeats every 2 s
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+    }
+
+
+def _airflow_prepare(env: dict[str, str], home: Path) -> None:
+    process_env = _airflow_process_env(env)
+    (home / "kafka-archive-config").write_text(process_env["KAFKA_ARCHIVE_CONFIG"] + "\n")
+    passwords = home / "passwords.json"  # SimpleAuthManager's file, kept in step with local.env
+    passwords.touch(mode=0o600)
+    passwords.write_text(json.dumps({AIRFLOW_USER: airflow_password(env)}) + "\n")
+    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+                            env={**os.environ, **process_env}, cwd=home, capture_output=True,
+                            text=True)
+    (home / "migrate.log").write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise ServiceError(f"airflow db migrate exited {result.returncode}; see "
+                           f"{home / 'migrate.log'}:\n{_tail(home / 'migrate.log')}")
+
+
+def _airflow_ready(env: dict[str, str]) -> None:
+    with urllib.request.urlopen(f"{airflow_url(env)}/api/v2/monitor/health", timeout=5) as r:
+        health = json.load(r)
+    components = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    unhealthy = {c: (health.get(c) or {}).get("status") for c in components
+                 if (health.get(c) or {}).get("status") != "healthy"}
+    if unhealthy:
+        raise NotReady(f"not healthy yet: {unhealthy}")
+
+
+def run_airflow_components() -> int:
+    """The airflow service's main process: runs the four components, each logging to
+    components/<name>.log. When one ends, it ends the others (half an Airflow is not a
+    running one), so the pid file speaks for all of them."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    logs = SERVICES_DIR / "airflow" / "components"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = {}
+    for name, args in AIRFLOW_COMPONENTS.items():
+        with open(logs / f"{name}.log", "ab") as log:
+            procs[name] = subprocess.Popen([airflow, name, *args], stdin=subprocess.DEVNULL,
+                                           stdout=log, stderr=subprocess.STDOUT)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    while not stopping and all(p.poll() is None for p in procs.values()):
+        time.sleep(0.5)
+    if not stopping:  # a component died: say which, then end the rest
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                print(f"airflow {name} exited {proc.returncode}; last lines of "
+                      f"{logs / name}.log:\n{_tail(logs / f'{name}.log')}", flush=True)
+            else:
+                proc.terminate()
+    # on stop, every process of the group already has its SIGTERM
+    deadline = time.monotonic() + STOP_TIMEOUT_S - 5
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return 0 if stopping else 1
+
+
+AIRFLOW = Service(
+    name="airflow",
+    prepare=_airflow_prepare,
+    command=lambda env, home: [sys.executable, str(Path(__file__).resolve()), "run-airflow"],
+    ready=_airflow_ready,
+    process_env=_airflow_process_env,
+    start_timeout_s=240,
+)
+
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, AIRFLOW)}
+DEFAULT_SERVICES = ("kafka", "s3", "smtp")  # what `start` without names starts
 
 
 def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
@@ -336,11 +481,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
+def _session_members(sid: int) -> list[int]:
+    """Live processes of the session `sid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, IndexError, ProcessLookupError):
+            continue
+        if fields[3] == str(sid) and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_session(sid: int, sig: int) -> None:
+    for pid in _session_members(sid):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -374,6 +535,8 @@ def our_processes() -> dict[int, str]:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["run-airflow"]:  # the airflow service's own process, started by `start`
+        return run_airflow_components()
     if not argv or argv[0] not in {"start", "stop", "status", "env", "leftovers", "pids"}:
         print(__doc__, file=sys.stderr)
         return 2
@@ -402,7 +565,8 @@ def main(argv: list[str]) -> int:
         print(f"unknown service(s): {', '.join(sorted(unknown))}; known: {', '.join(SERVICES)}",
               file=sys.stderr)
         return 2
-    selected = [SERVICES[n] for n in (names or SERVICES)]
+    default = DEFAULT_SERVICES if action == "start" else SERVICES
+    selected = [SERVICES[n] for n in (names or default)]
     if action == "stop":
         selected.reverse()
     for service in selected:

@@ -9,12 +9,13 @@ failed run is re-executed unchanged.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from kafka import TopicPartition
 
-from kafka_archive.config import Group
+from kafka_archive import brokers
+from kafka_archive.config import Group, Policy
 from kafka_archive.errors import TerminalError
 
 
@@ -24,6 +25,17 @@ class PartitionState:
     partition: int
     earliest: int  # first retained offset
     latest: int    # next offset to be written (high watermark)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """A manual run's limits per partition; each set one replaces the policy's for that run."""
+    max_records: int | None = None
+    max_bytes: int | None = None
+
+    def apply(self, policy: Policy) -> Policy:
+        return replace(policy, max_records=self.max_records or policy.max_records,
+                       max_bytes=self.max_bytes or policy.max_bytes)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,9 @@ class Plan:
     anomalies: tuple[Anomaly, ...] = ()
     superseded: tuple[str, ...] = ()         # files moved aside by a rewind
     waiting: dict[str, str] = field(default_factory=dict)  # "topic/partition" -> why not now
+    # event-time layout, per topic: time partitions ending at or before this (ms) were
+    # final when planned; the job writes their late messages beside them (`_late/`)
+    finalized: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
@@ -96,17 +111,18 @@ class TokenAheadError(TerminalError):
 
 
 def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[int, int]],
-           now_ms: int, oldest_pending_ms: Callable[[str, int, int], int | None]
-           ) -> tuple[list[Slice], list[Anomaly], dict[str, str]]:
+           now_ms: int, oldest_pending_ms: Callable[[str, int, int], int | None],
+           caps: Caps = Caps()) -> tuple[list[Slice], list[Anomaly], dict[str, str]]:
     """Slices to archive, anomalies found, and partitions left waiting (with the reason).
 
     tokens: per topic, partition -> next offset (a missing partition has no token).
     oldest_pending_ms(topic, partition, offset): timestamp of the message at offset, asked
     only when a partition has fewer pending messages than min_records.
+    caps: a manual run's max_records / max_bytes, replacing the policy's.
     """
     slices, anomalies, waiting = [], [], {}
     for s in states:
-        policy = group.policy_for(s.topic)
+        policy = caps.apply(group.policy_for(s.topic))
         token = tokens.get(s.topic, {}).get(s.partition)
         if token is None:
             start = s.earliest if group.start_from == "earliest" else s.latest
@@ -141,6 +157,21 @@ def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[in
     return slices, anomalies, waiting
 
 
+def only_topics(states: list[PartitionState], topics: tuple[str, ...], group: Group
+                ) -> list[PartitionState]:
+    """The states of the requested topics (a manual run's subset; empty: all). A topic
+    the group does not archive is an error, not silently nothing to do."""
+    if not topics:
+        return states
+    unknown = sorted(set(topics) - {s.topic for s in states})
+    if unknown:
+        raise TerminalError(
+            f"group {group.name} does not archive topic(s) {', '.join(unknown)}: not in Kafka, "
+            f"or not selected by its include {list(group.include)} / exclude "
+            f"{list(group.exclude)}")
+    return [s for s in states if s.topic in topics]
+
+
 def observe(consumer, group: Group) -> list[PartitionState]:
     """Every partition of every topic the group selects, with its retained offset range.
     Topics and partitions are discovered afresh on every run."""
@@ -155,13 +186,9 @@ def observe(consumer, group: Group) -> list[PartitionState]:
 
 
 def oldest_pending_reader(consumer) -> Callable[[str, int, int], int | None]:
-    """Reads the timestamp of one message; used for the max_delay policy."""
+    """Reads the timestamp of the first message at or after an offset (None: there is
+    none); used for the max_delay policy, freshness and status."""
     def read(topic: str, partition: int, offset: int) -> int | None:
         tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, offset)
-        for records in consumer.poll(timeout_ms=5000, max_records=1).values():
-            for record in records:
-                return record.timestamp
-        return None
+        return brokers.timestamps_at(consumer, {tp: offset}).get(tp)
     return read

@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 
 import localservices
 
@@ -117,3 +120,137 @@ def airflow(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.C
         pytest.fail(f"airflow {' '.join(args)} exited {result.returncode}:\n"
                     f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
+
+
+# --- a running Airflow (scripts/localservices.py `airflow`) and its REST API --------------
+
+@dataclass(frozen=True)
+class AirflowStack:
+    """A real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
+    SQLite) on 127.0.0.1, and an authenticated client of its REST API v2."""
+    url: str
+    api: httpx.Client        # base_url = url, Authorization: Bearer <JWT of user admin>
+    config_file: Path        # the kafka-archive config its DAGs and tasks use
+
+    def config(self):
+        from kafka_archive import config
+        return config.load(self.config_file)
+
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> dict:
+        """The DAG once the dag-processor has parsed it; fails naming any import error."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            r = self.api.get(f"/api/v2/dags/{dag_id}")
+            if r.status_code == 200:
+                return r.json()
+            if r.status_code != 404:
+                pytest.fail(f"GET dag {dag_id}: {r.status_code} {r.text}")
+            if time.monotonic() > deadline:
+                errors = self.api.get("/api/v2/importErrors").json()["import_errors"]
+                pytest.fail(f"DAG {dag_id} not parsed after {timeout_s}s; import errors: "
+                            f"{[(e['filename'], e['stack_trace'][-500:]) for e in errors]}")
+            time.sleep(1)
+
+    def unpause(self, dag_id: str) -> None:
+        self.wait_for_dag(dag_id)
+        r = self.api.patch(f"/api/v2/dags/{dag_id}", json={"is_paused": False})
+        assert r.status_code == 200 and r.json()["is_paused"] is False, r.text
+
+    def trigger(self, dag_id: str, conf: dict, run_id: str | None = None) -> httpx.Response:
+        """POST a manual run, as the UI's trigger form does."""
+        body = {"logical_date": None, "conf": conf}
+        if run_id:
+            body["dag_run_id"] = run_id
+        return self.api.post(f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 600) -> dict:
+        """The run once it is finished (success or failed); fails the test after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            r = self.api.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            assert r.status_code == 200, r.text
+            if r.json()["state"] in ("success", "failed"):
+                return r.json()
+            if time.monotonic() > deadline:
+                pytest.fail(f"run {dag_id}/{run_id} still {r.json()['state']} after {timeout_s}s; "
+                            f"tasks: {self.task_states(dag_id, run_id)}")
+            time.sleep(1)
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        r = self.api.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {t["task_id"]: t["state"] for t in r.json()["task_instances"]}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        r = self.api.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/"
+                         f"{try_number}", headers={"Accept": "application/json"})
+        assert r.status_code == 200, r.text
+        content = r.json()["content"]
+        return "\n".join(c.get("event", "") if isinstance(c, dict) else str(c) for c in content)
+
+
+def _no_schedules(node):
+    """The node with every `schedule` set to null: the test stack runs only what tests trigger."""
+    if isinstance(node, dict):
+        return {k: None if k == "schedule" else _no_schedules(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_no_schedules(v) for v in node]
+    return node
+
+
+STACK_DEADLINE = "20s"  # the test stack's run deadline (Deadline Alert), every group
+
+
+def _airflow_test_config(bucket: str) -> Path:
+    """The repo's example config with an archive root and token store of the test stack's
+    own, and no schedules. A fixed path and content, so every session means the same."""
+    raw = _no_schedules(yaml.safe_load((localservices.ROOT / "config" / "kafka-archive.yaml")
+                                       .read_text()))
+    home = localservices.SERVICES_DIR / "airflow"
+    raw["archive_root"] = f"s3://{bucket}/airflow-stack"
+    raw["token_root"] = str(home / "tokens")
+    for group in raw["groups"].values():  # short, so a test can miss it on purpose (mail
+        group["deadline"] = STACK_DEADLINE  # to alerts.email_to, subject naming the run)
+    path = home / "test-config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# written by tests/integration/conftest.py for the airflow fixture\n"
+                    + yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(service_env, kafka, s3, smtp_maildir) -> AirflowStack:
+    """A running Airflow for tests that go through its REST API or scheduler.
+
+    Started once per session (about 15 s, plus `airflow db migrate` the first time) unless
+    already running, and stopped at the end only if this session started it. Its DAGs are
+    the repo's dags/ with the config `_airflow_test_config` writes: the example config
+    with its own archive root (s3://<bucket>/airflow-stack) and token store
+    (.cache/services/airflow/tokens), and no schedules, so nothing runs unless triggered.
+    Kafka, S3 and SMTP are started first; alert mail lands in `smtp_maildir`.
+
+    Use it like this (DAGs start paused; runs of one group queue one at a time):
+
+        def test_x(airflow_stack):
+            airflow_stack.unpause("kafka_archive_backup")
+            r = airflow_stack.trigger("kafka_archive_backup", {"topics": ["t"]})
+            assert r.status_code == 200, r.text
+            run = airflow_stack.wait_for_run("kafka_archive_backup", r.json()["dag_run_id"])
+            airflow_stack.api.get(...)   # any REST API v2 call, already authenticated
+
+    Trigger with a `topics` subset of your own unique topics: the broker is shared with
+    other tests. The stack's own files: .cache/services/airflow/ (service.log,
+    components/<name>.log, logs/ for task logs). A stack started by hand
+    (`localservices.py start airflow`) is reused with whatever config it was started with.
+    """
+    env = {**service_env, "KAFKA_ARCHIVE_CONFIG": str(_airflow_test_config(s3.bucket))}
+    if localservices.AIRFLOW.pid() is not None or EXTERNAL:
+        env = service_env  # reuse the running one as it is
+    with running("airflow", env):
+        url = localservices.airflow_url(service_env)
+        r = httpx.post(f"{url}/auth/token", timeout=30, json={
+            "username": localservices.AIRFLOW_USER,
+            "password": localservices.airflow_password(service_env)})
+        assert r.status_code == 201, f"POST /auth/token: {r.status_code} {r.text}"
+        with httpx.Client(base_url=url, timeout=30, headers={
+                "Authorization": f"Bearer {r.json()['access_token']}"}) as api:
+            yield AirflowStack(url, api, localservices.airflow_config_file())

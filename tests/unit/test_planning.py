@@ -3,7 +3,9 @@ from dataclasses import replace
 import pytest
 
 from kafka_archive.config import FormatSpec, Group, Policy
-from kafka_archive.planning import PartitionState, Slice, TokenAheadError, decide
+from kafka_archive.errors import TerminalError
+from kafka_archive.planning import (Caps, PartitionState, Slice, TokenAheadError, decide,
+                                    only_topics)
 
 GROUP = Group(name="backup", schedule=None, include=(".*",), exclude=("_.*",),
               start_from="earliest", on_retention_gap="fail", format=FormatSpec(),
@@ -68,3 +70,21 @@ def test_topic_policy_overrides_by_first_matching_regex():
     slices, _, _ = plan([PartitionState("billing.eu", 0, 0, 50), PartitionState("logs", 0, 0, 50)],
                         {}, group)
     assert [(s.topic, s.end) for s in slices] == [("billing.eu", 5), ("logs", 50)]
+
+
+def test_caps_of_a_manual_run_replace_the_policy_limits():
+    state = [PartitionState("t", 0, 0, 500)]
+    assert decide(GROUP, state, {"t": {0: 0}}, NOW_MS, never_asked,
+                  Caps(max_records=7, max_bytes=2048)) == ([Slice("t", 0, 0, 7, 2048)], [], {})
+    # a cap above the policy's is allowed too; an unset cap keeps the policy's
+    assert decide(GROUP, state, {"t": {0: 0}}, NOW_MS, never_asked,
+                  Caps(max_records=300))[0] == [Slice("t", 0, 0, 300, 10_000)]
+
+
+def test_topic_subset_keeps_only_those_topics_and_refuses_others():
+    states = [PartitionState("a", 0, 0, 5), PartitionState("a", 1, 0, 5),
+              PartitionState("b", 0, 0, 5)]
+    assert only_topics(states, (), GROUP) == states
+    assert only_topics(states, ("a",), GROUP) == states[:2]
+    with pytest.raises(TerminalError, match=r"group backup does not archive topic\(s\) nope"):
+        only_topics(states, ("a", "nope"), GROUP)
