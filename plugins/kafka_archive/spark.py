@@ -34,6 +34,8 @@ def submit_env() -> dict[str, str]:
     bin_dir = str(spark_home() / "bin")
     return {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # the driver and its web UI bind here (the UI's default is every interface)
+            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             # the Spark provider runs a bare `spark-submit`: make it pyspark's own
             "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
 

@@ -3,12 +3,8 @@ or duplicated."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType
-from pipeline import Pipeline
+from pipeline import Pipeline, lose_to_retention
 from test_backup_archive import consumed, varied_messages
 
 from kafka_archive import layout
@@ -67,24 +63,8 @@ def test_retention_gap_fails_naming_the_lost_range(pipeline, kafka):
     pipeline.produce(varied_messages(topic, 1, 5, seed=11))
     pipeline.run_dag()
     assert pipeline.token_offsets()[topic] == {0: 5}
-    admin = KafkaAdminClient(bootstrap_servers=kafka)
-    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
-                                        configs={"retention.ms": "1000", "segment.ms": "100"})])
-    admin.close()
-
-    # more messages arrive and retention deletes them before the next run: each new
-    # message rolls a segment, and the broker deletes expired segments every second
-    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
-    consumer = KafkaConsumer(bootstrap_servers=kafka)
-    tp, deadline, sent = TopicPartition(topic, 0), time.monotonic() + 120, 5
-    while consumer.beginning_offsets([tp])[tp] <= 5:
-        assert time.monotonic() < deadline, "retention did not delete anything in 120 s"
-        producer.send(topic, value=b"doomed", partition=0).get()
-        sent += 1
-        time.sleep(0.2)
-    producer.close()
-    earliest = consumer.beginning_offsets([tp])[tp]
-    consumer.close()
+    # more messages arrive and retention deletes them before the next run
+    earliest = lose_to_retention(kafka, topic)
 
     with pytest.raises(RetentionGapError) as failed:
         pipeline.plan("after-retention")

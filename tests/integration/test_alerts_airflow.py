@@ -1,0 +1,154 @@
+"""Alert emails from a real Airflow (scheduler, LocalExecutor, triggerer): the run deadline
+missed (a Deadline Alert, sent by the triggerer) and a task failure (on_failure_callback in
+the task's process). Prints the delay from incident to mail; the target is under 2 minutes."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+from test_alerts import html_of, secrets
+
+DAG = "kafka_archive_backup"
+TARGET_S = 120
+
+
+def make_topic(kafka: str, name: str, partitions: int, messages: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.create_topics([NewTopic(name, partitions, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    for i in range(messages):
+        producer.send(name, value=f"message {i}".encode(), partition=i % partitions)
+    producer.flush()
+    producer.close()
+
+
+def wait_for_mail(maildir, subject_part: str, timeout_s: float):
+    """(arrival time, message) of the first mail whose subject contains subject_part."""
+    import email
+    from email import policy
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for path in sorted(maildir.glob("*.eml")):
+            message = email.message_from_bytes(path.read_bytes(), policy=policy.default)
+            if subject_part in message["Subject"]:
+                return int(path.name.split("-")[0]) / 1e9, message
+        time.sleep(0.5)
+    raise AssertionError(f"no mail with {subject_part!r} in the subject after {timeout_s:.0f}s")
+
+
+def parsed_since(stack, when: float, timeout_s: float = 120) -> None:
+    """Wait until the dag-processor has parsed the DAG after `when` (a config change)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        details = stack.api.get(f"/api/v2/dags/{DAG}/details").json()
+        parsed = details.get("last_parsed_time")
+        if parsed and datetime.fromisoformat(parsed.replace("Z", "+00:00")).timestamp() > when:
+            return
+        assert time.monotonic() < deadline, f"{DAG} not parsed again in {timeout_s}s"
+        time.sleep(1)
+
+
+def assert_no_secret_in(stack, run_id: str, message) -> None:
+    texts = {"mail": message.as_string() + html_of(message)}
+    for task, state in stack.task_states(DAG, run_id).items():
+        if state not in (None, "skipped", "upstream_failed"):
+            texts[f"log of {task}"] = stack.task_log(DAG, run_id, task)
+    for secret in secrets(stack_env()):
+        for where, text in texts.items():
+            assert secret not in text, f"a configured secret appears in the {where}"
+
+
+def stack_env() -> dict[str, str]:
+    import localservices
+
+    return localservices.client_env(localservices.local_env(),
+                                    localservices.SERVICES_DIR / "airflow")
+
+
+def report(what: str, incident: datetime, arrived: float) -> None:
+    delay = arrived - incident.timestamp()
+    print(f"\nALERT DELAY {what}: {delay:.1f} s from incident to mail")
+    assert delay < TARGET_S, f"{what}: mail {delay:.0f}s after the incident"
+
+
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_deadline_missed_is_mailed_by_the_triggerer(airflow_stack, kafka, smtp_maildir, unique):
+    cfg = airflow_stack.config()
+    deadline_s = cfg.group("backup").deadline_s
+    assert deadline_s <= 30, "the test stack's config should set a short deadline"
+    parsed_since(airflow_stack, airflow_stack.config_file.stat().st_mtime)
+    topic = f"deadline-{unique}"
+    make_topic(kafka, topic, 2, 40)  # archived by Spark: far longer than the deadline
+    airflow_stack.unpause(DAG)
+
+    r = airflow_stack.trigger(DAG, {"topics": [topic]}, run_id=f"deadline__{unique}")
+    assert r.status_code == 200, r.text
+    run_id, queued_at = r.json()["dag_run_id"], when(r.json()["queued_at"])
+    arrived, message = wait_for_mail(smtp_maildir, f"run {run_id} not finished", deadline_s + 240)
+    run = airflow_stack.wait_for_run(DAG, run_id)
+
+    assert message["Subject"] == (f"[kafka-archive] backup: run {run_id} not finished within "
+                                  f"{deadline_s}s of being queued")
+    html = html_of(message)
+    assert f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}" in html
+    assert queued_at.isoformat()[:19] in html.replace(" ", "T")
+    if f"The plan in flight is run {run_id}" in html:  # planned before the deadline
+        assert f"<td>{topic}</td><td>0</td><td>[0, 20)</td><td>20</td>" in html
+        assert f"<td>{topic}</td><td>1</td><td>[0, 20)</td><td>20</td>" in html
+    else:  # still queued or planning, or another run's plan ahead of it
+        assert "No plan is in flight" in html or "The plan in flight is run" in html
+    assert run["state"] == "success", airflow_stack.task_states(DAG, run_id)
+    finished = when(run["end_date"])
+    assert (finished - queued_at).total_seconds() > deadline_s  # the deadline was missed
+    assert_no_secret_in(airflow_stack, run_id, message)
+    report(f"deadline missed (queued_at + {deadline_s}s)",
+           queued_at + timedelta(seconds=deadline_s), arrived)
+
+
+def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp_maildir,
+                                                      unique):
+    cfg = airflow_stack.config()
+    topic = f"failing-{unique}"
+    make_topic(kafka, topic, 1, 3)
+    token = f"{cfg.token_root}/backup/{topic}.token"
+    Path(token).parent.mkdir(parents=True, exist_ok=True)
+    Path(token).write_text(f"# group: backup\n# topic: {topic}\n{cfg.bootstrap_servers} "
+                           f"{topic} 0 not-a-number\n")
+    airflow_stack.unpause(DAG)
+
+    try:
+        r = airflow_stack.trigger(DAG, {"topics": [topic]}, run_id=f"failing__{unique}")
+        assert r.status_code == 200, r.text
+        run_id = r.json()["dag_run_id"]
+        run = airflow_stack.wait_for_run(DAG, run_id)
+    finally:  # the stack is shared: a malformed token would fail every later full run
+        Path(token).unlink()
+    arrived, message = wait_for_mail(smtp_maildir, f"task plan failed in run {run_id}", TARGET_S)
+
+    assert run["state"] == "failed"
+    html = html_of(message)
+    for expected in ("MalformedTokenError", token, "line 3", "No plan was made",
+                     f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}/tasks/plan"):
+        assert expected in html, expected
+    assert_no_secret_in(airflow_stack, run_id, message)
+    report("task failure on the real stack", failed_at(airflow_stack, run_id, "plan"), arrived)
+
+
+def failed_at(stack, run_id: str, task: str) -> datetime:
+    """When the task logged its failure (the callback mails after that)."""
+    r = stack.api.get(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/{task}/logs/1",
+                      headers={"Accept": "application/json"})
+    for item in r.json()["content"]:
+        if isinstance(item, dict) and item.get("event") == "Task failed with exception":
+            return when(item["timestamp"])
+    raise AssertionError(f"no failure in the log of {task}")
