@@ -9,9 +9,10 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
+from kafka.errors import KafkaError
 
 from kafka_archive import config as config_module
-from kafka_archive import preflight, records, verify
+from kafka_archive import backfill, brokers, params, preflight, records, rewinds, status, tasks, verify
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError
 from kafka_archive.storage import Storage, s3_client
@@ -32,6 +33,43 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("verify", help="check a group's archive against its tokens: "
                                                "every file readable, no offset twice, no hole")
     check.add_argument("--group", required=True)
+    show = commands.add_parser("status", help="per partition: token, Kafka's end offset, lag "
+                                              "in messages and in time, last commit")
+    show.add_argument("--group", help="only this group (default: every configured group)")
+    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    back = commands.add_parser(
+        "rewind", help="move a token back so the next run archives again from there; the "
+                       "files it replaces are moved to _superseded/")
+    back.add_argument("--group", required=True)
+    back.add_argument("--topic", required=True)
+    back.add_argument("--partition", type=_count,
+                      help="only this partition (default: every partition the token has)")
+    to = back.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-offset", type=_count, help="the first offset to archive again")
+    to.add_argument("--to-time", type=epoch_ms,
+                    help="archive again from the first message at or after this time: "
+                         "ISO-8601 (UTC unless it names a zone, e.g. 2026-03-01T12:00:00Z) "
+                         "or milliseconds since the epoch")
+    audit = commands.add_parser(
+        "audit", help="reconcile producers' monitoring counts with what a group archived; "
+                      "exits 1 when a window is MISSING or EXCESS")
+    audit.add_argument("--group", required=True)
+    audit.add_argument("--since", type=epoch_ms, help="only windows starting at or after this time")
+    audit.add_argument("--until", type=epoch_ms, help="only windows starting before this time")
+    audit.add_argument("--rescan", action="store_true",
+                       help="count the archived files themselves instead of the manifests")
+    fill = commands.add_parser(
+        "backfill", help="rebuild an event-time group's files of a topic from the backup "
+                         "archive (whole slices holding the range); replaced files go to "
+                         "_superseded/")
+    fill.add_argument("--group", required=True)
+    fill.add_argument("--topic", required=True)
+    fill.add_argument("--source", default="backup", help="the backup group (default: backup)")
+    fill.add_argument("--from-offset", type=_count, help="first offset (every partition)")
+    fill.add_argument("--to-offset", type=_count, help="end offset, exclusive")
+    fill.add_argument("--since", type=epoch_ms, help="slices with a message at or after this "
+                                                     "Kafka timestamp")
+    fill.add_argument("--until", type=epoch_ms, help="... and before this one")
     args = parser.parse_args(argv)
     try:
         config = config_module.load(args.config)
@@ -42,19 +80,46 @@ def main(argv: list[str] | None = None) -> int:
             cat_file(_storage(config), args.file, args.limit)
         elif args.command == "verify":
             return verify_group(config, args.group)
+        elif args.command == "status":
+            show_status(config, args.group, args.json)
+        elif args.command == "rewind":
+            rewind(config, args)
+        elif args.command == "backfill":
+            run_id = "backfill__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
+            summary = backfill.backfill(config, _storage(config), args.group, args.topic, run_id,
+                                        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                        args.from_offset, args.to_offset, args.since,
+                                        args.until, args.source)
+            print(json.dumps({k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")}
+                             | {"slices": len(summary["slices"])}, indent=2))
+        elif args.command == "audit":
+            return audit_group(config, args)
     except ArchiveError as exc:
         print(f"kafka-archive: {exc}", file=sys.stderr)
         return 1
     except (ClientError, BotoCoreError) as exc:  # listing S3: no bucket, no access
         print(f"kafka-archive: S3: {exc}", file=sys.stderr)
         return 1
+    except KafkaError as exc:  # status and rewind: Kafka gone or refusing a look-up
+        print(f"kafka-archive: Kafka at {config.bootstrap_servers}: {exc!r}", file=sys.stderr)
+        return 1
     return 0
 
 
 def _count(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return int(text)
+
+
+def epoch_ms(text: str) -> int:
+    """A time given as milliseconds since the epoch or as ISO-8601 (UTC if no zone)."""
+    try:
+        return params.epoch_ms(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO-8601 time (2026-03-01T12:00:00Z) or milliseconds since the "
+            f"epoch, got {text!r}") from None
 
 
 def cat_file(storage: Storage, url: str, limit: int | None) -> None:
@@ -69,7 +134,7 @@ def read_archived(storage: Storage, url: str) -> Iterator[records.Record]:
     to print, such as a closed pipe, are not)."""
     try:
         with storage.open(url) as stream:
-            yield from records.read(stream)
+            yield from records.read(stream, url)
     except verify.READ_ERRORS as exc:
         raise ArchiveError(f"cannot read archived file {url}: {exc}") from None
 
@@ -79,7 +144,7 @@ def format_record(r: records.Record) -> str:
             datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc)
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
     headers = ",".join(name for name, _ in r.headers) or "-"
-    return f"{r.offset}  {when}  key={preview(r.key)}  value={preview(r.value)}  headers={headers}"
+    return f"{'-' if r.offset is None else r.offset}  {when}  key={preview(r.key)}  value={preview(r.value)}  headers={headers}"
 
 
 def preview(data: bytes | None) -> str:
@@ -97,6 +162,29 @@ def verify_group(config: Config, group: str) -> int:
     report = verify.verify_group(config, group, _storage(config), tokens)
     print(report.render())
     return 1 if report.errors() else 0
+
+
+def show_status(config: Config, group: str | None, as_json: bool) -> None:
+    tokens = open_store(config.token_root, lambda: _s3_client(config.s3_conn_id))
+    consumer = brokers.consumer(config)
+    try:
+        now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+        rows = status.status(config, tokens, consumer, now_ms, group)
+    finally:
+        consumer.close()
+    print(json.dumps(status.as_json(rows), indent=1) if as_json else status.render(rows))
+
+
+def rewind(config: Config, args: argparse.Namespace) -> None:
+    tokens = open_store(config.token_root, lambda: _s3_client(config.s3_conn_id))
+    consumer = brokers.consumer(config)
+    try:
+        changes = rewinds.rewind(config, tokens, consumer, args.group, args.topic,
+                                 args.partition, args.to_offset, args.to_time,
+                                 storage=_storage(config))
+    finally:
+        consumer.close()
+    print("\n".join(changes))
 
 
 def _storage(config: Config) -> Storage:
@@ -119,5 +207,19 @@ def _airflow_logs_to_stderr() -> None:
     configure_logging(output=sys.stderr)
 
 
+def audit_group(config: Config, args) -> int:
+    """The audit DAG's two steps, run here; the report's place and totals are printed."""
+    _airflow_logs_to_stderr()  # the connections come through Airflow: keep stdout for JSON
+    run_id = "cli__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
+    tasks.audit_ingest(run_id)
+    outcome = tasks.audit_reconcile(args.group, run_id, args.since, args.until, args.rescan)
+    print(json.dumps({k: outcome[k] for k in ("group", "totals", "report")}, indent=2))
+    if outcome["mismatches"]:
+        print(outcome["summary"], file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

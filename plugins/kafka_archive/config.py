@@ -16,7 +16,10 @@ from typing import Any
 
 import yaml
 
+from kafka_archive import formats, parsers
 from kafka_archive.errors import ConfigError
+from kafka_archive.layout import LayoutSpec
+from kafka_archive.parsers import ParserSpec
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PATH = REPO / "config" / "kafka-archive.yaml"
@@ -31,13 +34,16 @@ class Policy:
     max_bytes: int = 1 << 30      # per partition per run (the job cuts the slice there)
     min_records: int = 1          # fewer pending than this: wait ...
     max_delay_s: int = 3600       # ... unless the oldest pending message is this old
+    freshness_s: int = 7200       # alert when the archive lags Kafka by more (newest messages)
 
 
 @dataclass(frozen=True)
 class FormatSpec:
+    """What a group's files hold (kafka_archive.formats): sequencefile | text | baldr."""
     kind: str = "sequencefile"
     key: str = "msgpack"          # msgpack map (lossless, replayable) | offset (Secor legacy)
-    compression: str = "default"  # none | default (DefaultCodec) | gzip
+    compression: str = "default"  # none | default (DefaultCodec) | gzip; text: none | gzip
+    escape_newlines: bool = False  # text: escape newlines (and backslashes), don't refuse them
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class Group:
     format: FormatSpec
     policy: Policy
     topic_policies: tuple[tuple[str, Policy], ...]  # (topic regex, policy); first match wins
+    deadline_s: int = 1800        # alert when a run has not finished this long after queued
+    layout: LayoutSpec = LayoutSpec()  # partition=<n> (default), or event_time partitions
+    parser: ParserSpec = ParserSpec()  # event_time layout: a message's event time
+    topic_parsers: tuple[tuple[str, ParserSpec], ...] = ()  # (topic regex, parser); first wins
+    lateness_s: int = 3600        # event_time: a time partition is final this long after its end
 
     def selects(self, topic: str) -> bool:
         return (any(re.fullmatch(p, topic) for p in self.include)
@@ -58,6 +69,9 @@ class Group:
 
     def policy_for(self, topic: str) -> Policy:
         return next((p for rx, p in self.topic_policies if re.fullmatch(rx, topic)), self.policy)
+
+    def parser_for(self, topic: str) -> ParserSpec:
+        return next((p for rx, p in self.topic_parsers if re.fullmatch(rx, topic)), self.parser)
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,7 @@ class Audit:
     grace_s: int = 300            # a window is judged only once archived this far past its end
     source_header: str = "kafka-archive-source"
     groups: tuple[str, ...] = ("backup",)
+    schedule: str | None = "*/30 * * * *"
 
 
 @dataclass(frozen=True)
@@ -149,7 +164,7 @@ def _audit(doc: _Doc, group_names: set[str]) -> Audit:
                   window_s=doc.duration("window", default.window_s),
                   grace_s=doc.duration("grace", default.grace_s),
                   source_header=doc.str("source_header", default.source_header),
-                  groups=tuple(groups))
+                  groups=tuple(groups), schedule=doc.get("schedule", default.schedule))
     if audit.window_s < 1:
         raise ConfigError(f"{doc.path}: 'audit.window' must be at least 1s")
     return audit
@@ -174,15 +189,93 @@ def _group(doc: _Doc, name: str) -> Group:
         exclude=doc.regexes("topics.exclude", ["_.*"]),  # Kafka's own and our monitoring topics
         start_from=doc.choice("start_from", ("earliest", "latest"), "earliest"),
         on_retention_gap=doc.choice("on_retention_gap", ("fail", "skip"), "fail"),
-        format=FormatSpec(
-            kind=doc.choice("format.kind", ("sequencefile",), "sequencefile"),
-            key=doc.choice("format.key", ("msgpack", "offset"), "msgpack"),
-            compression=doc.choice("format.compression", ("none", "default", "gzip"), "default"),
-        ),
+        format=_format(doc),
         policy=base,
         topic_policies=tuple((overrides.regex(rx), _policy(overrides.mapping(rx), base))
                              for rx in overrides.data),
+        deadline_s=doc.duration("deadline", 1800, minimum=1),
+        **_event_time(doc),
     )
+
+
+def _format(doc: _Doc) -> FormatSpec:
+    kind = doc.choice("format.kind", tuple(formats.FORMATS), "sequencefile")
+    if kind == "sequencefile":
+        return FormatSpec(kind, key=doc.choice("format.key", ("msgpack", "offset"), "msgpack"),
+                          compression=doc.choice("format.compression",
+                                                 ("none", "default", "gzip"), "default"))
+    allowed = {"text": {"kind", "compression", "escape_newlines"}, "baldr": {"kind"}}[kind]
+    _no_other_keys(doc, "format", allowed, f"format kind {kind}")
+    if kind == "baldr":
+        return FormatSpec(kind, compression="gzip")  # Baldr files are always gzip
+    escape = doc.get("format.escape_newlines", False)
+    escape = {"true": True, "false": False}.get(str(escape).lower(), escape)  # from ${ENV}
+    if not isinstance(escape, bool):
+        raise ConfigError(f"{doc.path}: '{doc._name('format.escape_newlines')}' must be true "
+                          f"or false, got {escape!r}")
+    return FormatSpec(kind, compression=doc.choice("format.compression", ("none", "gzip"), "none"),
+                      escape_newlines=escape)
+
+
+def _event_time(doc: _Doc) -> dict[str, Any]:
+    """The partitioned group's settings: layout, parsers, lateness."""
+    value = doc.get("layout", "partition")
+    value = {"kind": value} if isinstance(value, str) else value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{doc.path}: '{doc._name('layout')}' must be partition, event_time "
+                          f"or a mapping with kind, got {value!r}")
+    _no_other_keys(doc, "layout", {"kind"} if value.get("kind", "partition") == "partition"
+                   else {"kind", "granularity", "prefixes", "formats"}, "this layout kind")
+    default = LayoutSpec()
+    try:
+        layout = LayoutSpec(kind=value.get("kind", default.kind),
+                            granularity=value.get("granularity", default.granularity),
+                            prefixes=_per_level(doc, "layout.prefixes", default.prefixes),
+                            formats=_per_level(doc, "layout.formats", default.formats))
+    except ValueError as exc:
+        raise ConfigError(f"{doc.path}: '{doc._name('layout')}': {exc}") from None
+    overrides = doc.mapping("topic_parsers")
+    if layout.kind != "event_time" and ("parser" in doc.data or overrides.data):
+        raise ConfigError(f"{doc.path}: '{doc._name('parser')}' and 'topic_parsers' apply only "
+                          "to layout kind event_time")
+    return {"layout": layout,
+            "parser": _parser(doc, "parser", doc.get("parser", "timestamp")),
+            "topic_parsers": tuple((overrides.regex(rx), _parser(overrides, rx, spec))
+                                   for rx, spec in overrides.data.items()),
+            "lateness_s": doc.duration("lateness", 3600)}
+
+
+def _per_level(doc: _Doc, key: str, defaults: tuple[str, str, str]) -> tuple[str, str, str]:
+    given = doc.get(key, None) or {}
+    levels = ("day", "hour", "minute")
+    if (not isinstance(given, dict) or set(given) - set(levels)
+            or not all(isinstance(v, str) for v in given.values())):
+        raise ConfigError(f"{doc.path}: '{doc._name(key)}' must map day, hour and/or minute to "
+                          f"text, got {given!r}")
+    return tuple(given.get(level, d) for level, d in zip(levels, defaults))
+
+
+def _parser(doc: _Doc, key: str, value: Any) -> ParserSpec:
+    """`json`, `mypkg.module:Class`, or {kind: json, field: ts, unit: ms}: other keys are
+    the parser's options."""
+    where = f"{doc.path}: '{doc._name(key)}'"
+    options = dict(value) if isinstance(value, dict) else {"kind": value}
+    kind = options.pop("kind", None)
+    if not isinstance(kind, str):
+        raise ConfigError(f"{where} must be a parser name or dotted class path, or a mapping "
+                          f"with 'kind' and the parser's options, got {value!r}")
+    try:
+        return parsers.load_checked(kind, options)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _no_other_keys(doc: _Doc, key: str, allowed: set[str], what: str) -> None:
+    value = doc.get(key, None)
+    unknown = sorted(set(value) - allowed) if isinstance(value, dict) else []
+    if unknown:
+        raise ConfigError(f"{doc.path}: '{doc._name(key)}' has {', '.join(map(str, unknown))}, "
+                          f"which {what} does not take (it takes {', '.join(sorted(allowed))})")
 
 
 def _policy(doc: _Doc, base: Policy) -> Policy:
@@ -191,6 +284,7 @@ def _policy(doc: _Doc, base: Policy) -> Policy:
         max_bytes=doc.int("max_bytes", base.max_bytes, minimum=1),
         min_records=doc.int("min_records", base.min_records, minimum=1),
         max_delay_s=doc.duration("max_delay", base.max_delay_s),
+        freshness_s=doc.duration("freshness", base.freshness_s, minimum=1),
     )
 
 
@@ -247,14 +341,18 @@ class _Doc:
                               f"{', '.join(choices)}, got {value!r}")
         return value
 
-    def duration(self, key: str, default_s: int) -> int:
+    def duration(self, key: str, default_s: int, minimum: int = 0) -> int:
         """Seconds, given as a number of seconds or as '90s', '15m', '2h', '1d'."""
         value = self.get(key, default_s)
         m = re.fullmatch(r"(\d+)\s*([smhd]?)", str(value).strip())
         if not m or isinstance(value, bool):
             raise ConfigError(f"{self.path}: '{self._name(key)}' must be a duration like 300, "
                               f"'15m' or '2h', got {value!r}")
-        return int(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+        seconds = int(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+        if seconds < minimum:
+            raise ConfigError(f"{self.path}: '{self._name(key)}' must be at least {minimum}s, "
+                              f"got {value!r}")
+        return seconds
 
     def regex(self, pattern: str, key: str | None = None) -> str:
         try:

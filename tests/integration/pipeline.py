@@ -8,11 +8,12 @@ import io
 import os
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 from conftest import airflow
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewPartitions, NewTopic
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
 from kafka_archive import records, spark, tasks
 from kafka_archive.operators import s3_environment
@@ -23,8 +24,9 @@ GROUP = "backup"
 
 class Pipeline:
     def __init__(self, env: dict[str, str], kafka: str, s3, prefix: str, tmp_path: Path,
-                 policy: str = "", group_extra: str = "", name: str = "main"):
-        """Topics are named <prefix>-*; `name` tells apart archives of the same topics."""
+                 policy: str = "", group_extra: str = "", name: str = "main", extra: str = ""):
+        """Topics are named <prefix>-*; `name` tells apart archives of the same topics;
+        `extra` is YAML added at the config's top level (e.g. an `audit:` section)."""
         self.kafka, self.s3, self.prefix = kafka, s3, prefix
         self.root_key = f"{prefix}/{name}"
         self.root = f"s3://{s3.bucket}/{self.root_key}"
@@ -35,6 +37,7 @@ class Pipeline:
             kafka: {{bootstrap_servers: "{kafka}"}}
             archive_root: {self.root}
             token_root: {self.token_root}
+            """) + extra + textwrap.dedent(f"""\
             groups:
               {GROUP}:
                 topics: {{include: ["{prefix}-.*"]}}
@@ -58,10 +61,11 @@ class Pipeline:
         admin.close()
 
     def produce(self, messages) -> None:
-        """messages: (topic, partition, key, value, headers) tuples."""
+        """messages: (topic, partition, key, value, headers[, timestamp_ms]) tuples."""
         producer = KafkaProducer(bootstrap_servers=self.kafka, acks="all", linger_ms=5)
-        for topic, partition, key, value, headers in messages:
-            producer.send(topic, key=key, value=value, partition=partition, headers=headers)
+        for topic, partition, key, value, headers, *timestamp in messages:
+            producer.send(topic, key=key, value=value, partition=partition, headers=headers,
+                          timestamp_ms=timestamp[0] if timestamp else None)
         producer.flush()
         producer.close()
 
@@ -120,3 +124,31 @@ class Pipeline:
 
     def token_offsets(self) -> dict[str, dict[int, int]]:
         return {t: dict(self.tokens.read(GROUP, t).token.offsets) for t in self.tokens.topics(GROUP)}
+
+
+def lose_to_retention(kafka: str, topic: str, restore: bool = False) -> int:
+    """Retention deletes partition 0 from offset 5 on, before it is archived: each new
+    message rolls a segment, and the broker deletes expired segments every second. With
+    `restore`, retention is then turned off and one more message kept. Returns the
+    earliest offset left."""
+    def set_retention(ms: str, segment_ms: str) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=kafka)
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"retention.ms": ms, "segment.ms": segment_ms})])
+        admin.close()
+
+    set_retention("1000", "100")
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    consumer = KafkaConsumer(bootstrap_servers=kafka)
+    tp, deadline = TopicPartition(topic, 0), time.monotonic() + 120
+    while consumer.beginning_offsets([tp])[tp] <= 5:
+        assert time.monotonic() < deadline, "retention did not delete anything in 120 s"
+        producer.send(topic, value=b"doomed", partition=0).get()
+        time.sleep(0.2)  # pacing the producer, not waiting for readiness
+    earliest = consumer.beginning_offsets([tp])[tp]
+    consumer.close()
+    if restore:
+        set_retention("-1", "604800000")
+        producer.send(topic, value=b"kept", partition=0).get()
+    producer.close()
+    return earliest

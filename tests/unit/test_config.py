@@ -67,3 +67,29 @@ def test_shipped_example_config_loads(monkeypatch):
     loaded = config.load(config.DEFAULT_PATH)
     assert loaded.bootstrap_servers == "127.0.0.1:19092"
     assert loaded.archive_root.startswith("s3://")
+
+
+def test_deadline_and_freshness_default_and_override_per_topic(tmp_path):
+    loaded = config.load(write(tmp_path, MINIMAL + """
+groups:
+  backup:
+    deadline: 10m
+    policy: {freshness: 1h}
+    topic_policies:
+      "billing\\\\..*": {freshness: 5m}
+  other: {}
+"""))
+    backup = loaded.group("backup")
+    assert backup.deadline_s == 600
+    assert backup.policy_for("orders").freshness_s == 3600
+    assert backup.policy_for("billing.invoices").freshness_s == 300
+    assert loaded.group("other").deadline_s == 1800
+    assert loaded.group("other").policy.freshness_s == 7200
+
+
+@pytest.mark.parametrize("setting, key", [("deadline: 0", "groups.backup.deadline"),
+                                          ("deadline: soon", "groups.backup.deadline"),
+                                          ("policy: {freshness: 0s}", "groups.backup.policy.freshness")])
+def test_bad_deadline_or_freshness_names_the_key(tmp_path, setting, key):
+    with pytest.raises(ConfigError, match=rf"'{key}' must be"):
+        config.load(write(tmp_path, MINIMAL + f"groups:\n  backup:\n    {setting}\n"))

@@ -1,0 +1,78 @@
+"""AuditedProducer against a real broker: headers, counts of acknowledged messages only,
+events per window on close, and an idle producer still reporting closed windows."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError
+
+from kafka_archive.producer import AuditedProducer
+
+MIN = 60_000
+
+
+def make_topics(kafka: str, *topics: tuple[str, dict]) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.create_topics([NewTopic(name, 1, 1, topic_configs=cfg) for name, cfg in topics])
+    admin.close()
+
+
+def read_all(kafka: str, topic: str, at_least: int = 0, timeout_s: float = 30) -> list:
+    """Every message of partition 0, waiting (with a deadline) until there are at_least."""
+    consumer = KafkaConsumer(bootstrap_servers=kafka, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, 0)])
+    found, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            found += batch
+        if len(found) >= at_least and consumer.position(TopicPartition(topic, 0)) >= \
+                consumer.end_offsets([TopicPartition(topic, 0)])[TopicPartition(topic, 0)]:
+            break
+    consumer.close()
+    return found
+
+
+def test_counts_only_acknowledged_messages_per_window(kafka, unique):
+    data, monitoring = f"ap-{unique}", f"_mon-ap-{unique}"
+    make_topics(kafka, (data, {"max.message.bytes": "2000"}), (monitoring, {}))
+    base = (int(time.time() * 1000) // MIN - 10) * MIN
+    producer = AuditedProducer(source="svc-a", monitoring_topic=monitoring,
+                               bootstrap_servers=kafka, acks="all", retries=0)
+    sent = [producer.send(data, value=b"x", timestamp_ms=base + 1) for _ in range(3)]
+    sent += [producer.send(data, value=b"y", timestamp_ms=base + MIN + 1) for _ in range(2)]
+    producer.flush()
+    too_big = producer.send(data, value=b"z" * 5000, timestamp_ms=base + 2)  # the broker refuses it
+    producer.close()
+    assert all(f.succeeded() for f in sent)
+    with pytest.raises(KafkaError):
+        too_big.get()
+
+    events = [json.loads(m.value) for m in read_all(kafka, monitoring)]
+    totals = {}
+    for e in events:
+        assert (e["source"], e["topic"], e["window_ms"]) == ("svc-a", data, MIN)
+        totals[e["window_start_ms"]] = totals.get(e["window_start_ms"], 0) + e["count"]
+    assert totals == {base: 3, base + MIN: 2}
+    assert len({(e["producer_id"], e["seq"]) for e in events}) == len(events)
+    headers = [dict(m.headers) for m in read_all(kafka, data)]
+    assert headers == [{"kafka-archive-source": b"svc-a"}] * 5
+
+
+def test_an_idle_producer_reports_closed_windows_without_flush(kafka, unique):
+    data, monitoring = f"idle-{unique}", f"_mon-idle-{unique}"
+    make_topics(kafka, (data, {}), (monitoring, {}))
+    producer = AuditedProducer(source="svc-b", monitoring_topic=monitoring, window_s=1,
+                               bootstrap_servers=kafka, acks="all")
+    try:
+        producer.send(data, value=b"1").get(timeout=30)
+        # no flush, no further send: the reporter thread publishes once the window closes
+        [event] = [json.loads(m.value) for m in read_all(kafka, monitoring, at_least=1)]
+        assert (event["source"], event["topic"], event["count"], event["window_ms"]) == (
+            "svc-b", data, 1, 1000)
+    finally:
+        producer.close()
