@@ -159,7 +159,7 @@ def target(config: Config, plan: Plan, topic: str) -> writing.Target:
     event_time = group.layout.kind == "event_time"
     return writing.Target(
         root=config.archive_root, group=plan.group, topic=topic, generation=plan.generation,
-        format=plan.format, layout=group.layout,
+        format=plan.format_for(topic), layout=group.layout,
         parser=parsers.parser_for(group.parser_for(topic)) if event_time else None,
         finalized_ms=plan.finalized.get(topic), audit_header=config.audit.source_header,
         audit_window_ms=config.audit.window_s * 1000)

@@ -47,7 +47,8 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
     if target_group.layout.kind != "event_time":
         raise BackfillError(f"group {group} has layout {target_group.layout.kind}: backfill "
                             "rebuilds event_time groups from the backup")
-    if source_group.layout.kind != "partition" or source_group.format.kind != "sequencefile":
+    if (source_group.layout.kind != "partition"
+            or source_group.format_for(topic).kind != "sequencefile"):
         raise BackfillError(f"group {source} cannot be a backfill source: it needs layout "
                             f"partition and format sequencefile (which keeps offsets)")
     if (from_offset is None and to_offset is None) == (since_ms is None and until_ms is None):
@@ -62,7 +63,7 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
     new_rows, moved = [], []
     for row in chosen:
         plan = plans[row["_run"]]
-        target = archiving.target(config, _as_plan(config, plan, group), topic)
+        target = archiving.target(config, _as_plan(config, plan, group, topic), topic)
         out = writing.OpenSlice(target, row["partition"], row["start"], row["end"], UNLIMITED)
         for r in _backup_records(storage, backup.get(row["partition"], []), row["start"], row["end"]):
             out.add(r)
@@ -121,12 +122,12 @@ def committed_rows(config: Config, storage: Storage, group: str, topic: str
     return [current[k] for k in sorted(current)], plans
 
 
-def _as_plan(config: Config, plan: dict, group: str) -> Plan:
+def _as_plan(config: Config, plan: dict, group: str, topic: str) -> Plan:
     """The run's plan as the live path would execute it now: its finalized watermark and
     slices, the current config's format and generation."""
     return Plan(group=group, run_id=plan["run_id"], created_at=plan["created_at"],
                 bootstrap=plan["bootstrap"], generation=config.generation,
-                format=config.group(group).format.__dict__, slices=(), token_versions={},
+                format=config.group(group).format_for(topic).__dict__, slices=(), token_versions={},
                 base_offsets={}, finalized=plan.get("finalized", {}))
 
 

@@ -61,6 +61,7 @@ class Group:
     layout: LayoutSpec = LayoutSpec()  # partition=<n> (default), or event_time partitions
     parser: ParserSpec = ParserSpec()  # event_time layout: a message's event time
     topic_parsers: tuple[tuple[str, ParserSpec], ...] = ()  # (topic regex, parser); first wins
+    topic_formats: tuple[tuple[str, FormatSpec], ...] = ()  # (topic regex, format); first wins
     lateness_s: int = 3600        # event_time: a time partition is final this long after its end
 
     def selects(self, topic: str) -> bool:
@@ -69,6 +70,9 @@ class Group:
 
     def policy_for(self, topic: str) -> Policy:
         return next((p for rx, p in self.topic_policies if re.fullmatch(rx, topic)), self.policy)
+
+    def format_for(self, topic: str) -> FormatSpec:
+        return next((f for rx, f in self.topic_formats if re.fullmatch(rx, topic)), self.format)
 
     def parser_for(self, topic: str) -> ParserSpec:
         return next((p for rx, p in self.topic_parsers if re.fullmatch(rx, topic)), self.parser)
@@ -190,6 +194,7 @@ def _group(doc: _Doc, name: str) -> Group:
         start_from=doc.choice("start_from", ("earliest", "latest"), "earliest"),
         on_retention_gap=doc.choice("on_retention_gap", ("fail", "skip"), "fail"),
         format=_format(doc),
+        topic_formats=_topic_formats(doc),
         policy=base,
         topic_policies=tuple((overrides.regex(rx), _policy(overrides.mapping(rx), base))
                              for rx in overrides.data),
@@ -215,6 +220,14 @@ def _format(doc: _Doc) -> FormatSpec:
                           f"or false, got {escape!r}")
     return FormatSpec(kind, compression=doc.choice("format.compression", ("none", "gzip"), "none"),
                       escape_newlines=escape)
+
+
+def _topic_formats(doc: _Doc) -> tuple[tuple[str, FormatSpec], ...]:
+    """`topic_formats: {regex: {kind: ..., ...}}`: a format for some topics of the group."""
+    overrides = doc.mapping("topic_formats")
+    return tuple((overrides.regex(rx), _format(_Doc(doc.path, {"format": overrides.mapping(rx).data},
+                                                    overrides._name(rx))))
+                 for rx in overrides.data)
 
 
 def _event_time(doc: _Doc) -> dict[str, Any]:

@@ -79,6 +79,10 @@ class Plan:
     # event-time layout, per topic: time partitions ending at or before this (ms) were
     # final when planned; the job writes their late messages beside them (`_late/`)
     finalized: dict[str, int] = field(default_factory=dict)
+    topic_formats: dict[str, dict] = field(default_factory=dict)  # topics not in `format`
+
+    def format_for(self, topic: str) -> dict:
+        return self.topic_formats.get(topic, self.format)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1, sort_keys=True).encode()

@@ -56,6 +56,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         group=group.name, run_id=run_id, created_at=now.isoformat(timespec="seconds"),
         bootstrap=config.bootstrap_servers, generation=config.generation,
         format=group.format.__dict__, slices=tuple(slices),
+        topic_formats={t: group.format_for(t).__dict__ for t in topics
+                       if group.format_for(t) != group.format},
         token_versions={t: reads[t].version for t in topics},
         base_offsets={t: {str(p): o for p, o in offsets[t].items()} for t in topics},
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,

@@ -21,7 +21,7 @@ from typing import Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafka_archive import layout, records
+from kafka_archive import formats, layout, records, writing
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.storage import Storage, join
@@ -237,12 +237,28 @@ class Report:
         return "\n".join(lines)
 
 
-def read_summary(storage: Storage, url: str, name_offset: int) -> FileSummary:
+def read_summary(storage: Storage, url: str, name_offset: int,
+                 slice_of: dict[str, tuple[int, int, list]] | None = None) -> FileSummary:
+    """Text and Baldr files keep no offsets: theirs come from the manifest row that wrote
+    the file (`slice_of`: url -> start, end, gaps), checked against the records read."""
     try:
         with storage.open(url) as stream:
-            return summarize(url, name_offset, (r.offset for r in records.read(stream, url)))
+            if formats.for_file(url)[0].keeps_offsets:
+                return summarize(url, name_offset, (r.offset for r in records.read(stream, url)))
+            count = sum(1 for _ in records.read(stream, url))
     except READ_ERRORS as exc:
         return FileSummary(url, name_offset, problem=f"unreadable: {exc}")
+    if url not in (slice_of or {}):
+        return FileSummary(url, name_offset, problem="its format keeps no offsets and no "
+                                                     "manifest row names it")
+    start, end, gaps = slice_of[url]
+    expected = end - start - sum(b - a for a, b in gaps)
+    if count != expected:
+        return FileSummary(url, name_offset, problem=f"holds {count} records, its manifest "
+                                                     f"row {expected}")
+    lacking = sorted(gaps)
+    return summarize(url, name_offset, (o for o in range(start, end)
+                                         if not any(a <= o < b for a, b in lacking)))
 
 
 def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSummary, list[int]]:
@@ -260,7 +276,8 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
     event_time = spec.kind == "event_time"
     found, ignored = (_event_time_files(storage, join(config.archive_root, group), spec)
                       if event_time else _archived_files(storage, join(config.archive_root, group)))
-    gaps, skipped = _recorded_ranges(storage, layout.runs_dir(config.archive_root, group))
+    gaps, skipped, slice_of = _recorded_ranges(storage,
+                                               layout.runs_dir(config.archive_root, group))
     topics = sorted({topic for topic, _, _ in found} | set(tokens.topics(group)))
     partitions = []
     for topic in topics:
@@ -277,7 +294,8 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
                 read = [read_offsets(storage, url, name.first_offset) for url, name in listed]
                 files = [summary for summary, _ in read]
             else:
-                files = [_summary(storage, url, name, partition) for url, name in listed]
+                files = [_summary(storage, url, name, partition, slice_of)
+                         for url, name in listed]
             report = PartitionReport(topic, partition, generation, token_offset, files)
             if not current:
                 report.findings.append(Finding(INFO, f"generation {generation} is not the "
@@ -290,12 +308,13 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
     return Report(group, partitions, ignored)
 
 
-def _summary(storage: Storage, url: str, name: layout.ArchivedFile, partition: int) -> FileSummary:
+def _summary(storage: Storage, url: str, name: layout.ArchivedFile, partition: int,
+             slice_of: dict[str, tuple[int, int, list]]) -> FileSummary:
     if name.partition != partition:
         return FileSummary(url, name.first_offset, problem=f"file name says Kafka partition "
                                                            f"{name.partition}, but it is under "
                                                            f"partition={partition}")
-    return read_summary(storage, url, name.first_offset)
+    return read_summary(storage, url, name.first_offset, slice_of)
 
 
 def _archived_files(storage: Storage, group_url: str
@@ -354,11 +373,13 @@ def _is_time_path(path: str, spec: layout.LayoutSpec) -> bool:
 
 def _recorded_ranges(storage: Storage, runs_url: str
                      ) -> tuple[dict[tuple[str, int], list[Range]],
-                                dict[tuple[str, int], list[Range]]]:
+                                dict[tuple[str, int], list[Range]], dict[str, tuple]]:
     """Per (topic, partition): the gaps the manifests recorded (offsets Kafka lacks), and
-    the ranges plans skipped because retention had deleted them."""
+    the ranges plans skipped because retention had deleted them; per file that is alone
+    in its slice, the offsets it holds (for formats that keep none)."""
     gaps: dict[tuple[str, int], list[Range]] = defaultdict(list)
     skipped: dict[tuple[str, int], list[Range]] = defaultdict(list)
+    slice_of: dict[str, tuple[int, int, list]] = {}
     for url, _ in storage.list(runs_url):
         name = url.rsplit("/", 1)[-1]
         if name not in ("manifest.json", "plan.json"):
@@ -368,10 +389,12 @@ def _recorded_ranges(storage: Storage, runs_url: str
             if name == "manifest.json":
                 for s in doc["slices"]:
                     gaps[(s["topic"], s["partition"])] += [(a, b) for a, b in s["gaps"]]
+                    if len(files := writing.row_files(s)) == 1:
+                        slice_of[files[0]["url"]] = (s["start"], s["end"], s["gaps"])
             else:
                 for a in doc["anomalies"]:
                     if a["action"] == "skipped":
                         skipped[(a["topic"], a["partition"])].append((a["lost_from"], a["lost_to"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise TerminalError(f"{url}: cannot read the recorded gaps: {exc!r}") from None
-    return gaps, skipped
+    return gaps, skipped, slice_of

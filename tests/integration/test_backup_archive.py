@@ -3,12 +3,15 @@ once, losslessly, readable by Hadoop's own SequenceFile reader."""
 
 from __future__ import annotations
 
+import io
 import random
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from pipeline import Pipeline
 
+from kafka_archive import config, records, verify
+from kafka_archive.storage import Storage
 from kafka_archive.records import decode
 
 
@@ -98,3 +101,28 @@ def test_new_topic_and_partition_are_archived_with_no_config_change(pipeline, ka
     assert set(archived) == consumed(kafka, [first, second])
     assert sorted(pipeline.token_offsets()[first]) == [0, 1, 2]
     assert pipeline.token_offsets()[second] == {0: 10}
+
+
+def test_a_topic_can_have_its_own_format(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    prefix = f"f{unique}"
+    pipeline = Pipeline(airflow_env, kafka, s3, prefix, tmp_path, group_extra=(
+        f'topic_formats: {{"{prefix}-logs": {{kind: text, compression: gzip}}}}\n'))
+    pipeline.in_env(monkeypatch)
+    logs, orders = pipeline.create_topic("logs", 1), pipeline.create_topic("orders", 1)
+    lines = [f"line {i}".encode() for i in range(20)]
+    pipeline.produce([(logs, 0, None, v, None) for v in lines]
+                     + [(orders, 0, None, v, None) for v in lines])
+    plan_url = pipeline.plan("formats")
+    pipeline.archive_to_end(plan_url)
+    pipeline.commit(plan_url)
+
+    files = pipeline.data_files()
+    assert sorted(files) == [f"backup/{logs}/partition=0/1_0_{0:020d}.txt.gz",
+                             f"backup/{orders}/partition=0/1_0_{0:020d}.seq"]
+    for path, data in files.items():
+        assert [r.value for r in records.read(io.BytesIO(data), path)] == lines
+    # verify takes the text file's offsets from its manifest row
+    report = verify.verify_group(config.load(), "backup", Storage.for_airflow("kafka_archive_s3"),
+                                 pipeline.tokens)
+    assert report.errors() == [], report.render()
+    assert sum(f.records for p in report.partitions for f in p.files) == 40

@@ -99,3 +99,23 @@ def test_bad_group_output_config_names_file_and_key(tmp_path, group_yaml, messag
         load(tmp_path, group_yaml + "\n")
     assert str(caught.value).startswith(str(tmp_path / "kafka-archive.yaml") + ": ")
 
+
+
+def test_per_topic_formats_override_the_groups(tmp_path):
+    group, _ = load(tmp_path, r"""
+        format: {kind: sequencefile, compression: none}
+        topic_formats:
+          "logs\\..*": {kind: text, compression: gzip}
+          "raw\\..*": {kind: baldr}
+        """)
+    assert group.format_for("logs.web") == FormatSpec("text", "msgpack", "gzip", False)
+    assert group.format_for("raw.x").kind == "baldr"
+    assert group.format_for("orders") == group.format == FormatSpec("sequencefile", "msgpack", "none")
+
+
+def test_a_bad_per_topic_format_names_the_topic_regex(tmp_path):
+    with pytest.raises(ConfigError, match=r"topic_formats\.logs.*must be one of"):
+        load(tmp_path, """
+            topic_formats:
+              logs: {kind: parquet}
+            """)
