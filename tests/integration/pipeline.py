@@ -101,14 +101,7 @@ class Pipeline:
     # --- what is in the archive ----------------------------------------------------------
     def data_files(self) -> dict[str, bytes]:
         """Archived data files (not metadata), by path below the archive root."""
-        out = {}
-        paginator = self.s3.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.s3.bucket, Prefix=f"{self.root_key}/{GROUP}/"):
-            for obj in page.get("Contents", []):
-                relative = obj["Key"][len(self.root_key) + 1:]
-                out[relative] = self.s3.client.get_object(
-                    Bucket=self.s3.bucket, Key=obj["Key"])["Body"].read()
-        return out
+        return objects(self.s3, self.root_key, f"{GROUP}/")
 
     def archived_records(self) -> list[tuple]:
         """(topic, partition, offset, key, value, timestamp, headers) of every archived
@@ -124,6 +117,17 @@ class Pipeline:
 
     def token_offsets(self) -> dict[str, dict[int, int]]:
         return {t: dict(self.tokens.read(GROUP, t).token.offsets) for t in self.tokens.topics(GROUP)}
+
+
+def objects(s3, root_key: str, below: str = "") -> dict[str, bytes]:
+    """The objects under <root_key>/<below>, by key relative to root_key."""
+    out = {}
+    paginator = s3.client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=s3.bucket, Prefix=f"{root_key}/{below}"):
+        for obj in page.get("Contents", []):
+            out[obj["Key"][len(root_key) + 1:]] = s3.client.get_object(
+                Bucket=s3.bucket, Key=obj["Key"])["Body"].read()
+    return out
 
 
 def lose_to_retention(kafka: str, topic: str, restore: bool = False) -> int:

@@ -38,8 +38,8 @@ def archived(s3, root: str, topic: str) -> dict[str, list[int]]:
     return files
 
 
-def run_to_end(stack, conf: dict) -> str:
-    r = stack.trigger(DAG, conf)
+def run_to_end(stack, conf: dict, run_id: str | None = None) -> str:
+    r = stack.trigger(DAG, conf, run_id)
     assert r.status_code == 200, f"trigger refused: {r.status_code} {r.text}"
     run_id = r.json()["dag_run_id"]
     assert r.json()["conf"] == conf

@@ -1,11 +1,12 @@
 """Alert emails from a real Airflow (scheduler, LocalExecutor, triggerer): the run deadline
-missed (a Deadline Alert, sent by the triggerer) and a task failure (on_failure_callback in
-the task's process). Prints the delay from incident to mail; the target is under 2 minutes."""
+missed (a Deadline Alert, sent by the triggerer), a task failure (on_failure_callback in
+the task's process) and a topic left lagging past its freshness SLA by a commit (the
+freshness task). Prints the delay from incident to mail; the target is under 2 minutes."""
 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
 
@@ -13,17 +14,21 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from test_alerts import html_of, secrets
 
+from kafka_archive.alerts import _span as span
+
 DAG = "kafka_archive_backup"
 TARGET_S = 120
 
 
-def make_topic(kafka: str, name: str, partitions: int, messages: int) -> None:
+def make_topic(kafka: str, name: str, partitions: int, messages: int,
+               timestamps_ms: list[int] | None = None) -> None:
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     admin.create_topics([NewTopic(name, partitions, 1)])
     admin.close()
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
     for i in range(messages):
-        producer.send(name, value=f"message {i}".encode(), partition=i % partitions)
+        producer.send(name, value=f"message {i}".encode(), partition=i % partitions,
+                      timestamp_ms=timestamps_ms[i] if timestamps_ms else None)
     producer.flush()
     producer.close()
 
@@ -152,3 +157,35 @@ def failed_at(stack, run_id: str, task: str) -> datetime:
         if isinstance(item, dict) and item.get("event") == "Task failed with exception":
             return when(item["timestamp"])
     raise AssertionError(f"no failure in the log of {task}")
+
+
+def test_lagging_topic_is_mailed_after_the_commit(airflow_stack, kafka, smtp_maildir, unique):
+    topic = f"lagging-{unique}"
+    sla_s = airflow_stack.config().group("backup").policy_for(topic).freshness_s
+    step_s, first_s = sla_s // 10, int(time.time()) - 2 * sla_s  # the newest: 0.1 SLA ago
+    make_topic(kafka, topic, 1, 20, [(first_s + i * step_s) * 1000 for i in range(20)])
+    airflow_stack.unpause(DAG)
+
+    # a cap of 5 leaves 15 messages behind: the archive lags Kafka by 15 steps, 1.5 SLAs
+    r = airflow_stack.trigger(DAG, {"topics": [topic], "max_records": 5},
+                              run_id=f"lagging__{unique}")
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    run = airflow_stack.wait_for_run(DAG, run_id)
+    arrived, message = wait_for_mail(smtp_maildir, f"archive freshness past SLA for {topic}",
+                                     TARGET_S)
+
+    assert run["state"] == "success", airflow_stack.task_states(DAG, run_id)
+    assert message["Subject"] == f"[kafka-archive] backup: archive freshness past SLA for {topic}"
+    html = html_of(message)
+    newest_kafka, newest_archived = (datetime.fromtimestamp(first_s + i * step_s, timezone.utc)
+                                     for i in (19, 4))
+    for expected in ("group <b>backup</b>", f"after run {run_id} committed",
+                     f"{topic}: lag {span(15 * step_s)}, SLA {span(sla_s)}, 15 messages waiting",
+                     f"<td>0</td><td>5</td><td>20</td><td>15</td>"
+                     f"<td>{newest_kafka.isoformat()}</td><td>{newest_archived.isoformat()}</td>",
+                     f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}"):
+        assert expected in html, expected
+    assert_no_secret_in(airflow_stack, run_id, message)
+    commit = airflow_stack.api.get(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/commit")
+    report("freshness past SLA (commit task end)", when(commit.json()["end_date"]), arrived)

@@ -1,6 +1,7 @@
 """`kafka-archive rewind` on the real services: the token moves back, the next run moves
 the files it replaces aside and archives every message exactly once, and the archive is
-the same as after a rewind by deleting the token."""
+the same as after a rewind by deleting the token; so is a rewind asked for in the trigger
+params of a run on the real Airflow."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
-from pipeline import Pipeline
+from pipeline import Pipeline, objects
+from test_airflow_rest import run_to_end
 from test_backup_archive import consumed, varied_messages
 
 from kafka_archive.rewinds import format_ms
+from kafka_archive.tokens import open_store
 
 CLI = str(Path(sys.executable).parent / "kafka-archive")
 BASE_MS = (int(time.time()) - 86_400) * 1000  # message timestamps: a day ago, 1 s apart
@@ -138,6 +141,38 @@ def test_rewind_by_cli_and_by_deleting_the_token_give_identical_archives(
     assert len(archived) == len(set(archived)) == 50
     assert set(archived) == consumed(kafka, [topic])
     assert deleted.token_offsets() == rewound.token_offsets() == {topic: {0: 25, 1: 25}}
+
+
+def test_rewind_by_trigger_params_and_by_deleting_the_token_give_identical_archives(
+        airflow_stack, airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    """Two archives of the same topic: the real Airflow's (its own root and tokens), rewound
+    by a run triggered through the REST API with a `rewind` param, and one of this test's,
+    rewound by deleting its token file before the next run."""
+    deleted = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path, name="deleted")
+    topic = deleted.create_topic("same", 2)
+    deleted.produce(varied_messages(topic, 2, 40, seed=21))
+    airflow_stack.unpause("kafka_archive_backup")
+    run_to_end(airflow_stack, {"topics": [topic]})
+    run(deleted, monkeypatch, "first")
+    deleted.produce(varied_messages(topic, 2, 10, seed=22))
+
+    (deleted.token_root / "backup" / f"{topic}.token").unlink()
+    run(deleted, monkeypatch, "second")
+    run_to_end(airflow_stack, {"topics": [topic], "rewind": [{"topic": topic, "offset": 0}]},
+               run_id=f"rewound-{unique}")
+
+    cfg = airflow_stack.config()
+    stack_root = cfg.archive_root.removeprefix(f"s3://{s3.bucket}/")
+    assert objects(s3, stack_root, f"backup/{topic}/") == deleted.data_files()  # names, bytes
+    moved_aside = objects(s3, f"{stack_root}/_superseded/rewound-{unique}")
+    assert moved_aside == objects(s3, f"{deleted.root_key}/_superseded/second")
+    assert sorted(moved_aside) == [f"backup/{topic}/partition={p}/1_{p}_{0:020d}.seq"
+                                   for p in (0, 1)]
+    archived = deleted.archived_records()
+    assert len(archived) == len(set(archived)) == 50  # each message exactly once
+    assert set(archived) == consumed(kafka, [topic])
+    stack_tokens = open_store(cfg.token_root, lambda: s3.client).read("backup", topic).token
+    assert dict(stack_tokens.offsets) == deleted.token_offsets()[topic] == {0: 25, 1: 25}
 
 
 def test_s3_listing_starts_after_a_key_server_side(s3, unique):
