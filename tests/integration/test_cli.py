@@ -116,7 +116,8 @@ def test_cat_of_a_missing_or_damaged_file_names_it(archive, s3):
     manifest = f"s3://{bucket}/" + next(k for k in keys if k.endswith("/manifest.json"))
     result = _cli(archive, "cat", manifest)
     assert result.returncode == 1
-    assert f"cannot read archived file {manifest}: not a SequenceFile" in result.stderr
+    assert (f"cannot read archived file {manifest}: {manifest}: not an archive file name"
+            in result.stderr)
 
 
 def test_verify_fails_on_a_copy_that_duplicates_offsets(archive, s3):
