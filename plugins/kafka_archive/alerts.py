@@ -140,6 +140,16 @@ def freshness_past_sla(group: str, run_id: str, lagging: list[freshness.TopicFre
     return Message(f"[kafka-archive] {group}: archive freshness past SLA for {names}", _page(body))
 
 
+def audit_mismatch(outcome: dict, link: str) -> Message:
+    """An audit found windows whose archived count differs from the producers' count
+    (`outcome` of tasks.audit_reconcile: totals, summary naming each window, report)."""
+    totals = outcome["totals"]
+    return Message(f"[kafka-archive] audit of group {outcome['group']}: {totals['MISSING']} "
+                   f"window(s) MISSING, {totals['EXCESS']} EXCESS",
+                   _page([f"<pre>{_e(outcome['summary'])}</pre>",
+                          _p(f"The whole report: {_e(outcome['report'])}"), _links(link)]))
+
+
 # --- gathering facts and sending ---------------------------------------------------------
 
 def check_freshness(group_name: str, run_id: str, summary: dict,

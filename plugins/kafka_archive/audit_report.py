@@ -109,14 +109,3 @@ def _chart(verdicts: Sequence[Verdict], width: int = 900, height: int = 240) -> 
             f"role='img' aria-label='expected vs archived per window'>{bars}"
             f"<polyline points='{line}' fill='none' stroke='#c33' stroke-width='2'/></svg>"
             f"<p>bars: archived; red line: expected (max {top} per window)</p>")
-
-
-def mismatch_email(outcome: dict) -> tuple[str, str]:
-    """Subject and HTML body of the mail sent when an audit finds mismatches."""
-    totals = outcome["totals"]
-    subject = (f"kafka-archive audit: group {outcome['group']}: {totals['MISSING']} window(s) "
-               f"MISSING, {totals['EXCESS']} EXCESS")
-    body = (f"<pre>{html.escape(outcome['summary'])}</pre>"
-            f"<p>Report: {html.escape(outcome['report'])}<br>Airflow run: "
-            "<a href=\"{{ ti.log_url }}\">{{ dag.dag_id }} / {{ run_id }}</a></p>")
-    return subject, body

@@ -5,11 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from kafka_archive import alerts, audit_report, config as config_module, params as trigger, tasks
+from kafka_archive import alerts, config as config_module, params as trigger, tasks
 from kafka_archive.operators import ArchiveOperator
 
 
@@ -91,10 +90,8 @@ def audit_dag() -> DAG:
                             for k in ("since", "until"))
             outcome = tasks.audit_reconcile(group, dag_run.run_id, since, until, params["rescan"])
             if outcome["mismatches"]:
-                subject, body = audit_report.mismatch_email(outcome)
-                SmtpNotifier(smtp_conn_id=cfg.alerts.smtp_conn_id, from_email=cfg.alerts.email_from,
-                             to=list(cfg.alerts.email_to), subject=subject,
-                             html_content=body).notify(get_current_context())
+                link = alerts.link_for(dag_run.dag_id, dag_run.run_id)
+                alerts.send(cfg.alerts, alerts.audit_mismatch(outcome, link), get_current_context())
                 raise AirflowFailException(outcome["summary"])
             return outcome
 

@@ -133,6 +133,7 @@ def test_loss_is_missing_per_window_emailed_and_rescan_agrees(pipeline, base, sm
     assert "1 window(s) MISSING" not in mail["Subject"] and "2 window(s) MISSING" in mail["Subject"]
     assert f"MISSING 6: topic {topic}, source billing-1" in body
     assert f"MISSING 2: topic {topic}, source billing-1" in body
+    assert "/dags/kafka_archive_audit/runs/" in body  # the run's page in Airflow
 
     [run_dir] = {k.split("/")[-2] for k in keys(pipeline, "_audit/backup/") if k.endswith("report.json")}
     found = verdicts(pipeline, run_dir)

@@ -122,3 +122,14 @@ def test_deadline_missed_by_a_run_still_queued_says_it_waits():
     assert "It has not started" in message.html and "No plan is in flight" in message.html
     running = alerts.deadline_missed("backup", "r2", 60, "t0", "t1", "running", None, "", LINK)
     assert "It has not started" not in running.html
+
+
+def test_audit_mismatch_names_the_windows_the_report_and_the_run():
+    outcome = {"group": "backup", "totals": {"MISSING": 2, "EXCESS": 1},
+               "summary": "MISSING 6: topic <t>, source s, window 2026-11-21T10:00:00Z +60s",
+               "report": "s3://b/_audit/backup/r/report.html"}
+    message = alerts.audit_mismatch(outcome, "http://af/dags/kafka_archive_audit/runs/r")
+    assert message.subject == "[kafka-archive] audit of group backup: 2 window(s) MISSING, 1 EXCESS"
+    assert "MISSING 6: topic &lt;t&gt;, source s" in message.html
+    assert "s3://b/_audit/backup/r/report.html" in message.html
+    assert 'href="http://af/dags/kafka_archive_audit/runs/r"' in message.html
