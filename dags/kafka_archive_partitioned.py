@@ -3,6 +3,6 @@ by event time (group `partitioned` in config), then finalizes the time partition
 receive no more data. This docstring also matters: Airflow's safe mode only parses files
 that mention both "airflow" and "dag"."""
 
-from kafka_archive.dags import archive_dag
+from kafka_archive.airflow.dags import archive_dag
 
 dag = archive_dag("partitioned")

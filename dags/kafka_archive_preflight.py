@@ -4,7 +4,7 @@ connections or config."""
 import pendulum
 from airflow.sdk import dag, get_current_context, task
 
-from kafka_archive import config, preflight
+from kafka_archive.airflow import tasks
 
 
 @dag(
@@ -17,7 +17,7 @@ from kafka_archive import config, preflight
 def kafka_archive_preflight():
     @task
     def check() -> dict:
-        return preflight.run(config.load(), run_id=get_current_context()["run_id"])
+        return tasks.preflight(get_current_context()["run_id"])
 
     check()
 

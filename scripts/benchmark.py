@@ -393,7 +393,8 @@ def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: 
     connection says, --name, --jars) and the same environment (spark.submit_env() and the S3
     credentials of the Airflow connection). spark_args: what --driver-memory and --conf of
     this script add (nothing by default)."""
-    from kafka_archive import operators, spark
+    from kafka_archive import spark
+    from kafka_archive.airflow import operators
 
     binary, *options = spark.archive_command(str(config_path), plan_url)
     command = [binary, *spark_args, *options]
@@ -475,8 +476,8 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
                 work: Path, measure_idle: bool = False, group: str = GROUP) -> ArchiveRun:
     """plan, spark-submit, commit, as the DAG runs them; then optionally plan again with
     nothing left to archive."""
-    from kafka_archive import config as config_module, tasks
-    from kafka_archive.storage import Storage
+    from kafka_archive import config as config_module
+    from kafka_archive.airflow import connections, tasks
 
     os.environ["KAFKA_ARCHIVE_CONFIG"] = str(config_path)
     cfg = config_module.load()
@@ -493,7 +494,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     if summary["quarantined"]:
         raise RuntimeError(f"{label}: {summary['quarantined']} messages quarantined: the "
                            "parser did not read them, so this is not the parsing path")
-    storage = Storage.for_airflow(cfg.s3_conn_id)
+    storage = connections.storage(cfg.s3_conn_id)
     output = sum(size for _, size in storage.list(f"{cfg.archive_root}/{group}"))
     run = ArchiveRun(label, plan_s, spark_run, commit_s, summary["records"], summary["files"],
                      output)
@@ -737,7 +738,7 @@ def main() -> int:
     finished = False
     try:
         # warm the imports so the first timed plan does not pay for them
-        from kafka_archive import operators, tasks  # noqa: F401
+        from kafka_archive.airflow import operators, tasks  # noqa: F401
         quiet_logging()
 
         pool = work / "payloads.jsonl"

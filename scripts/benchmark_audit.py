@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kafka_archive import audit, audit_report, auditing, config, layout
-from kafka_archive.audit import MonitoringEvent
+from kafka_archive import config, layout
+from kafka_archive.audit import gather, reconcile, reporting
+from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.storage import Storage
 
 MIN = 60_000
@@ -47,7 +48,7 @@ def main() -> None:
     archived = dict(counts)
     for cell in rng.sample(cells, len(cells) // 1000):
         archived[cell] += rng.choice((-3, -1, 1, 2))
-    stored = {"fields": ["offset", *MonitoringEvent._fields],  # as auditing.ingest stores them
+    stored = {"fields": ["offset", *MonitoringEvent._fields],  # as gather.ingest stores them
               "events": [[i, s, t, w, MIN, n, f"{s}/producer", i]
                          for i, ((t, s, w), n) in enumerate(counts.items())], "bad": []}
     events_file = layout.audit_events_file(cfg.archive_root, cfg.audit.topic, 0, 0)
@@ -66,18 +67,18 @@ def main() -> None:
         stages[name] = time.perf_counter() - t0
         return result
 
-    events = stage("load + parse events", lambda: auditing.load_events(cfg, storage))
-    expected = stage("sum events (dedup)", lambda: audit.expected_counts(events.events))
-    verdicts = stage("reconcile", lambda: audit.reconcile(expected, archived, MIN, through, 0))
+    events = stage("load + parse events", lambda: gather.load_events(cfg, storage))
+    expected = stage("sum events (dedup)", lambda: reconcile.expected_counts(events.events))
+    verdicts = stage("reconcile", lambda: reconcile.reconcile(expected, archived, MIN, through, 0))
     header = {"group": "backup"}
-    stage("report.json", lambda: audit_report.to_json(header, verdicts))
-    stage("report.csv", lambda: audit_report.to_csv(verdicts))
-    stage("report.html", lambda: audit_report.to_html(header, verdicts))
+    stage("report.json", lambda: reporting.to_json(header, verdicts))
+    stage("report.csv", lambda: reporting.to_csv(verdicts))
+    stage("report.html", lambda: reporting.to_html(header, verdicts))
     total = time.perf_counter() - started
     for name, seconds in stages.items():
         print(f"  {name:22s} {seconds:6.2f} s")
     print(f"  {'total':22s} {total:6.2f} s")
-    totals = audit.summarize(verdicts)
+    totals = reconcile.summarize(verdicts)
     print(f"verdicts: {totals}")
     assert totals["MISSING"] + totals["EXCESS"] == len(cells) // 1000, totals
 

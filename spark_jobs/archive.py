@@ -7,7 +7,8 @@ import argparse
 
 from pyspark.sql import SparkSession
 
-from kafka_archive import archiving, config
+from kafka_archive import config
+from kafka_archive.archive import job
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--config", required=True)
@@ -20,6 +21,6 @@ spark = (SparkSession.builder.appName("kafka-archive")
          .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
          .getOrCreate())
 try:
-    archiving.run(spark, config.load(args.config), args.plan)
+    job.run(spark, config.load(args.config), args.plan)
 finally:
     spark.stop()

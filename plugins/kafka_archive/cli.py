@@ -6,19 +6,19 @@ import argparse
 import json
 import sys
 from datetime import datetime, timezone
-from typing import Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 from kafka.errors import KafkaError
 
-from kafka_archive import config as config_module
-from kafka_archive import backfill, brokers, params, preflight, records, rewinds, status, tasks, verify
+from kafka_archive import brokers, config as config_module
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError
-from kafka_archive.storage import Storage, s3_client
-from kafka_archive.tokens import open_store
-
-PREVIEW_BYTES = 60
+from kafka_archive.monitor import preflight, status
+from kafka_archive.plan import params, rewinds
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import TokenStore, open_store
+from kafka_archive.tools import backfill, verify
+from kafka_archive.tools.cat import cat_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_module.load(args.config)
         if args.command == "preflight":
             _airflow_logs_to_stderr()
-            print(json.dumps(preflight.run(config), indent=2))
+            print(json.dumps(preflight.run(config, _storage(config)), indent=2))
         elif args.command == "cat":
             cat_file(_storage(config), args.file, args.limit)
         elif args.command == "verify":
@@ -122,61 +122,27 @@ def epoch_ms(text: str) -> int:
             f"epoch, got {text!r}") from None
 
 
-def cat_file(storage: Storage, url: str, limit: int | None) -> None:
-    for n, record in enumerate(read_archived(storage, url)):
-        if limit is not None and n >= limit:
-            break
-        print(format_record(record))
-
-
-def read_archived(storage: Storage, url: str) -> Iterator[records.Record]:
-    """The file's records; any failure to read it is an error naming the file (failures
-    to print, such as a closed pipe, are not)."""
-    try:
-        with storage.open(url) as stream:
-            yield from records.read(stream, url)
-    except verify.READ_ERRORS as exc:
-        raise ArchiveError(f"cannot read archived file {url}: {exc}") from None
-
-
-def format_record(r: records.Record) -> str:
-    when = ("-" if r.timestamp_ms is None else
-            datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
-    headers = ",".join(name for name, _ in r.headers) or "-"
-    return f"{'-' if r.offset is None else r.offset}  {when}  key={preview(r.key)}  value={preview(r.value)}  headers={headers}"
-
-
-def preview(data: bytes | None) -> str:
-    if data is None:
-        return "<null>"
-    if not data:
-        return "<empty>"
-    more = len(data) - PREVIEW_BYTES
-    return repr(data[:PREVIEW_BYTES]) + (f"...(+{more} bytes)" if more > 0 else "")
-
-
 def verify_group(config: Config, group: str) -> int:
     """Print the report; 1 when it found an error."""
-    tokens = open_store(config.token_root, lambda: _s3_client(config.s3_conn_id))
+    tokens = _tokens(config)
     report = verify.verify_group(config, group, _storage(config), tokens)
     print(report.render())
     return 1 if report.errors() else 0
 
 
 def show_status(config: Config, group: str | None, as_json: bool) -> None:
-    tokens = open_store(config.token_root, lambda: _s3_client(config.s3_conn_id))
+    tokens = _tokens(config)
     consumer = brokers.consumer(config)
     try:
         now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
-        rows = status.status(config, tokens, consumer, now_ms, group)
+        rows = status.status(config, tokens, consumer, now_ms, group, _storage(config))
     finally:
         consumer.close()
     print(json.dumps(status.as_json(rows), indent=1) if as_json else status.render(rows))
 
 
 def rewind(config: Config, args: argparse.Namespace) -> None:
-    tokens = open_store(config.token_root, lambda: _s3_client(config.s3_conn_id))
+    tokens = _tokens(config)
     consumer = brokers.consumer(config)
     try:
         changes = rewinds.rewind(config, tokens, consumer, args.group, args.topic,
@@ -191,10 +157,16 @@ def _storage(config: Config) -> Storage:
     return Storage(lambda: _s3_client(config.s3_conn_id))
 
 
+def _tokens(config: Config) -> TokenStore:
+    return open_store(config.token_root, lambda: _s3_client(config.s3_conn_id))
+
+
 def _s3_client(conn_id: str):
     """The client of the Airflow connection; Airflow is imported only when S3 is used."""
     _airflow_logs_to_stderr()
-    return s3_client(conn_id)
+    from kafka_archive.airflow import connections
+
+    return connections.s3_client(conn_id)
 
 
 def _airflow_logs_to_stderr() -> None:
@@ -210,6 +182,8 @@ def _airflow_logs_to_stderr() -> None:
 def audit_group(config: Config, args) -> int:
     """The audit DAG's two steps, run here; the report's place and totals are printed."""
     _airflow_logs_to_stderr()  # the connections come through Airflow: keep stdout for JSON
+    from kafka_archive.airflow import tasks
+
     run_id = "cli__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
     tasks.audit_ingest(run_id)
     outcome = tasks.audit_reconcile(args.group, run_id, args.since, args.until, args.rescan)

@@ -16,10 +16,11 @@ from typing import Any
 
 import yaml
 
-from kafka_archive import formats, parsers
+from kafka_archive import formats
+from kafka_archive.archive import parsers
+from kafka_archive.archive.parsers import ParserSpec
 from kafka_archive.errors import ConfigError
 from kafka_archive.layout import LayoutSpec
-from kafka_archive.parsers import ParserSpec
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PATH = REPO / "config" / "kafka-archive.yaml"

@@ -1,8 +1,9 @@
 """Objects under an archive or token root: s3://bucket/key or file:///path, one API.
 
-Airflow tasks get their S3 client from the Airflow connection (`for_airflow`); Spark
-executors, which have no Airflow, from boto3's own environment (AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) that the archive task passes to the job.
+Airflow tasks get their S3 client from the Airflow connection
+(kafka_archive.airflow.connections); Spark executors, which have no Airflow, from boto3's
+own environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) that the
+archive task passes to the job.
 Local writes are atomic (temp file, fsync, rename) so a reader never sees half a file.
 """
 
@@ -16,12 +17,6 @@ from typing import BinaryIO, Callable, Iterator
 from urllib.parse import urlparse
 
 from kafka_archive.errors import TerminalError
-
-
-def s3_client(conn_id: str):
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-    return S3Hook(aws_conn_id=conn_id).get_conn()
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -43,10 +38,6 @@ class Storage:
     def __init__(self, make_s3_client: Callable[[], object] | None = None):
         self._make_s3_client = make_s3_client
         self._client = None
-
-    @classmethod
-    def for_airflow(cls, conn_id: str) -> Storage:
-        return cls(lambda: s3_client(conn_id))
 
     @classmethod
     def from_environment(cls) -> Storage:

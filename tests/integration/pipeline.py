@@ -15,8 +15,9 @@ from conftest import airflow
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
-from kafka_archive import records, spark, tasks
-from kafka_archive.operators import s3_environment
+from kafka_archive import formats, spark
+from kafka_archive.airflow import tasks
+from kafka_archive.airflow.operators import s3_environment
 from kafka_archive.tokens import LocalTokenStore
 
 GROUP = "backup"
@@ -110,7 +111,7 @@ class Pipeline:
         for path, data in self.data_files().items():
             _, topic, partition_dir, _ = path.split("/")
             partition = int(partition_dir.split("=")[1])
-            for r in records.read(io.BytesIO(data)):
+            for r in formats.read(io.BytesIO(data)):
                 found.append((topic, partition, r.offset, r.key, r.value, r.timestamp_ms,
                               tuple(r.headers)))
         return found

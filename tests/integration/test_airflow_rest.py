@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from kafka_archive import layout, records
+from kafka_archive import formats, layout
 from kafka_archive.tokens import open_store
 
 DAG = "kafka_archive_backup"
@@ -34,7 +34,7 @@ def archived(s3, root: str, topic: str) -> dict[str, list[int]]:
     files = {}
     for obj in listing.get("Contents", []):
         data = s3.client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-        files[obj["Key"].rsplit("/", 1)[1]] = [r.offset for r in records.read(io.BytesIO(data))]
+        files[obj["Key"].rsplit("/", 1)[1]] = [r.offset for r in formats.read(io.BytesIO(data))]
     return files
 
 

@@ -17,12 +17,12 @@ from email import policy
 from pathlib import Path
 from urllib.parse import quote
 
-import localservices
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from pipeline import GROUP, Pipeline, lose_to_retention
 
+import localservices
 from kafka_archive.tokens import Token
+from pipeline import GROUP, Pipeline, lose_to_retention
 
 MAIL_TIMEOUT_S = 120
 
@@ -254,7 +254,8 @@ def test_deadline_callback_run_as_the_triggerer_runs_it_mails_the_run_in_flight(
     the scheduler gives it; the real scheduler and triggerer are in test_deadline_alert_*."""
     from airflow.triggers.callback import CallbackTrigger
 
-    from kafka_archive import alerts, config
+    from kafka_archive import config
+    from kafka_archive.airflow import alerting
 
     topic = pipeline.create_topic("slow", 2)
     pipeline.produce([(topic, i % 2, None, f"m{i}".encode(), None) for i in range(10)])
@@ -262,7 +263,7 @@ def test_deadline_callback_run_as_the_triggerer_runs_it_mails_the_run_in_flight(
     run_id = "scheduled__2026-01-01T00:15:00+00:00"
     pipeline.plan(run_id)  # planned, in flight: the archive is what takes too long
     cfg = config.load()
-    alert = alerts.deadline_alert(cfg, cfg.group(GROUP))
+    alert = alerting.deadline_alert(cfg, cfg.group(GROUP))
     context = {"dag_run": {"dag_id": f"kafka_archive_{GROUP}", "dag_run_id": run_id,
                            "queued_at": "2026-01-01T00:15:01Z", "state": "running"},
                "deadline": {"id": "0", "deadline_time": "2026-01-01T00:45:01Z"}}

@@ -14,7 +14,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from test_alerts import html_of, secrets
 
-from kafka_archive.alerts import _span as span
+from kafka_archive.monitor.alerts import _span as span
 
 DAG = "kafka_archive_backup"
 TARGET_S = 120

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from pipeline import Pipeline
 
-from kafka_archive import audit, tasks
-from kafka_archive.producer import AuditedProducer
+from kafka_archive.airflow import tasks
+from kafka_archive.audit import reconcile
+from kafka_archive.audit.producer import AuditedProducer
 from kafka_archive.tokens import Token
+from pipeline import Pipeline
 
 MIN = 60_000
 HEADER = "kafka-archive-source"
@@ -47,7 +48,7 @@ def pipeline(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
 @pytest.fixture
 def base() -> int:
     """The start of a window two hours ago: every window the tests use is long closed."""
-    return audit.window_start(int(time.time() * 1000) - 2 * 3600_000, MIN)
+    return reconcile.window_start(int(time.time() * 1000) - 2 * 3600_000, MIN)
 
 
 def send_audited(pipeline: Pipeline, source: str, topic: str, messages) -> None:

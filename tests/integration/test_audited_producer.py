@@ -11,7 +11,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
-from kafka_archive.producer import AuditedProducer
+from kafka_archive.audit.producer import AuditedProducer
 
 MIN = 60_000
 

@@ -8,11 +8,12 @@ import random
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from pipeline import Pipeline
 
-from kafka_archive import config, records, verify
-from kafka_archive.storage import Storage
-from kafka_archive.records import decode
+from kafka_archive import config, formats
+from kafka_archive.airflow import connections
+from kafka_archive.formats.records import decode
+from kafka_archive.tools import verify
+from pipeline import Pipeline
 
 
 @pytest.fixture
@@ -120,9 +121,9 @@ def test_a_topic_can_have_its_own_format(airflow_env, kafka, s3, unique, tmp_pat
     assert sorted(files) == [f"backup/{logs}/partition=0/1_0_{0:020d}.txt.gz",
                              f"backup/{orders}/partition=0/1_0_{0:020d}.seq"]
     for path, data in files.items():
-        assert [r.value for r in records.read(io.BytesIO(data), path)] == lines
+        assert [r.value for r in formats.read(io.BytesIO(data), path)] == lines
     # verify takes the text file's offsets from its manifest row
-    report = verify.verify_group(config.load(), "backup", Storage.for_airflow("kafka_archive_s3"),
+    report = verify.verify_group(config.load(), "backup", connections.storage("kafka_archive_s3"),
                                  pipeline.tokens)
     assert report.errors() == [], report.render()
     assert sum(f.records for p in report.partitions for f in p.files) == 40

@@ -10,14 +10,16 @@ import threading
 import time
 
 import pytest
-from pipeline import Pipeline
 from test_backup_archive import consumed, varied_messages
 
-from kafka_archive import commit as committing, config, layout, runs
+from kafka_archive import config, layout
+from kafka_archive.airflow import connections
+from kafka_archive.commit import protocol as committing
 from kafka_archive.errors import TerminalError
-from kafka_archive.planning import Plan
-from kafka_archive.storage import Storage
+from kafka_archive.plan import runs
+from kafka_archive.plan.planning import Plan
 from kafka_archive.tokens import TokenConflictError
+from pipeline import Pipeline
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def assert_same_as_uninterrupted(pipeline: Pipeline, data) -> None:
     assert len(archived) == len(set(archived))        # no duplicate
     assert set(archived) == expected                   # no hole, nothing lost
     assert pipeline.data_files() == reference_files    # byte for byte
-    assert Storage.for_airflow("kafka_archive_s3").get_or_none(
+    assert connections.storage("kafka_archive_s3").get_or_none(
         layout.inflight_marker(pipeline.root, "backup")) is None
 
 
@@ -57,7 +59,7 @@ def test_crash_after_plan(crashing, data):
 
 def test_crash_in_the_middle_of_the_spark_job(crashing, data):
     plan_url = crashing.plan("crashed-run")
-    planned = len(Plan.from_json(Storage.for_airflow("kafka_archive_s3").get_bytes(plan_url)).slices)
+    planned = len(Plan.from_json(connections.storage("kafka_archive_s3").get_bytes(plan_url)).slices)
     job = crashing.archive(plan_url)
     deadline = time.monotonic() + 180
     while not crashing.data_files():  # kill as soon as the first file is durable
@@ -97,7 +99,7 @@ class CrashAfterFirstWrite:
 def test_crash_during_commit_between_two_topics(crashing, data):
     plan_url = crashing.plan("crashed-run")
     crashing.archive_to_end(plan_url)
-    storage = Storage.for_airflow("kafka_archive_s3")
+    storage = connections.storage("kafka_archive_s3")
     plan = Plan.from_json(storage.get_bytes(plan_url))
     assert len(plan.topics()) == 2
     with pytest.raises(SystemExit):
@@ -109,7 +111,7 @@ def test_crash_during_commit_between_two_topics(crashing, data):
 
 
 def test_two_commits_racing_on_one_token_exactly_one_wins(crashing, data):
-    storage = Storage.for_airflow("kafka_archive_s3")
+    storage = connections.storage("kafka_archive_s3")
     first = crashing.plan("racer-1")
     # a second planner that ignored the in-flight mark plans from the same token version
     storage.delete(layout.inflight_marker(crashing.root, "backup"))

@@ -4,13 +4,13 @@ or duplicated."""
 from __future__ import annotations
 
 import pytest
-from pipeline import Pipeline, lose_to_retention
 from test_backup_archive import consumed, varied_messages
 
 from kafka_archive import layout
-from kafka_archive.planning import RetentionGapError
-from kafka_archive.storage import Storage
+from kafka_archive.airflow import connections
+from kafka_archive.plan.planning import RetentionGapError
 from kafka_archive.tokens import MalformedTokenError
+from pipeline import Pipeline, lose_to_retention
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_retention_gap_fails_naming_the_lost_range(pipeline, kafka):
     message = str(failed.value)
     assert f"{topic} partition 0: offsets [5, {earliest})" in message
     assert f"({earliest - 5} messages)" in message
-    recorded = Storage.for_airflow("kafka_archive_s3").get_bytes(
+    recorded = connections.storage("kafka_archive_s3").get_bytes(
         layout.run_file(pipeline.root, "backup", "after-retention", "anomalies.json"))
     assert b'"lost_from": 5' in recorded
     assert pipeline.token_offsets()[topic] == {0: 5}  # nothing moved
@@ -91,5 +91,5 @@ def test_malformed_token_fails_with_file_and_line_and_changes_nothing(pipeline, 
     lines = token_file.read_text().count("\n")
     assert str(token_file) in str(failed.value) and f"line {lines}" in str(failed.value)
     assert pipeline.data_files() == files_before
-    assert Storage.for_airflow("kafka_archive_s3").get_or_none(
+    assert connections.storage("kafka_archive_s3").get_or_none(
         layout.inflight_marker(pipeline.root, "backup")) is None

@@ -18,12 +18,14 @@ from pathlib import Path
 import msgpack
 import pytest
 from conftest import airflow
-from pipeline import Pipeline
 from test_backup_archive import consumed
 
-from kafka_archive import backfill, config as config_module, records, verify
-from kafka_archive.storage import Storage
+from kafka_archive import config as config_module, formats
+from kafka_archive.airflow import connections
+from kafka_archive.formats import records
 from kafka_archive.tokens import LocalTokenStore
+from kafka_archive.tools import backfill, verify
+from pipeline import Pipeline
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 HOUR = 3_600_000
@@ -55,7 +57,7 @@ class Archive(Pipeline):
 
     def run(self, group: str, run_id: str) -> dict | None:
         """The DAG's steps in this process (the test has put the config in the env)."""
-        from kafka_archive import tasks
+        from kafka_archive.airflow import tasks
 
         plan_url = tasks.plan(group, run_id)
         if plan_url is None:
@@ -76,7 +78,7 @@ class Archive(Pipeline):
 
 
 def read_file(path: str, data: bytes) -> list[records.Record]:
-    return list(records.read(io.BytesIO(data), path))
+    return list(formats.read(io.BytesIO(data), path))
 
 
 PARTITIONED = """\
@@ -176,7 +178,7 @@ def test_json_msgpack_and_timestamp_topics_land_in_their_hours_bad_ones_in_quara
 
     # verify understands the event-time layout
     cfg = config_module.load()
-    report = verify.verify_group(cfg, "partitioned", Storage.for_airflow(cfg.s3_conn_id),
+    report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
                                  LocalTokenStore(archive.token_root))
     assert not report.errors(), report.render()
 
@@ -263,7 +265,7 @@ def test_late_events_before_finalization_are_included_after_it_go_to_late(archiv
     recent_files = [p for p in second if p.startswith(recent_dir + "/") and not p.endswith("_SUCCESS")]
     assert len(recent_files) == 2  # one per slice: offsets 2 and 4
     cfg = config_module.load()
-    report = verify.verify_group(cfg, "partitioned", Storage.for_airflow(cfg.s3_conn_id),
+    report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
                                  LocalTokenStore(archive.token_root))
     assert not report.errors(), report.render()
 
@@ -291,7 +293,7 @@ def test_backfill_after_a_parser_fix_is_byte_identical_to_a_correct_run(
     broken.write_config(PARTITIONED.format(p=prefix, field="ts"))  # the fix
     broken.in_env(monkeypatch)
     cfg = config_module.load()
-    summary = backfill.backfill(cfg, Storage.for_airflow(cfg.s3_conn_id), "partitioned", topic,
+    summary = backfill.backfill(cfg, connections.storage(cfg.s3_conn_id), "partitioned", topic,
                                 "backfill-1", "2026-01-01T00:00:00+00:00", from_offset=0)
     assert len(summary["slices"]) == 2 and len(summary["moved_aside"]) == 2
 
@@ -302,12 +304,12 @@ def test_backfill_after_a_parser_fix_is_byte_identical_to_a_correct_run(
     assert rebuilt == data(reference) and len(rebuilt) > 10
     assert not any("/_quarantine/" in p for p in rebuilt)
     assert len(_objects(broken, f"_superseded/backfill-1/partitioned/{topic}/_quarantine")) == 2
-    report = verify.verify_group(cfg, "partitioned", Storage.for_airflow(cfg.s3_conn_id),
+    report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
                                  LocalTokenStore(broken.token_root))
     assert not report.errors(), report.render()
 
     # the same backfill again changes nothing (a crashed backfill is repaired by a re-run)
-    backfill.backfill(cfg, Storage.for_airflow(cfg.s3_conn_id), "partitioned", topic,
+    backfill.backfill(cfg, connections.storage(cfg.s3_conn_id), "partitioned", topic,
                       "backfill-2", "2026-01-01T00:00:01+00:00", from_offset=0)
     assert data(broken) == rebuilt
 
@@ -345,7 +347,7 @@ def test_a_new_generation_writes_new_names_and_verify_reads_both(archive):
                    if p.startswith(f"{topic}/{hour_path(now - HOUR)}/") and not p.endswith("_SUCCESS"))
     assert names == ["1_0_00000000000000000000.seq", "2_0_00000000000000000003.seq"]
     cfg = config_module.load()
-    report = verify.verify_group(cfg, "partitioned", Storage.for_airflow(cfg.s3_conn_id),
+    report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
                                  LocalTokenStore(archive.token_root))
     assert not report.errors(), report.render()
     assert {(p.generation, len(p.files)) for p in report.partitions} == {(1, 1), (2, 1)}

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
-from pipeline import Pipeline, objects
 from test_airflow_rest import run_to_end
 from test_backup_archive import consumed, varied_messages
 
-from kafka_archive.rewinds import format_ms
+from kafka_archive.plan.rewinds import format_ms
 from kafka_archive.tokens import open_store
+from pipeline import Pipeline, objects
 
 CLI = str(Path(sys.executable).parent / "kafka-archive")
 BASE_MS = (int(time.time()) - 86_400) * 1000  # message timestamps: a day ago, 1 s apart

@@ -5,10 +5,10 @@ import textwrap
 import pytest
 
 from kafka_archive import config
+from kafka_archive.archive.parsers import ParserSpec
 from kafka_archive.config import FormatSpec
 from kafka_archive.errors import ConfigError
 from kafka_archive.layout import LayoutSpec
-from kafka_archive.parsers import ParserSpec
 
 HEAD = """
 kafka: {bootstrap_servers: "b:9092"}

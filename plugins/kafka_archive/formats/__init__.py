@@ -1,8 +1,9 @@
 """File formats the archiver writes, implemented in pure Python so the archiver needs no JVM.
 
-The registry below is the one way to write and read every kind (records.open_writer,
-records.read, `kafka-archive cat` and verify all go through it). A group's format is a
-dict (config.FormatSpec as a dict, as plans carry it):
+The registry below is the one way to write and read every kind (`open_writer`, `read`:
+the slice writer, `kafka-archive cat`, verify and audit rescans all go through it);
+`records` is the record and its key encoding, which the formats build on. A group's
+format is a dict (config.FormatSpec as a dict, as plans carry it):
 
 - `sequencefile` (default, `.seq`): Hadoop SequenceFile, lossless: offset, key,
   timestamp, headers and tombstones are kept (records.encode_key). Options `key`
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Mapping, Protocol
 
 from kafka_archive.formats import baldr, sequencefile as seq, text
-from kafka_archive.records import Record, decode, encode_key
+from kafka_archive.formats.records import Record, decode, encode_key
 
 # Quarantined messages are kept whole whatever the group's format, with their reason
 QUARANTINE_FORMAT = {"kind": "sequencefile", "key": "msgpack", "compression": "default"}

@@ -1,0 +1,194 @@
+"""Sending the alert emails (kafka_archive.monitor.alerts builds them) through Airflow's SMTP
+notifier on the connection `alerts.smtp_conn_id` names.
+
+- task failure: `on_task_failure`, every archive task's on_failure_callback. A failure
+  caused by data lost to retention becomes the data-lost alert, naming each lost range.
+- data lost to retention and skipped (`on_retention_gap: skip`): `on_plan`, from the plan.
+- run deadline missed: `deadline_alert`, a Deadline Alert on every archive DAG, counted
+  from when the run was queued; the triggerer runs `on_deadline_missed`.
+- archive freshness past its SLA: `check_freshness`, the task after commit (the lag
+  itself is computed in kafka_archive.monitor.freshness).
+
+Error texts go through Airflow's secrets masker before they are mailed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Iterable
+
+from airflow.providers.common.compat.sdk import conf
+from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
+from airflow.sdk.log import redact
+
+from kafka_archive import brokers, config as config_module, layout
+from kafka_archive.airflow import connections
+from kafka_archive.config import Alerts, Config, Group
+from kafka_archive.errors import TerminalError, TransientError
+from kafka_archive.monitor import freshness
+from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
+                                          freshness_past_sla, run_link, task_failed)
+from kafka_archive.plan.planning import Plan, RetentionGapError
+
+log = logging.getLogger(__name__)
+
+
+def check_freshness(group_name: str, run_id: str, summary: dict,
+                    topics: Iterable[str] = ()) -> dict:
+    """After a commit: per topic of the group (or of `topics`, a run's subset), the lag of
+    the archive behind Kafka against its SLA; one email listing every lagging topic.
+    Returns the lags, for the task's XCom."""
+    topics = sorted(topics or ())
+    cfg = config_module.load()
+    group = cfg.group(group_name)
+    storage = connections.storage(cfg.s3_conn_id)
+    manifest = json.loads(storage.get_bytes(layout.run_file(
+        cfg.archive_root, group.name, summary["run_id"], "manifest.json")))
+    store = connections.token_store(cfg)
+    tokens = {}
+    for topic in topics or store.topics(group.name):
+        read = store.read(group.name, topic)
+        tokens[topic] = dict(read.token.offsets) if read.token else {}
+    consumer = brokers.consumer(cfg)
+    try:
+        partitions = freshness.observe(consumer, group, tokens, manifest["slices"], topics)
+    finally:
+        consumer.close()
+    now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+    lagging = freshness.past_sla(partitions, lambda t: group.policy_for(t).freshness_s, now_ms)
+    lags = freshness.topic_lags(partitions, now_ms)
+    log.info("freshness lag per topic (s): %s", json.dumps(lags))
+    if lagging:
+        send(cfg.alerts, freshness_past_sla(group.name, run_id, lagging, now_ms,
+                                            link_for(dag_id(group.name), run_id)))
+    return {"lag_s": lags, "past_sla": [t.topic for t in lagging]}
+
+
+def on_plan(cfg: Config, plan: Plan, run_id: str) -> None:
+    """Mail the ranges a new plan skipped because retention deleted them (a plan re-executed
+    from an earlier run was mailed about then)."""
+    skipped = [a for a in plan.anomalies if a.action == "skipped"]
+    if skipped and plan.run_id == run_id:
+        send(cfg.alerts, data_lost(plan.group, run_id, skipped, False,
+                                   link_for(dag_id(plan.group), run_id)))
+
+
+def on_task_failure(context) -> None:
+    """on_failure_callback of the archive tasks (runs in the task's process)."""
+    cfg = config_module.load()
+    ti, error = context["ti"], context.get("exception")
+    group = ti.dag_id.removeprefix("kafka_archive_")
+    run_id = context["run_id"]
+    link = link_for(ti.dag_id, run_id)
+    if isinstance(error, RetentionGapError):
+        message = data_lost(group, run_id, error.anomalies, True, link)
+    else:
+        message = task_failed(group, run_id, ti.task_id, ti.try_number, _error_text(error),
+                              _terminal(error), _plan_of(cfg, ti), link, ti.log_url)
+    send(cfg.alerts, message, context)
+
+
+def deadline_alert(cfg: Config, group: Group):
+    """The DAG's Deadline Alert: not finished `deadline` after the run was queued.
+
+    None under `airflow dags test`: no scheduler or triggerer runs there, so no deadline
+    can fire, and Airflow 3.3.2's DAG.test() crashes at the end of every successful run of
+    a DAG with a deadline (apache/airflow#73428: its in-memory DAG holds the encoded alerts
+    where the scheduler's holds their ids)."""
+    if Path(sys.argv[0]).name == "airflow" and sys.argv[1:3] == ["dags", "test"]:
+        return None
+    return DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_QUEUED_AT,
+        interval=timedelta(seconds=group.deadline_s),
+        callback=AsyncCallback(on_deadline_missed, kwargs={
+            "group": group.name, "deadline_s": group.deadline_s,
+            "archive_root": cfg.archive_root, "s3_conn_id": cfg.s3_conn_id,
+            "alerts": {"smtp_conn_id": cfg.alerts.smtp_conn_id,
+                       "email_to": list(cfg.alerts.email_to),
+                       "email_from": cfg.alerts.email_from}}))
+
+
+async def on_deadline_missed(group: str, deadline_s: int, archive_root: str, s3_conn_id: str,
+                             alerts: dict, context: dict | None = None) -> str:
+    """Run by the triggerer when a run missed its deadline. The context holds the run
+    (`dag_run`) and the deadline; the plan in flight tells what the run is archiving."""
+    context = context or {}
+    run = context.get("dag_run") or {}
+    run_id = run.get("dag_run_id") or run.get("run_id") or "?"
+    deadline_at = (context.get("deadline") or {}).get("deadline_time")
+    plan, note = await asyncio.to_thread(_plan_in_flight, archive_root, s3_conn_id, group)
+    message = deadline_missed(group, run_id, deadline_s, run.get("queued_at"),
+                              str(deadline_at) if deadline_at else None, run.get("state"),
+                              plan, note,
+                              link_for(run.get("dag_id") or dag_id(group), run_id))
+    settings = Alerts(alerts["smtp_conn_id"], tuple(alerts["email_to"]), alerts["email_from"])
+    await _notifier(settings, message).async_notify(context)
+    log.info("deadline alert sent to %s: %s", ", ".join(settings.email_to), message.subject)
+    return message.subject
+
+
+def send(alerts: Alerts, message: Message, context=None) -> None:
+    # notify(), not the notifier's __call__: our text is not a Jinja template
+    _notifier(alerts, message).notify(context or {})
+    log.info("alert sent to %s: %s", ", ".join(alerts.email_to), message.subject)
+
+
+def link_for(dag: str, run_id: str) -> str:
+    return run_link(conf.get("api", "base_url", fallback=None) or "http://localhost:8080",
+                    dag, run_id)
+
+
+def _notifier(alerts: Alerts, message: Message):
+    return SmtpNotifier(smtp_conn_id=alerts.smtp_conn_id, from_email=alerts.email_from,
+                        to=list(alerts.email_to), subject=message.subject,
+                        html_content=message.html)
+
+
+def _plan_of(cfg: Config, ti) -> Plan | None:
+    """The run's plan, when the plan task got as far as storing one."""
+    try:
+        plan_url = ti.xcom_pull(task_ids="plan")
+        return Plan.from_json(connections.storage(cfg.s3_conn_id).get_bytes(plan_url)) \
+            if plan_url else None
+    except Exception:  # the alert matters more than its detail
+        log.exception("could not read the run's plan for the alert")
+        return None
+
+
+def _plan_in_flight(archive_root: str, s3_conn_id: str, group: str) -> tuple[Plan | None, str]:
+    try:
+        storage = connections.storage(s3_conn_id)
+        marker = storage.get_or_none(layout.inflight_marker(archive_root, group))
+        if marker is None:
+            return None, ("No plan is in flight: the run has not planned yet (still queued, "
+                          "or planning), or has committed since.")
+        plan = Plan.from_json(storage.get_bytes(json.loads(marker)["plan"]))
+        return plan, f"The plan in flight is run {plan.run_id}'s, made at {plan.created_at}."
+    except Exception as exc:
+        log.exception("could not read the plan in flight for the alert")
+        return None, f"Could not read the plan in flight: {_redact(repr(exc))}"
+
+
+def _error_text(error) -> str:
+    text = error if isinstance(error, str) else (
+        f"{type(error).__name__}: {error}" if error is not None else "(no exception recorded)")
+    text = _redact(text)
+    return text if len(text) <= 4000 else text[:4000] + " ..."
+
+
+def _redact(text: str) -> str:
+    return str(redact(text))
+
+
+def _terminal(error) -> bool | None:
+    if isinstance(error, TerminalError):
+        return True
+    if isinstance(error, TransientError):
+        return False
+    return None

@@ -1,0 +1,26 @@
+"""Clients built from Airflow connections: the one place credentials are looked up.
+
+Secrets stay in the connection (or the secrets backend behind it) and reach the library
+only as ready clients, never as arguments or log lines.
+"""
+
+from __future__ import annotations
+
+from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+from kafka_archive.config import Config
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import TokenStore, open_store
+
+
+def s3_client(conn_id: str):
+    return S3Hook(aws_conn_id=conn_id).get_conn()
+
+
+def storage(conn_id: str) -> Storage:
+    """The archive root's storage, its S3 client made from the connection when first used."""
+    return Storage(lambda: s3_client(conn_id))
+
+
+def token_store(config: Config) -> TokenStore:
+    return open_store(config.token_root, lambda: s3_client(config.s3_conn_id))

@@ -1,0 +1,140 @@
+"""The archive DAG of one group, built from config: plan >> archive >> commit >> freshness."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from kafka_archive import config as config_module
+from kafka_archive.airflow import alerting, tasks
+from kafka_archive.airflow.operators import ArchiveOperator
+from kafka_archive.monitor import alerts
+from kafka_archive.plan import params as trigger
+
+
+def archive_dag(group_name: str) -> DAG:
+    cfg = config_module.load()
+    group = cfg.group(group_name)
+    with DAG(
+        dag_id=f"kafka_archive_{group.name}",
+        description=f"Archive Kafka topics of group {group.name} to {cfg.archive_root}",
+        schedule=group.schedule,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,  # plans must not overlap: one in flight at a time
+        default_args={"retries": 2, "retry_delay": timedelta(minutes=1),
+                      "on_failure_callback": alerting.on_task_failure},
+        deadline=alerting.deadline_alert(cfg, group),
+        params={name: Param(default, **schema)  # validated on trigger; the UI's form
+                for name, (default, schema) in trigger.SCHEMAS.items()},
+        tags=["kafka-archive", group.name],
+    ) as dag:
+
+        @task.short_circuit(retries=0)
+        def plan(dag_run=None, params=None) -> str | None:
+            return tasks.plan(group.name, dag_run.run_id, **trigger.plan_arguments(params))
+
+        @task
+        def commit(plan_url: str) -> dict:
+            return tasks.commit(plan_url)
+
+        plan_url = plan()
+        archive = ArchiveOperator(task_id="archive", plan_url=plan_url, config_path=str(cfg.path),
+                                  s3_conn_id=cfg.s3_conn_id, conn_id="kafka_archive_spark")
+        committed = commit(plan_url)
+        archive >> committed
+
+        @task(retries=0)
+        def freshness(summary: dict, dag_run=None, params=None) -> dict:
+            return alerting.check_freshness(group.name, dag_run.run_id, summary,
+                                          topics=params["topics"])  # a run's subset, or all
+
+        freshness(committed)
+        if group.layout.kind == "event_time":
+            @task
+            def finalize(summary: dict) -> dict:
+                return tasks.finalize(group.name)
+
+            finalize(committed)
+    return dag
+
+
+def audit_dag() -> DAG:
+    """Reconcile producers' counts with what each audited group archived."""
+    cfg = config_module.load()
+    when = {"anyOf": [{"type": "null"}, *trigger.TIME["anyOf"]]}
+    with DAG(
+        dag_id="kafka_archive_audit",
+        description=f"Reconcile {cfg.audit.topic} counts with groups {', '.join(cfg.audit.groups)}",
+        schedule=cfg.audit.schedule,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,  # the monitoring token moves by compare-and-swap: one reader
+        default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
+        params={"since": Param(None, **when, description="Only windows starting at or after "
+                                                         "this time (UTC; empty: all)"),
+                "until": Param(None, **when, description="Only windows starting before this time"),
+                "rescan": Param(False, type="boolean",
+                                description="Count the archived files themselves instead of "
+                                            "trusting the manifests")},
+        tags=["kafka-archive", "audit"],
+    ) as dag:
+
+        @task
+        def ingest(dag_run=None) -> int:
+            return tasks.audit_ingest(dag_run.run_id)
+
+        @task(retries=0)  # a mismatch is a finding, not a transient failure
+        def reconcile(group: str, dag_run=None, params=None) -> dict:
+            since, until = (None if params[k] is None else trigger.epoch_ms(params[k])
+                            for k in ("since", "until"))
+            outcome = tasks.audit_reconcile(group, dag_run.run_id, since, until, params["rescan"])
+            if outcome["mismatches"]:
+                link = alerting.link_for(dag_run.dag_id, dag_run.run_id)
+                alerting.send(cfg.alerts, alerts.audit_mismatch(outcome, link), get_current_context())
+                raise AirflowFailException(outcome["summary"])
+            return outcome
+
+        ingest() >> [reconcile.override(task_id=f"reconcile_{g}")(g) for g in cfg.audit.groups]
+    return dag
+
+
+
+def backfill_dag() -> DAG:
+    """Manually triggered: rebuild an event-time group's files of a topic from the backup."""
+    cfg = config_module.load()
+    targets = [g.name for g in cfg.groups.values() if g.layout.kind == "event_time"] or [None]
+    offset = {"type": ["null", "integer"], "minimum": 0}
+    when = {"anyOf": [{"type": "null"}, *trigger.TIME["anyOf"]]}
+    with DAG(
+        dag_id="kafka_archive_backfill",
+        description="Rebuild partitioned output of a topic from the backup archive",
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"retries": 0},
+        params={"group": Param(targets[0], enum=targets, description="event-time group"),
+                "topic": Param("", type="string", minLength=1, description="topic to rebuild"),
+                "source": Param("backup", type="string", description="the backup group"),
+                "from_offset": Param(None, **offset, description="first offset (all partitions)"),
+                "to_offset": Param(None, **offset, description="end offset, exclusive"),
+                "since": Param(None, **when, description="or: slices with a message at or "
+                                                         "after this Kafka timestamp"),
+                "until": Param(None, **when, description="... and before this one")},
+        tags=["kafka-archive", "backfill"],
+    ) as dag:
+
+        @task
+        def backfill(dag_run=None, params=None) -> dict:
+            since, until = (None if params[k] is None else trigger.epoch_ms(params[k])
+                            for k in ("since", "until"))
+            return tasks.backfill(params["group"], params["topic"], dag_run.run_id,
+                                  params["from_offset"], params["to_offset"], since, until,
+                                  params["source"])
+
+        backfill()
+    return dag

@@ -1,0 +1,150 @@
+"""The bodies of the DAGs' tasks: each builds its clients from config and the Airflow
+connections, and calls one library function. The CLI calls them too."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from kafka_archive import brokers, config as config_module, layout
+from kafka_archive.airflow import alerting, connections
+from kafka_archive.audit import gather, reconcile, reporting
+from kafka_archive.commit import finalizing, protocol as committing
+from kafka_archive.monitor import preflight as preflight_check
+from kafka_archive.plan import rewinds as rewinding, runs
+from kafka_archive.plan.planning import Caps, Plan
+from kafka_archive.tools import backfill as backfilling
+
+log = logging.getLogger(__name__)
+
+
+def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...] = (),
+         caps: Caps = Caps(), rewinds: tuple[dict, ...] = ()) -> str | None:
+    """Make (or resume) the run's plan; the plan's URL, or None when there is nothing to do.
+    A manual run may name a topic subset, per-partition caps, and rewinds (keyword
+    arguments of `rewinds.rewind`) applied first, unless it is a dry run."""
+    cfg = config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    tokens = connections.token_store(cfg)
+    consumer = brokers.consumer(cfg)
+    try:
+        for request in rewinds:
+            if dry_run:
+                log.info("dry run: not rewinding %s", request)
+                continue
+            for change in rewinding.rewind(cfg, tokens, consumer, group, storage=storage,
+                                           **request):
+                log.warning("%s", change)
+        made = runs.start(cfg, group, run_id, storage, tokens, consumer, runs.now_utc(), dry_run,
+                          topics, caps)
+    finally:
+        consumer.close()
+    for anomaly in made.anomalies:
+        log.warning("%s (%s)", anomaly.describe(), anomaly.action)
+    for where, why in made.waiting.items():
+        log.info("waiting: %s: %s", where, why)
+    log.info("plan %s: %d slices, %d offsets, %d files superseded", made.run_id,
+             len(made.slices), made.records(), len(made.superseded))
+    if dry_run:
+        print(made.to_json().decode())
+        return None
+    alerting.on_plan(cfg, made, run_id)  # mails ranges skipped because retention deleted them
+    if not made.slices:
+        return None
+    return layout.run_file(cfg.archive_root, group, made.run_id, "plan.json")
+
+
+def commit(plan_url: str) -> dict:
+    cfg = config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    made = Plan.from_json(storage.get_bytes(plan_url))
+    tokens = connections.token_store(cfg)
+    summary = committing.commit(cfg, made, storage, tokens, runs.now_utc())
+    log.info("committed %s", json.dumps(summary))
+    return summary
+
+
+def finalize(group: str) -> dict[str, list[str]]:
+    """After commit: `_SUCCESS` into the time partitions that can receive no more data."""
+    cfg = config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    tokens = connections.token_store(cfg)
+    consumer = brokers.consumer(cfg)
+    try:
+        now_ms = int(runs.now_utc().timestamp() * 1000)
+        return finalizing.finalize(cfg, cfg.group(group), storage, tokens, consumer, now_ms)
+    finally:
+        consumer.close()
+
+
+def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None,
+             to_offset: int | None = None, since_ms: int | None = None,
+             until_ms: int | None = None, source: str = "backup") -> dict:
+    """Rebuild an event-time group's files of a topic in a range from the backup archive."""
+    cfg = config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    summary = backfilling.backfill(cfg, storage, group, topic, run_id,
+                                   runs.now_utc().isoformat(timespec="seconds"), from_offset,
+                                   to_offset, since_ms, until_ms, source)
+    return {k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")} | {
+        "slices": len(summary["slices"]),
+        "files": sum(len(s["files"]) for s in summary["slices"])}
+
+
+def audit_ingest(run_id: str) -> int:
+    """Copy new monitoring events into the archive; how many."""
+    cfg = config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    tokens = connections.token_store(cfg)
+    consumer = brokers.consumer(cfg)
+    try:
+        now = runs.now_utc().isoformat(timespec="seconds")
+        copied = gather.ingest(cfg, storage, tokens, consumer, run_id, now)
+    finally:
+        consumer.close()
+    log.info("copied %d monitoring events from %s", copied, cfg.audit.topic)
+    return copied
+
+
+def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
+                    until_ms: int | None = None, rescan: bool = False) -> dict:
+    """Compare producers' counts with the archive; write the reports. The outcome holds
+    `mismatches` (how many windows are MISSING or EXCESS) and a readable `summary`."""
+    cfg = config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    tokens = connections.token_store(cfg)
+    now = runs.now_utc()
+    consumer = brokers.consumer(cfg)
+    try:
+        through = gather.archived_through(cfg, cfg.group(group), tokens, consumer,
+                                            int(now.timestamp() * 1000))
+    finally:
+        consumer.close()
+    events = gather.load_events(cfg, storage)
+    archived = (gather.archived_by_rescan if rescan else gather.archived_from_manifests)(
+        cfg, storage, group)
+    verdicts = reconcile.reconcile(reconcile.expected_counts(events.events), archived,
+                               cfg.audit.window_s * 1000, through, cfg.audit.grace_s * 1000,
+                               since_ms, until_ms)
+    header = {"group": group, "run_id": run_id, "audited_at": now.isoformat(timespec="seconds"),
+              "mode": "rescan" if rescan else "manifests", "since_ms": since_ms,
+              "until_ms": until_ms, "grace_s": cfg.audit.grace_s,
+              "unreadable_monitoring_events": len(events.bad)}
+    page = reporting.to_html(header, verdicts)
+    for name, data in (("report.json", reporting.to_json(header, verdicts)),
+                       ("report.csv", reporting.to_csv(verdicts)), ("report.html", page)):
+        storage.put_bytes(layout.audit_report(cfg.archive_root, group, run_id, name), data)
+    storage.put_bytes(layout.audit_report(cfg.archive_root, group, None, "index.html"), page)
+    for problem in events.bad:
+        log.warning("%s", problem)
+    totals = reconcile.summarize(verdicts)
+    report = layout.audit_report(cfg.archive_root, group, run_id, "report.html")
+    log.info("audit %s: %s; report %s", group, totals, report)
+    return {"group": group, "totals": totals, "report": report,
+            "mismatches": totals["MISSING"] + totals["EXCESS"],
+            "summary": reporting.mismatch_summary(group, verdicts)}
+
+
+def preflight(run_id: str) -> dict:
+    cfg = config_module.load()
+    return preflight_check.run(cfg, connections.storage(cfg.s3_conn_id), run_id)

@@ -1,0 +1,192 @@
+"""Writing one slice: its messages, in offset order, to their files at deterministic paths.
+
+Shared by the archive job (messages from Kafka) and backfill (messages from the backup
+archive), so the same messages under the same config always give the same files.
+
+- layout `partition` (the backup group): one file per slice, `partition=<n>/`, named by
+  the slice's start offset.
+- layout `event_time` (the partitioned group): the parser gives each message's event time;
+  one file per (slice, time partition), named by the first offset of the slice's messages
+  in that time partition. A message the parser cannot read goes to the slice's quarantine
+  file with the reason (records.Record.error); a message whose time partition was already
+  final when the run was planned (`Target.finalized_ms`) goes to `_late/<time partition>/`,
+  so a finalized partition's files never change. Nothing is dropped.
+
+Each file streams to a local temp file, hashed on the way, and is uploaded when the slice
+is complete; `finish` returns the slice's manifest row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka_archive import formats, layout
+from kafka_archive.archive import parsers
+from kafka_archive.audit import reconcile
+from kafka_archive.errors import TransientError
+from kafka_archive.formats.records import Record
+from kafka_archive.layout import LayoutSpec
+from kafka_archive.storage import Storage
+
+MAX_REPORTED_ERRORS = 10  # parse errors listed in a manifest row (all are in the file)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is fixed for every slice of one topic in a run."""
+    root: str
+    group: str
+    topic: str
+    generation: int
+    format: dict
+    layout: LayoutSpec
+    parser: parsers.Parser | None       # event_time layout only
+    finalized_ms: int | None = None     # time partitions ending at or before it are final
+    audit_header: str = "kafka-archive-source"
+    audit_window_ms: int = 60_000
+
+
+class OpenSlice:
+    def __init__(self, target: Target, partition: int, start: int, end: int, max_bytes: int):
+        self.target, self.partition, self.start, self.end = target, partition, start, end
+        self.topic, self.max_bytes = target.topic, max_bytes
+        self.event_time = target.layout.kind == "event_time"
+        self.files: dict[str, _OpenFile] = {}  # url of the file's directory -> file
+        self.next_offset, self.gaps, self.count, self.payload = start, [], 0, 0
+        self.quarantined, self.late, self.errors = 0, 0, []
+        self.min_ts = self.max_ts = None
+        self.cut = False
+        self.audit_counts: dict[tuple[str, int], int] = {}  # (source, window start) -> messages
+
+    def add(self, r: Record) -> None:
+        """The next message of the slice (offsets increasing)."""
+        size = len(r.key or b"") + len(r.value or b"")
+        if self.count and self.payload + size > self.max_bytes:
+            # end right after the last record written, so a gap before `offset` is left
+            # to the next run; deterministic: depends on the data only
+            self.cut, self.end = True, self.next_offset
+            return
+        if r.offset > self.next_offset:
+            self.gaps.append([self.next_offset, r.offset])
+        out, r = self._file_for(r)
+        try:
+            out.writer.append(r)
+        except OSError as exc:
+            raise TransientError(f"writing {out.url} ({self.topic} partition {self.partition}) "
+                                 f"at offset {r.offset} to local {out.tmp_path} failed: {exc}") from exc
+        out.count += 1
+        self.count += 1
+        self.payload += size
+        reconcile.count_archived(self.audit_counts, reconcile.source_of(r.headers, self.target.audit_header),
+                             r.timestamp_ms, self.target.audit_window_ms)
+        self.next_offset = r.offset + 1
+        self.min_ts = r.timestamp_ms if self.min_ts is None else min(self.min_ts, r.timestamp_ms)
+        self.max_ts = r.timestamp_ms if self.max_ts is None else max(self.max_ts, r.timestamp_ms)
+
+    def _file_for(self, r: Record) -> tuple[_OpenFile, Record]:
+        """The file a message goes to, and the record to write (with its parse error)."""
+        t = self.target
+        if not self.event_time:
+            return self._open(layout.partition_dir(t.root, t.group, t.topic, self.partition),
+                              lambda: layout.data_file(t.root, t.group, t.topic, self.partition,
+                                                       t.generation, self.start, t.format),
+                              t.format), r
+        try:
+            ms = parsers.event_time_ms(t.parser, t.topic, r)
+            time_path = layout.time_partition(ms, t.layout)
+        except parsers.ParseError as exc:
+            self.quarantined += 1
+            if len(self.errors) < MAX_REPORTED_ERRORS:
+                self.errors.append([r.offset, exc.reason])
+            url = layout.quarantine_file(t.root, t.group, t.topic, self.partition,
+                                         t.generation, r.offset)
+            return self._open(url.rsplit("/", 1)[0], lambda: url, formats.QUARANTINE_FORMAT), \
+                Record(r.offset, r.key, r.value, r.timestamp_ms, r.headers, error=exc.reason)
+        if t.finalized_ms is not None and _final(time_path, t):
+            self.late += 1
+            url = layout.late_file(t.root, t.group, t.topic, time_path, self.partition,
+                                   t.generation, r.offset, t.format)
+            return self._open(url.rsplit("/", 1)[0], lambda: url, t.format), r
+        folder = layout.time_partition_dir(t.root, t.group, t.topic, time_path)
+        return self._open(folder, lambda: layout.event_data_file(
+            t.root, t.group, t.topic, time_path, self.partition, t.generation, r.offset,
+            t.format), t.format), r
+
+    def _open(self, folder: str, url, fmt: dict) -> _OpenFile:
+        out = self.files.get(folder)
+        if out is None:
+            out = self.files[folder] = _OpenFile(url(), fmt)
+        return out
+
+    def finish(self, storage: Storage) -> dict:
+        """Upload every file; the slice's manifest row."""
+        if not self.cut and self.next_offset < self.end:
+            self.gaps.append([self.next_offset, self.end])
+        written = []
+        try:
+            for out in self.files.values():
+                written.append(out.finish(storage))
+        finally:
+            for out in self.files.values():
+                out.discard()
+        written.sort(key=lambda f: f["url"])
+        single = written[0] if len(written) == 1 and not self.event_time else None
+        return {"topic": self.topic, "partition": self.partition, "start": self.start,
+                "end": self.end, "cut": self.cut, "records": self.count,
+                "quarantined": self.quarantined, "late": self.late,
+                "bytes": sum(f["bytes"] for f in written),
+                "sha256": single["sha256"] if single else None,
+                "url": single["url"] if single else None, "files": json.dumps(written),
+                "errors": json.dumps(self.errors),
+                "min_timestamp_ms": self.min_ts, "max_timestamp_ms": self.max_ts,
+                "gaps": json.dumps(self.gaps),
+                "audit": json.dumps(sorted([source, window, n]
+                                           for (source, window), n in self.audit_counts.items()))}
+
+
+def _final(time_path: str, t: Target) -> bool:
+    return layout.time_partition_range(time_path, t.layout)[1] <= t.finalized_ms
+
+
+class _OpenFile:
+    def __init__(self, url: str, fmt: dict):
+        self.url, self.count = url, 0
+        fd, self.tmp_path = tempfile.mkstemp(prefix="kafka-archive-", suffix=".part")
+        self.file = _HashingFile(os.fdopen(fd, "wb"))
+        self.writer = formats.open_writer(self.file, fmt, url.rsplit("/", 1)[-1])
+
+    def finish(self, storage: Storage) -> dict:
+        self.writer.close()
+        self.file.close()
+        storage.upload_file(Path(self.tmp_path), self.url)
+        return {"url": self.url, "records": self.count, "bytes": self.file.size,
+                "sha256": self.file.sha256.hexdigest()}
+
+    def discard(self) -> None:
+        if os.path.exists(self.tmp_path):
+            os.unlink(self.tmp_path)
+
+
+class _HashingFile:
+    def __init__(self, raw):
+        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def close(self) -> None:
+        if self.raw.closed:
+            return
+        self.raw.flush()
+        os.fsync(self.raw.fileno())
+        self.raw.close()

@@ -1,0 +1,145 @@
+"""Gathering what the audit compares, from Kafka and the archive.
+
+- expected counts: the monitoring topic, copied into `_audit/_events/` by `ingest`, which
+  tracks its progress with its own token (group `_audit`), advanced by compare-and-swap
+  after the events file is durable, like any archive run;
+- archived counts: the per-(topic, source, window) counts in the group's current
+  manifest rows (kafka_archive.commit.current), or, when the manifests are in doubt, a
+  re-scan of the archived files themselves;
+- how far each topic is archived in time: per partition, the timestamp of the first
+  message not yet archived (now, when caught up); the topic's is the minimum.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+from kafka import TopicPartition
+
+from kafka_archive import brokers, formats, layout
+from kafka_archive.audit import reconcile
+from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
+from kafka_archive.commit.current import current
+from kafka_archive.config import Config, Group
+from kafka_archive.storage import Storage, join
+from kafka_archive.tokens import Token, TokenStore
+
+log = logging.getLogger(__name__)
+
+TOKEN_GROUP = "_audit"
+
+
+@dataclass(frozen=True)
+class Events:
+    events: list[MonitoringEvent]
+    bad: list[str]  # one description per unreadable monitoring message (kept, never dropped)
+
+
+def ingest(config: Config, storage: Storage, tokens: TokenStore, consumer, run_id: str,
+           committed_at: str) -> int:
+    """Copy the monitoring topic from its token to its current end into the archive;
+    the number of messages copied."""
+    topic = config.audit.topic
+    partitions = consumer.partitions_for_topic(topic)
+    if not partitions:
+        log.info("monitoring topic %s does not exist (yet): no producer has reported", topic)
+        return 0
+    read = tokens.read(TOKEN_GROUP, topic)
+    offsets = dict(read.token.offsets) if read.token else {}
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+    ranges = {}
+    for tp in tps:
+        start = offsets.get(tp.partition, earliest[tp])
+        if start < earliest[tp]:
+            log.warning("monitoring topic %s partition %d: offsets [%d, %d) were deleted by "
+                        "retention before the audit read them", topic, tp.partition, start, earliest[tp])
+            start = earliest[tp]
+        if start < ends[tp]:
+            ranges[tp] = (start, ends[tp])
+    if not ranges:
+        return 0
+    copied = 0
+    for tp, (start, end) in ranges.items():
+        # validated once here and stored compactly: the audit reloads every event each run
+        parsed, bad = [], []
+        for m in brokers.read_range(consumer, tp, start, end):
+            where = f"monitoring topic {topic} partition {tp.partition} offset {m.offset}"
+            try:
+                parsed.append([m.offset, *MonitoringEvent.from_json(m.value or b"", where)])
+            except BadMonitoringEvent as exc:  # kept with its reason, never dropped
+                bad.append({"offset": m.offset, "error": str(exc),
+                            "value": (m.value or b"").decode("utf-8", "replace")})
+        storage.put_bytes(layout.audit_events_file(config.archive_root, topic, tp.partition, start),
+                          json.dumps({"fields": ["offset", *MonitoringEvent._fields],
+                                      "events": parsed, "bad": bad}).encode())
+        offsets[tp.partition] = end
+        copied += len(parsed) + len(bad)
+    tokens.write(Token(group=TOKEN_GROUP, topic=topic, bootstrap=config.bootstrap_servers,
+                       offsets=offsets, committed_at=committed_at, run_id=run_id),
+                 expected_version=read.version)
+    return copied
+
+
+def load_events(config: Config, storage: Storage) -> Events:
+    events, bad = [], []
+    for url, _ in storage.list(layout.audit_events_dir(config.archive_root, config.audit.topic)):
+        stored = json.loads(storage.get_bytes(url))
+        events += [MonitoringEvent(*row[1:]) for row in stored["events"]]
+        bad += [entry["error"] for entry in stored["bad"]]
+    return Events(events, bad)
+
+
+def archived_from_manifests(config: Config, storage: Storage, group: str) -> dict:
+    """(topic, source, archive window start) -> messages, from the group's current rows."""
+    counts: dict = defaultdict(int)
+    for row in current(storage, config.archive_root, group).rows:
+        for source, window, n in row.get("audit", ()):
+            counts[(row["topic"], source, window)] += n
+    return counts
+
+
+def archived_by_rescan(config: Config, storage: Storage, group: str) -> dict:
+    """The same counts, read from every archived file of the group (not the manifests)."""
+    window_ms, header = config.audit.window_s * 1000, config.audit.source_header
+    root = join(config.archive_root, group)
+    counts: dict = defaultdict(int)
+    for url, _ in storage.list(root):
+        parts = url[len(root) + 1:].split("/")
+        if any(p.startswith("_") for p in parts) or not layout.parse_file_name(parts[-1]):
+            continue
+        per_file: dict = {}
+        with storage.open(url) as stream:
+            for r in formats.read(stream, url):
+                reconcile.count_archived(per_file, reconcile.source_of(r.headers, header),
+                                     r.timestamp_ms, window_ms)
+        for (source, window), n in per_file.items():
+            counts[(parts[0], source, window)] += n
+    return counts
+
+
+def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
+                     now_ms: int) -> dict[str, int | None]:
+    """Topic -> time up to which every partition is archived (None: a partition never was)."""
+    topics = sorted(t for t in consumer.topics() if group.selects(t))
+    lagging: dict[TopicPartition, int] = {}
+    through: dict[str, int | None] = {}
+    for topic in topics:
+        token = tokens.read(group.name, topic).token
+        offsets = dict(token.offsets) if token else {}
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        through[topic] = now_ms
+        for tp in tps:
+            done = offsets.get(tp.partition)
+            if done is None and ends[tp] > earliest[tp]:
+                through[topic] = None
+            elif done is not None and done < ends[tp]:
+                lagging[tp] = max(done, earliest[tp])
+    for tp, timestamp in brokers.timestamps_at(consumer, lagging).items():
+        if through[tp.topic] is not None:
+            through[tp.topic] = min(through[tp.topic], timestamp)
+    return through

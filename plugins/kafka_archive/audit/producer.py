@@ -1,0 +1,107 @@
+"""AuditedProducer: kafka-python's KafkaProducer with the Kafka paper's audit counts.
+
+Same send API. Every message gets a source header (`kafka-archive-source` by default)
+and an explicit timestamp; once the broker acknowledges it, it counts towards its
+(topic, window). Counts of closed windows are published to the monitoring topic as
+MonitoringEvents on the next send and by a background thread once per window (so an idle
+producer still reports), and every count (closed or not) on flush() and close(). Events are deltas with a per-producer sequence number, so a window whose late
+acknowledgements arrive after it was reported gets a second event, and a retried event
+is recognised by (producer_id, seq) and counted once.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+
+from kafka import KafkaProducer
+
+from kafka_archive.audit.reconcile import MonitoringEvent, window_start
+from kafka_archive.config import Audit
+
+DEFAULTS = Audit()
+
+
+class AuditedProducer:
+    def __init__(self, *, source: str | None = None, monitoring_topic: str = DEFAULTS.topic,
+                 window_s: int = DEFAULTS.window_s, source_header: str = DEFAULTS.source_header,
+                 **producer_configs):
+        self.source = source or socket.gethostname()
+        self.monitoring_topic = monitoring_topic
+        self.window_ms = window_s * 1000
+        self.producer_id = f"{self.source}/{uuid.uuid4()}"
+        self._header = (source_header, self.source.encode())
+        self._producer = KafkaProducer(**producer_configs)
+        self._lock = threading.Lock()
+        self._acked: dict[tuple[str, int], int] = {}  # (topic, window start) -> acknowledged
+        self._seq = 0
+        self._closing = threading.Event()
+        self._reporter = threading.Thread(target=self._report_closed_windows, daemon=True,
+                                          name=f"audit-reporter-{self.source}")
+        self._reporter.start()
+
+    def send(self, topic: str, value=None, key=None, headers=None, partition=None,
+             timestamp_ms=None):
+        timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        future = self._producer.send(topic, value=value, key=key, partition=partition,
+                                     timestamp_ms=timestamp_ms,
+                                     headers=[*(headers or ()), self._header])
+        window = (topic, window_start(timestamp_ms, self.window_ms))
+        future.add_callback(lambda _metadata: self._count(window))
+        self._publish(closed_before=window_start(int(time.time() * 1000), self.window_ms))
+        return future
+
+    def flush(self, timeout=None) -> None:
+        """Deliver pending messages, then publish every count so far and deliver that too."""
+        self._producer.flush(timeout)
+        futures = self._publish(closed_before=None)
+        self._producer.flush(timeout)
+        for f in futures:
+            f.get(timeout=timeout)  # a monitoring event that failed must not pass silently
+
+    def close(self, timeout=None) -> None:
+        self._closing.set()
+        self._reporter.join()
+        self.flush(timeout)
+        self._producer.close(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _report_closed_windows(self) -> None:
+        while not self._closing.wait(self.window_ms / 1000):
+            self._publish(closed_before=window_start(int(time.time() * 1000), self.window_ms))
+
+    def _count(self, window: tuple[str, int]) -> None:
+        with self._lock:  # callbacks run on the producer's I/O thread
+            self._acked[window] = self._acked.get(window, 0) + 1
+
+    def _publish(self, closed_before: int | None) -> list:
+        with self._lock:
+            due = {w: n for w, n in self._acked.items()
+                   if closed_before is None or w[1] + self.window_ms <= closed_before}
+            for w in due:
+                del self._acked[w]
+            events = []
+            for (topic, start), count in sorted(due.items()):
+                self._seq += 1
+                events.append(MonitoringEvent(self.source, topic, start, self.window_ms, count,
+                                              self.producer_id, self._seq))
+        futures = []
+        for event in events:
+            future = self._producer.send(self.monitoring_topic, key=self.source.encode(),
+                                         value=event.to_json())
+            # a lost event must not lose its count: put it back for the next publish
+            future.add_errback(lambda _exc, e=event: self._restore(e))
+            futures.append(future)
+        return futures
+
+    def _restore(self, event: MonitoringEvent) -> None:
+        with self._lock:
+            window = (event.topic, event.window_start_ms)
+            self._acked[window] = self._acked.get(window, 0) + event.count

@@ -1,0 +1,106 @@
+"""Archive freshness: per topic, how far the archive is behind Kafka, against the SLA.
+
+The lag of a partition is the time between the newest message in Kafka and the newest
+archived one (by message timestamp); with nothing archived yet, the age of the oldest
+message waiting. A topic's lag is its worst partition's. `past_sla` is pure; `observe`
+reads Kafka's side with kafka-python.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from kafka_archive.config import Group
+
+
+@dataclass(frozen=True)
+class PartitionFreshness:
+    topic: str
+    partition: int
+    archived_to: int                # next offset to archive (the token)
+    latest: int                     # Kafka's next offset
+    newest_kafka_ms: int | None     # timestamp of the newest message in Kafka
+    newest_archived_ms: int | None  # ... of the newest archived one; None: nothing archived
+    oldest_pending_ms: int | None   # ... of the oldest not archived (read if none archived)
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.latest - self.archived_to)
+
+    def lag_s(self, now_ms: int) -> float | None:
+        """None when Kafka did not answer with the timestamps needed."""
+        if self.pending == 0:
+            return 0.0
+        if self.newest_archived_ms is not None:
+            if self.newest_kafka_ms is None:
+                return None
+            return max(0.0, (self.newest_kafka_ms - self.newest_archived_ms) / 1000)
+        if self.oldest_pending_ms is not None:
+            return max(0.0, (now_ms - self.oldest_pending_ms) / 1000)
+        return None
+
+
+@dataclass(frozen=True)
+class TopicFreshness:
+    topic: str
+    sla_s: int
+    lag_s: float                    # the worst partition's
+    partitions: tuple[PartitionFreshness, ...]  # those with messages waiting
+
+
+def topic_lags(partitions: Iterable[PartitionFreshness], now_ms: int) -> dict[str, float]:
+    """Per topic, its worst partition's lag (topics whose lags Kafka could not tell: absent)."""
+    lags: dict[str, float] = {}
+    for p in partitions:
+        if (lag := p.lag_s(now_ms)) is not None:
+            lags[p.topic] = max(lag, lags.get(p.topic, 0.0))
+    return dict(sorted(lags.items()))
+
+
+def past_sla(partitions: Iterable[PartitionFreshness], sla_s: Callable[[str], int],
+             now_ms: int) -> list[TopicFreshness]:
+    by_topic: dict[str, list[PartitionFreshness]] = defaultdict(list)
+    for p in partitions:
+        by_topic[p.topic].append(p)
+    lagging = []
+    for topic, parts in sorted(by_topic.items()):
+        lags = [lag for p in parts if (lag := p.lag_s(now_ms)) is not None]
+        if lags and max(lags) > sla_s(topic):
+            lagging.append(TopicFreshness(topic, sla_s(topic), max(lags),
+                                          tuple(p for p in parts if p.pending)))
+    return lagging
+
+
+def observe(consumer, group: Group, tokens: dict[str, dict[int, int]],
+                      manifest_rows: list[dict], topics: Iterable[str] = ()
+                      ) -> list[PartitionFreshness]:
+    """Kafka's side now, against the tokens, for the group's topics (or only `topics`).
+    The newest archived message's timestamp comes from the manifest when this run's slice
+    reached the token, else from Kafka (the message just below the token, while retained)."""
+    from kafka_archive.plan import planning
+
+    timestamp_at = planning.oldest_pending_reader(consumer)  # first message at or after
+    in_run = {(r["topic"], r["partition"]): r for r in manifest_rows if r["records"]}
+    found = []
+    only = set(topics)
+    for s in planning.observe(consumer, group):
+        if only and s.topic not in only:
+            continue
+        token = tokens.get(s.topic, {}).get(s.partition)
+        archived_to = token if token is not None else (
+            s.earliest if group.start_from == "earliest" else s.latest)
+        newest_kafka = newest_archived = oldest_pending = None
+        if s.latest > archived_to:
+            newest_kafka = timestamp_at(s.topic, s.partition, s.latest - 1)
+            row = in_run.get((s.topic, s.partition))
+            if row and row["end"] == archived_to:
+                newest_archived = row["max_timestamp_ms"]
+            elif token and token - 1 >= s.earliest:
+                newest_archived = timestamp_at(s.topic, s.partition, token - 1)
+            if newest_archived is None:
+                oldest_pending = timestamp_at(s.topic, s.partition, max(archived_to, s.earliest))
+        found.append(PartitionFreshness(s.topic, s.partition, archived_to, s.latest,
+                                        newest_kafka, newest_archived, oldest_pending))
+    return found

@@ -1,0 +1,145 @@
+"""How far behind Kafka each archive is: per group, topic and partition, the token, Kafka's
+end offset, the lag in messages and in time, what the archive holds (records and files
+of the group's current rows, kafka_archive.commit.current) and the last commit.
+
+The lag in time is the age of the oldest message not archived yet (the one at the token's
+offset), 0 when the archive has caught up. `rows` is pure; `status` reads Kafka and the
+tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from kafka import TopicPartition
+
+from kafka_archive.commit.current import current, row_files
+from kafka_archive.config import Config, Group
+from kafka_archive.plan import planning
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import Token, TokenStore
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    group: str
+    topic: str
+    partition: int
+    token: int | None        # next offset to archive; None: no token line yet
+    earliest: int | None     # Kafka's first retained offset; None: Kafka has no such partition
+    end: int | None          # Kafka's end offset (next to be written)
+    lag_messages: int | None  # offsets from where the next run starts to the end
+    lag_ms: int | None       # age of the oldest unarchived message; None: unknown
+    committed_at: str | None  # of the token (its header), the last commit
+    run_id: str | None
+    archived_records: int | None = None  # in the current rows; None: not looked up
+    archived_files: int | None = None
+
+
+def next_start(group: Group, token_offset: int | None, earliest: int, end: int) -> int:
+    """Where the next run starts a partition: its token, or for a partition without a
+    token line, start_from."""
+    if token_offset is not None:
+        return token_offset
+    return earliest if group.start_from == "earliest" else end
+
+
+def rows(group: Group, topic: str, token: Token | None, kafka: dict[int, tuple[int, int]],
+         oldest_ms: dict[int, int | None], now_ms: int,
+         archived: dict[int, tuple[int, int]] | None = None) -> list[PartitionStatus]:
+    """The status of every partition Kafka has or the token names.
+
+    kafka: partition -> (earliest, end); oldest_ms: partition -> timestamp of the message
+    the next run starts from (needed for lagging partitions only); archived: partition ->
+    (records, files) of the current rows, when looked up."""
+    offsets = dict(token.offsets) if token else {}
+    out = []
+    for p in sorted(set(kafka) | set(offsets)):
+        earliest, end = kafka.get(p, (None, None))
+        lag = lag_ms = None
+        if end is not None:  # else Kafka no longer has the partition
+            lag = end - next_start(group, offsets.get(p), earliest, end)
+            if lag <= 0:
+                lag_ms = 0
+            elif oldest_ms.get(p) is not None:
+                lag_ms = max(0, now_ms - oldest_ms[p])
+        held = (None, None) if archived is None else archived.get(p, (0, 0))
+        out.append(PartitionStatus(group.name, topic, p, offsets.get(p), earliest, end, lag,
+                                   lag_ms, token.committed_at if token else None,
+                                   token.run_id if token else None, *held))
+    return out
+
+
+def status(config: Config, tokens: TokenStore, consumer, now_ms: int,
+           group: str | None = None, storage: Storage | None = None) -> list[PartitionStatus]:
+    """With `storage`, also what each partition's current rows hold."""
+    groups = [config.group(group)] if group else list(config.groups.values())
+    kafka_topics = consumer.topics()
+    read_timestamp = planning.oldest_pending_reader(consumer)
+    out = []
+    for g in groups:
+        held = None if storage is None else _archived(config, storage, g.name)
+        for topic in sorted({t for t in kafka_topics if g.selects(t)} | set(tokens.topics(g.name))):
+            token = tokens.read(g.name, topic).token
+            offsets = dict(token.offsets) if token else {}
+            tps = ([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+                   if topic in kafka_topics else [])
+            earliest = consumer.beginning_offsets(tps) if tps else {}
+            ends = consumer.end_offsets(tps) if tps else {}
+            kafka = {tp.partition: (earliest[tp], ends[tp]) for tp in tps}
+            starts = {p: next_start(g, offsets.get(p), first, end)
+                      for p, (first, end) in kafka.items()}
+            # a token below the earliest offset: the oldest message left is the earliest
+            oldest = {p: read_timestamp(topic, p, max(start, kafka[p][0]))
+                      for p, start in starts.items() if start < kafka[p][1]}
+            out += rows(g, topic, token, kafka, oldest, now_ms,
+                        None if held is None else held.get(topic, {}))
+    return out
+
+
+def _archived(config: Config, storage: Storage, group: str) -> dict[str, dict[int, tuple[int, int]]]:
+    """topic -> partition -> (records, files) in the group's current rows of the
+    configured generation."""
+    held: dict[str, dict[int, tuple[int, int]]] = {}
+    for row in current(storage, config.archive_root, group).rows:
+        if row["_generation"] == config.generation:
+            records, files = held.setdefault(row["topic"], {}).get(row["partition"], (0, 0))
+            held[row["topic"]][row["partition"]] = (records + row["records"],
+                                                    files + len(row_files(row)))
+    return held
+
+
+def as_json(statuses: list[PartitionStatus]) -> list[dict]:
+    return [asdict(s) for s in statuses]
+
+
+def render(statuses: list[PartitionStatus]) -> str:
+    """A table for people, one line per partition."""
+    head = ("GROUP", "TOPIC", "PARTITION", "TOKEN", "END", "LAG", "LAG TIME", "ARCHIVED",
+            "FILES", "LAST COMMIT", "RUN")
+    table = [head] + [(s.group, s.topic, str(s.partition), _show(s.token), _show(s.end),
+                       _show(s.lag_messages), duration(s.lag_ms), _show(s.archived_records),
+                       _show(s.archived_files), s.committed_at or "-", s.run_id or "-")
+                      for s in statuses]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+                     for row in table)
+
+
+def _show(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def duration(ms: int | None) -> str:
+    """1d2h, 3h04m, 5m07s, 12s; '?' when unknown."""
+    if ms is None:
+        return "?"
+    s = ms // 1000
+    days, hours, minutes, seconds = s // 86400, s // 3600 % 24, s // 60 % 60, s % 60
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"

@@ -1,0 +1,144 @@
+"""Backfill: rebuild an event-time group's output of one topic from the backup archive.
+
+The partitioned output can always be rebuilt because the backup group keeps every
+message verbatim. After a parser fix, say, backfill re-writes the slices the group's
+committed runs wrote, from the backup's files, through the same slice writer as the
+archive job (kafka_archive.archive.slice_writer) with the same slice bounds and the same finalized
+watermark those runs planned with: so it produces exactly the files the live path would
+have produced with the current config. A range selects whole slices: those holding an
+offset in [from_offset, to_offset) (every partition), or a message whose Kafka timestamp
+is in [since_ms, until_ms).
+
+Order: the new files are written first (same names are replaced), then the slice's old
+files that are not among them (its quarantine and late files too) are moved to
+`_superseded/<run id>/`, then `_runs/<group>/<run id>/backfill.json` records the new
+rows, which later backfills and verify read. A crash anywhere is repaired by running the
+same backfill again. Tokens do not move. Files of a finalized partition may change here:
+rebuilding is the operator's explicit repair.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+
+from kafka_archive import formats, layout
+from kafka_archive.archive import job, slice_writer
+from kafka_archive.commit.current import current, row_files
+from kafka_archive.config import Config
+from kafka_archive.errors import TerminalError
+from kafka_archive.plan.planning import Plan
+from kafka_archive.storage import Storage
+
+log = logging.getLogger(__name__)
+
+UNLIMITED = 1 << 62
+
+
+class BackfillError(TerminalError):
+    pass
+
+
+def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: str, now: str,
+             from_offset: int | None = None, to_offset: int | None = None,
+             since_ms: int | None = None, until_ms: int | None = None,
+             source: str = "backup") -> dict:
+    """Rebuild the slices of `topic` in the range; a summary of what was replaced."""
+    target_group, source_group = config.group(group), config.group(source)
+    if target_group.layout.kind != "event_time":
+        raise BackfillError(f"group {group} has layout {target_group.layout.kind}: backfill "
+                            "rebuilds event_time groups from the backup")
+    if (source_group.layout.kind != "partition"
+            or source_group.format_for(topic).kind != "sequencefile"):
+        raise BackfillError(f"group {source} cannot be a backfill source: it needs layout "
+                            f"partition and format sequencefile (which keeps offsets)")
+    if (from_offset is None and to_offset is None) == (since_ms is None and until_ms is None):
+        raise BackfillError("give an offset range (from/to offset) or a time range "
+                            "(since/until), not both or neither")
+    if storage.get_or_none(layout.inflight_marker(config.archive_root, group)) is not None:
+        raise BackfillError(f"group {group} has a run in flight: let it commit first")
+    contents = current(storage, config.archive_root, group)
+    rows, plans = contents.of_topic(topic), contents.plans
+    chosen = [r for r in rows if r["records"] and _selected(r, from_offset, to_offset,
+                                                             since_ms, until_ms)]
+    backup = _backup_files(config, storage, source, topic)
+    new_rows, moved = [], []
+    for row in chosen:
+        plan = plans[row["_run"]]
+        target = job.target(config, _as_plan(config, plan, group, topic), topic)
+        out = slice_writer.OpenSlice(target, row["partition"], row["start"], row["end"], UNLIMITED)
+        for r in _backup_records(storage, backup.get(row["partition"], []), row["start"], row["end"]):
+            out.add(r)
+        new = out.finish(storage)
+        if new["records"] != row["records"]:
+            raise BackfillError(
+                f"{topic} partition {row['partition']} [{row['start']}, {row['end']}): the "
+                f"backup group {source} holds {new['records']} of its {row['records']} "
+                "messages; archive the backup that far first (nothing was moved aside)")
+        new["files"] = json.loads(new["files"])
+        keep = {f["url"] for f in new["files"]}
+        for f in row_files(row):
+            if f["url"] not in keep and storage.size(f["url"]) is not None:
+                storage.move(f["url"], layout.superseded(config.archive_root, run_id, f["url"]))
+                moved.append(f["url"])
+        for name in ("gaps", "audit", "errors"):
+            new[name] = json.loads(new[name])
+        new_rows.append({**new, "replaces_run": row["_run"]})
+    summary = {"run_id": run_id, "group": group, "topic": topic, "source": source, "at": now,
+               "slices": new_rows, "moved_aside": moved,
+               "range": {"from_offset": from_offset, "to_offset": to_offset,
+                         "since_ms": since_ms, "until_ms": until_ms}}
+    if new_rows:
+        storage.put_bytes(layout.run_file(config.archive_root, group, run_id, "backfill.json"),
+                          json.dumps(summary, indent=1, sort_keys=True).encode())
+    log.info("backfill %s %s: %d slices rebuilt, %d files moved aside", group, topic,
+             len(new_rows), len(moved))
+    return summary
+
+
+def _as_plan(config: Config, plan: dict, group: str, topic: str) -> Plan:
+    """The run's plan as the live path would execute it now: its finalized watermark and
+    slices, the current config's format and generation."""
+    return Plan(group=group, run_id=plan["run_id"], created_at=plan["created_at"],
+                bootstrap=plan["bootstrap"], generation=config.generation,
+                format=config.group(group).format_for(topic).__dict__, slices=(), token_versions={},
+                base_offsets={}, finalized=plan.get("finalized", {}))
+
+
+def _selected(row: dict, from_offset, to_offset, since_ms, until_ms) -> bool:
+    if from_offset is not None or to_offset is not None:
+        return (row["end"] > (from_offset or 0)
+                and (to_offset is None or row["start"] < to_offset))
+    return ((since_ms is None or row["max_timestamp_ms"] >= since_ms)
+            and (until_ms is None or row["min_timestamp_ms"] < until_ms))
+
+
+def _backup_files(config: Config, storage: Storage, source: str, topic: str
+                  ) -> dict[int, list[tuple[int, str]]]:
+    """Kafka partition -> the backup's (first offset, url) files, in offset order."""
+    top = layout.partition_dir(config.archive_root, source, topic, 0).rsplit("/", 1)[0]
+    found: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for url, _ in storage.list(top):
+        parts = url[len(top) + 1:].split("/")
+        name = layout.parse_file_name(parts[-1])
+        if len(parts) == 2 and parts[0].startswith("partition=") and name \
+                and name.generation == config.generation:
+            found[name.partition].append((name.first_offset, url))
+    return {p: sorted(files) for p, files in found.items()}
+
+
+def _backup_records(storage: Storage, files: list[tuple[int, str]], start: int, end: int):
+    """The backup's messages with offsets in [start, end), in offset order, once each."""
+    next_offset = start
+    for i, (first, url) in enumerate(files):
+        following = files[i + 1][0] if i + 1 < len(files) else None
+        if first >= end or (following is not None and following <= start):
+            continue
+        with storage.open(url) as stream:
+            for r in formats.read(stream, url):
+                if r.offset >= end:
+                    break
+                if r.offset >= next_offset:
+                    yield r
+                    next_offset = r.offset + 1

@@ -1,0 +1,381 @@
+"""Verifying a group's archive against its tokens, like Secor's LogFileVerifier.
+
+Every archived file is read whole; then, per topic, Kafka partition and generation, the
+files' offset ranges are checked by arithmetic: no offset in two files, no offset missing
+between files or between the last file and the token. Offsets Kafka itself lacks
+(compaction, transaction markers) are recorded as gaps in the group's current manifest
+rows (kafka_archive.commit.current), and ranges a plan skipped after retention deleted
+them are recorded in its anomalies: both are reported, not counted as errors. Offsets below the first file are not archived on purpose
+(retention, start_from) and only noted.
+
+`check_partition` is pure; `verify_group` does the reading.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kafka_archive import formats, layout
+from kafka_archive.commit.current import Contents, current, row_files
+from kafka_archive.config import Config
+from kafka_archive.storage import Storage, join
+from kafka_archive.tokens import TokenStore
+
+ERROR, LOST, GAP, INFO = "ERROR", "lost", "gap", "info"  # only ERROR fails the check
+
+# What reading a damaged or missing file can raise: the SequenceFile reader and msgpack
+# raise ValueError, a key map without an offset KeyError or TypeError.
+READ_ERRORS = (ValueError, KeyError, TypeError, OSError, ClientError, BotoCoreError)
+
+_PARTITION_DIR = re.compile(r"partition=(\d+)")
+
+Range = tuple[int, int]  # [start, end) offsets
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    url: str
+    name_offset: int                 # the first offset its name promises
+    first_offset: int | None = None  # of the records read; None when unusable
+    last_offset: int | None = None
+    records: int = 0
+    problem: str | None = None       # why the file is unusable (unreadable, unordered, empty)
+
+
+def summarize(url: str, name_offset: int, offsets: Iterable[int]) -> FileSummary:
+    """A file's summary from the offsets of its records, in file order."""
+    first = last = None
+    count = 0
+    for offset in offsets:
+        if last is not None and offset <= last:
+            return FileSummary(url, name_offset, problem=f"offset {offset} follows offset "
+                                                         f"{last}: offsets must increase")
+        first = offset if first is None else first
+        last, count = offset, count + 1
+    if first is None:
+        return FileSummary(url, name_offset, problem="holds no record")
+    return FileSummary(url, name_offset, first, last, count)
+
+
+def check_partition(files: list[FileSummary], token_offset: int | None,
+                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = ()
+                    ) -> list[Finding]:
+    """Findings for the files of one Kafka partition in one generation.
+
+    token_offset: the next offset to archive, None when not checked against a token.
+    known_gaps: offsets Kafka lacks, from the manifests. retention_skipped: offsets a plan
+    skipped because retention had deleted them.
+    """
+    findings = [Finding(ERROR, f"{f.url}: {f.problem}") for f in files if f.problem]
+    usable = sorted((f for f in files if not f.problem), key=lambda f: (f.first_offset, f.url))
+    findings += [Finding(ERROR, f"{f.url}: first record has offset {f.first_offset}, but the "
+                                f"file name says {f.name_offset}")
+                 for f in usable if f.first_offset != f.name_offset]
+    if not usable:
+        if token_offset:
+            findings.append(Finding(INFO, f"no readable file; offsets below the token "
+                                          f"{token_offset} are not archived here"))
+        return findings
+    if usable[0].first_offset > 0:
+        findings.append(Finding(INFO, f"offsets below {usable[0].first_offset} are not archived "
+                                      "here (retention, start_from or an earlier generation)"))
+    reach = usable[0]  # the file reaching the highest offset so far
+    for f in usable[1:]:
+        if f.first_offset <= reach.last_offset:
+            findings.append(Finding(ERROR, f"duplicate offsets [{f.first_offset}, "
+                                           f"{min(f.last_offset, reach.last_offset)}] are in both "
+                                           f"{reach.url} and {f.url}"))
+        else:
+            findings += _missing(reach.last_offset + 1, f.first_offset,
+                                 f"between {reach.url} and {f.url}", known_gaps, retention_skipped)
+        if f.last_offset > reach.last_offset:
+            reach = f
+    end = reach.last_offset + 1
+    if token_offset is not None and token_offset > end:
+        findings += _missing(end, token_offset,
+                             f"after {reach.url}, below the token {token_offset}",
+                             known_gaps, retention_skipped)
+    elif token_offset is not None and token_offset < end:
+        findings.append(Finding(INFO, f"offsets [{token_offset}, {end}) are archived beyond the "
+                                      "token: a run wrote them but has not committed yet"))
+    return findings
+
+
+def check_scattered(files: list[tuple[FileSummary, list[int]]], token_offset: int | None,
+                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = ()
+                    ) -> list[Finding]:
+    """The event-time layout's check of one Kafka partition: its offsets are spread over
+    many files (per slice and time partition, quarantine, late), none consecutive. Every
+    offset must be in one file only; the runs of consecutive offsets are then checked
+    like the files of the partition layout. files: (summary, offsets read)."""
+    findings = [Finding(ERROR, f"{f.url}: {f.problem}") for f, _ in files if f.problem]
+    usable = [(f, offsets) for f, offsets in files if not f.problem]
+    findings += [Finding(ERROR, f"{f.url}: first record has offset {f.first_offset}, but the "
+                                f"file name says {f.name_offset}")
+                 for f, _ in usable if f.first_offset != f.name_offset]
+    owner: dict[int, str] = {}
+    twice: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for f, offsets in usable:
+        for offset in offsets:
+            if offset in owner:
+                twice[(owner[offset], f.url)].append(offset)
+            else:
+                owner[offset] = f.url
+    findings += [Finding(ERROR, f"duplicate offsets {_few(found)} are in both {a} and {b}")
+                 for (a, b), found in sorted(twice.items())]
+    runs: list[FileSummary] = []
+    for offset in sorted(owner):
+        if runs and runs[-1].last_offset + 1 == offset:
+            last = runs[-1]
+            runs[-1] = FileSummary(f"offsets [{last.first_offset}, {offset}]", last.first_offset,
+                                   last.first_offset, offset, last.records + 1)
+        else:
+            runs.append(FileSummary(f"offsets [{offset}, {offset}]", offset, offset, offset, 1))
+    return findings + check_partition(runs, token_offset, known_gaps, retention_skipped)
+
+
+def _few(offsets: list[int]) -> str:
+    shown = ", ".join(map(str, offsets[:5]))
+    return shown + (f" (+{len(offsets) - 5} more)" if len(offsets) > 5 else "")
+
+
+def _missing(start: int, end: int, where: str, known_gaps: Iterable[Range],
+             retention_skipped: Iterable[Range]) -> list[Finding]:
+    """Findings for offsets [start, end) that no file holds: each part is a Kafka gap, a
+    recorded retention loss or a hole."""
+    gaps, rest = _split(start, end, known_gaps)
+    lost, holes = [], []
+    for a, b in rest:
+        covered, uncovered = _split(a, b, retention_skipped)
+        lost += covered
+        holes += uncovered
+    return ([Finding(GAP, f"offsets {_show(r)} {where}: gap (Kafka has no such offsets)")
+             for r in gaps]
+            + [Finding(LOST, f"offsets {_show(r)} {where}: deleted by retention before they "
+                             "were archived (skipped by a plan)") for r in lost]
+            + [Finding(ERROR, f"hole: offsets {_show(r)} {where} are in no file") for r in holes])
+
+
+def _split(start: int, end: int, ranges: Iterable[Range]) -> tuple[list[Range], list[Range]]:
+    """[start, end) cut into the parts covered by ranges and the parts not covered."""
+    covered: list[Range] = []
+    pos = start
+    for a, b in sorted(ranges):
+        a, b = max(a, pos), min(b, end)
+        if a >= b:
+            continue
+        if covered and covered[-1][1] == a:  # ranges that touch read as one
+            covered[-1] = (covered[-1][0], b)
+        else:
+            covered.append((a, b))
+        pos = b
+    uncovered, pos = [], start
+    for a, b in covered:
+        if a > pos:
+            uncovered.append((pos, a))
+        pos = b
+    if pos < end:
+        uncovered.append((pos, end))
+    return covered, uncovered
+
+
+def _show(r: Range) -> str:
+    return f"[{r[0]}, {r[1]})"
+
+
+# --- reading the archive ------------------------------------------------------------------
+
+@dataclass
+class PartitionReport:
+    topic: str
+    partition: int
+    generation: int
+    token_offset: int | None
+    files: list[FileSummary]
+    findings: list[Finding] = field(default_factory=list)
+
+    def title(self) -> str:
+        usable = [f for f in self.files if not f.problem]
+        span = (f", offsets {min(f.first_offset for f in usable)}.."
+                f"{max(f.last_offset for f in usable)}" if usable else "")
+        token = ("not checked against a token" if self.token_offset is None
+                 else f"token {self.token_offset}")
+        return (f"{self.topic} partition={self.partition} generation {self.generation}: "
+                f"{len(self.files)} files, {sum(f.records for f in usable)} records{span}, {token}")
+
+
+@dataclass
+class Report:
+    group: str
+    partitions: list[PartitionReport]
+    ignored: list[str]  # objects under the group that are not archive files
+
+    def errors(self) -> list[Finding]:
+        return [f for p in self.partitions for f in p.findings if f.level == ERROR]
+
+    def render(self) -> str:
+        lines = []
+        for p in self.partitions:
+            lines.append(p.title())
+            lines += [f"  {f.level}: {f.message}" for f in p.findings]
+        lines += [f"info: ignored {url}: not an archive file name" for url in self.ignored]
+        files = sum(len(p.files) for p in self.partitions)
+        lines.append(f"group {self.group}: {len(self.partitions)} partitions, {files} files, "
+                     f"{len(self.errors())} errors")
+        return "\n".join(lines)
+
+
+def read_summary(storage: Storage, url: str, name_offset: int,
+                 slice_of: dict[str, tuple[int, int, list]] | None = None) -> FileSummary:
+    """Text and Baldr files keep no offsets: theirs come from the manifest row that wrote
+    the file (`slice_of`: url -> start, end, gaps), checked against the records read."""
+    try:
+        with storage.open(url) as stream:
+            if formats.for_file(url)[0].keeps_offsets:
+                return summarize(url, name_offset, (r.offset for r in formats.read(stream, url)))
+            count = sum(1 for _ in formats.read(stream, url))
+    except READ_ERRORS as exc:
+        return FileSummary(url, name_offset, problem=f"unreadable: {exc}")
+    if url not in (slice_of or {}):
+        return FileSummary(url, name_offset, problem="its format keeps no offsets and no "
+                                                     "manifest row names it")
+    start, end, gaps = slice_of[url]
+    expected = end - start - sum(b - a for a, b in gaps)
+    if count != expected:
+        return FileSummary(url, name_offset, problem=f"holds {count} records, its manifest "
+                                                     f"row {expected}")
+    lacking = sorted(gaps)
+    return summarize(url, name_offset, (o for o in range(start, end)
+                                         if not any(a <= o < b for a, b in lacking)))
+
+
+def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSummary, list[int]]:
+    offsets: list[int] = []
+    try:
+        with storage.open(url) as stream:
+            offsets = [r.offset for r in formats.read(stream, url)]
+        return summarize(url, name_offset, offsets), offsets
+    except READ_ERRORS as exc:
+        return FileSummary(url, name_offset, problem=f"unreadable: {exc}"), []
+
+
+def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore) -> Report:
+    spec = config.group(group).layout  # an unknown group is a config error, not an empty archive
+    event_time = spec.kind == "event_time"
+    found, ignored = (_event_time_files(storage, join(config.archive_root, group), spec)
+                      if event_time else _archived_files(storage, join(config.archive_root, group)))
+    contents = current(storage, config.archive_root, group)
+    gaps, skipped = contents.gaps(), defaultdict(list, contents.lost)
+    slice_of = _recorded_ranges(contents)
+    topics = sorted({topic for topic, _, _ in found} | set(tokens.topics(group)))
+    partitions = []
+    for topic in topics:
+        token = tokens.read(group, topic).token
+        offsets = dict(token.offsets) if token else {}
+        keys = {(p, g) for t, p, g in found if t == topic}
+        keys |= {(p, config.generation) for p in offsets}
+        for partition, generation in sorted(keys):
+            # a token is the configured generation's progress; older ones stopped somewhere
+            configured = generation == config.generation
+            token_offset = offsets.get(partition) if configured else None
+            listed = found.get((topic, partition, generation), [])
+            if event_time:
+                read = [read_offsets(storage, url, name.first_offset) for url, name in listed]
+                files = [summary for summary, _ in read]
+            else:
+                files = [_summary(storage, url, name, partition, slice_of)
+                         for url, name in listed]
+            report = PartitionReport(topic, partition, generation, token_offset, files)
+            if not configured:
+                report.findings.append(Finding(INFO, f"generation {generation} is not the "
+                                                     f"configured {config.generation}: not "
+                                                     "checked against the token"))
+            recorded = (token_offset, gaps[(topic, partition)], skipped[(topic, partition)])
+            report.findings += (check_scattered(read, *recorded) if event_time
+                                else check_partition(files, *recorded))
+            partitions.append(report)
+    return Report(group, partitions, ignored)
+
+
+def _summary(storage: Storage, url: str, name: layout.ArchivedFile, partition: int,
+             slice_of: dict[str, tuple[int, int, list]]) -> FileSummary:
+    if name.partition != partition:
+        return FileSummary(url, name.first_offset, problem=f"file name says Kafka partition "
+                                                           f"{name.partition}, but it is under "
+                                                           f"partition={partition}")
+    return read_summary(storage, url, name.first_offset, slice_of)
+
+
+def _archived_files(storage: Storage, group_url: str
+                    ) -> tuple[dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]],
+                               list[str]]:
+    """The archive files per (topic, partition directory, generation), and the objects
+    that are not archive files. Paths with a part starting with `_` are metadata."""
+    found: dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]] = defaultdict(list)
+    ignored = []
+    for url, _ in storage.list(group_url):
+        parts = url[len(group_url) + 1:].split("/")
+        if any(part.startswith("_") for part in parts):
+            continue
+        directory = _PARTITION_DIR.fullmatch(parts[1]) if len(parts) == 3 else None
+        name = layout.parse_file_name(parts[-1])
+        if directory is None or name is None:
+            ignored.append(url)
+        else:
+            found[(parts[0], int(directory[1]), name.generation)].append((url, name))
+    return found, ignored
+
+
+def _event_time_files(storage: Storage, group_url: str, spec: layout.LayoutSpec
+                      ) -> tuple[dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]],
+                                 list[str]]:
+    """The same for the event-time layout, per (topic, Kafka partition from the file
+    name, generation): files in time partitions, `_quarantine/partition=<n>/` and
+    `_late/<time partition>/`. Markers (`_SUCCESS`) and other metadata are skipped."""
+    found: dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]] = defaultdict(list)
+    ignored = []
+    for url, _ in storage.list(group_url):
+        parts = url[len(group_url) + 1:].split("/")
+        folder, name = parts[1:-1], layout.parse_file_name(parts[-1])
+        if parts[-1].startswith("_") or (folder and folder[0] not in (layout.QUARANTINE, layout.LATE)
+                                         and any(p.startswith("_") for p in folder)):
+            continue
+        if folder[:1] == [layout.QUARANTINE]:
+            place = len(folder) == 2 and _PARTITION_DIR.fullmatch(folder[1])
+        else:
+            place = _is_time_path("/".join(folder[1:] if folder[:1] == [layout.LATE] else folder),
+                                  spec)
+        if not place or name is None:
+            ignored.append(url)
+        else:
+            found[(parts[0], name.partition, name.generation)].append((url, name))
+    return found, ignored
+
+
+def _is_time_path(path: str, spec: layout.LayoutSpec) -> bool:
+    try:
+        layout.time_partition_range(path, spec)
+    except ValueError:
+        return False
+    return path.count("/") + 1 == spec.depth
+
+
+def _recorded_ranges(contents: Contents) -> dict[str, tuple[int, int, list]]:
+    """Per file that is alone in its current slice, the slice's bounds and gaps (for
+    formats that keep no offsets)."""
+    slice_of: dict[str, tuple[int, int, list]] = {}
+    for row in contents.rows:
+        if len(files := row_files(row)) == 1:
+            slice_of[files[0]["url"]] = (row["start"], row["end"], row["gaps"])
+    return slice_of

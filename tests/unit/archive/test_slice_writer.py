@@ -1,0 +1,121 @@
+"""The shared slice writer on a local archive root: event-time files per (slice, time
+partition) named by their first offset, quarantine with reasons, late files, determinism,
+and what commit and verify make of its manifest rows."""
+
+import io
+import json
+
+import pytest
+
+from kafka_archive import formats, layout
+from kafka_archive.archive import parsers, slice_writer
+from kafka_archive.commit import finalizing, protocol
+from kafka_archive.commit.current import row_files
+from kafka_archive.formats.records import Record
+from kafka_archive.layout import LayoutSpec
+from kafka_archive.plan.planning import Plan, Slice
+from kafka_archive.storage import Storage, local_path
+from kafka_archive.tools import verify
+
+HOUR = 3_600_000
+T0 = 1_795_300_000_000 - 1_795_300_000_000 % HOUR  # an hour boundary
+
+
+def target(root, fmt=None, finalized_ms=None, spec=LayoutSpec("event_time")):
+    return slice_writer.Target(root=root, group="partitioned", topic="t", generation=1,
+                          format=fmt or {"kind": "sequencefile", "key": "msgpack",
+                                         "compression": "default"},
+                          layout=spec, parser=parsers.JsonParser("ts", "ms"),
+                          finalized_ms=finalized_ms)
+
+
+def messages():
+    """offset -> value: hours T0, T0+1h interleaved, two unreadable ones, a gap at 5."""
+    values = {0: {"ts": T0 + 1}, 1: {"ts": T0 + HOUR + 5}, 2: b"oops", 3: {"ts": T0 + 7},
+              4: {"x": 1}, 6: {"ts": T0 + HOUR}}
+    return [Record(o, None, v if isinstance(v, bytes) else json.dumps(v).encode(), T0 + o)
+            for o, v in values.items()]
+
+
+def write(root, **kw):
+    out = slice_writer.OpenSlice(target(root, **kw), 3, 0, 8, 1 << 30)
+    for r in messages():
+        out.add(r)
+    return out.finish(Storage())
+
+
+def read(url):
+    with open(local_path(url), "rb") as f:
+        return list(formats.read(io.BytesIO(f.read()), url))
+
+
+def test_event_time_files_quarantine_and_row(tmp_path):
+    root = f"file://{tmp_path}"
+    row = write(root)
+    files = {f["url"][len(root) + 1:]: f for f in json.loads(row["files"])}
+    hour0, hour1 = layout.time_partition(T0, LayoutSpec()), layout.time_partition(T0 + HOUR, LayoutSpec())
+    assert sorted(files) == sorted([
+        f"partitioned/t/{hour0}/1_3_00000000000000000000.seq",
+        f"partitioned/t/{hour1}/1_3_00000000000000000001.seq",
+        "partitioned/t/_quarantine/partition=3/1_3_00000000000000000002.seq"])
+    assert [r.offset for r in read(f"{root}/partitioned/t/{hour0}/1_3_00000000000000000000.seq")] == [0, 3]
+    quarantined = read(f"{root}/partitioned/t/_quarantine/partition=3/1_3_00000000000000000002.seq")
+    assert [(r.offset, r.value) for r in quarantined] == [(2, b"oops"), (4, b'{"x": 1}')]
+    assert "not a JSON object" in quarantined[0].error and "no field 'ts'" in quarantined[1].error
+    assert (row["records"], row["quarantined"], row["late"]) == (6, 2, 0)
+    assert json.loads(row["gaps"]) == [[5, 6], [7, 8]]
+    assert [o for o, _ in json.loads(row["errors"])] == [2, 4]
+    assert row["url"] is None and row["bytes"] == sum(f["bytes"] for f in files.values())
+
+
+def test_rewriting_gives_identical_bytes_and_late_messages_go_aside(tmp_path):
+    a, b = write(f"file://{tmp_path}/a"), write(f"file://{tmp_path}/b")
+    assert [f["sha256"] for f in json.loads(a["files"])] == [f["sha256"] for f in json.loads(b["files"])]
+    late = write(f"file://{tmp_path}/c", finalized_ms=T0 + HOUR)  # the first hour is final
+    names = [f["url"].split("/partitioned/t/")[1] for f in json.loads(late["files"])]
+    assert f"_late/{layout.time_partition(T0, LayoutSpec())}/1_3_00000000000000000000.seq" in names
+    assert late["late"] == 2
+
+
+def test_backup_layout_keeps_one_file_named_by_the_slice_start(tmp_path):
+    root = f"file://{tmp_path}"
+    out = slice_writer.OpenSlice(target(root, spec=LayoutSpec()), 3, 0, 8, 1 << 30)
+    for r in messages():
+        out.add(r)
+    row = out.finish(Storage())
+    assert row["url"] == f"{root}/partitioned/t/partition=3/1_3_00000000000000000000.seq"
+    assert row_files(row)[0]["records"] == row["records"] == 6
+
+
+def plan():
+    return Plan(group="partitioned", run_id="r1", created_at="", bootstrap="b", generation=1,
+                format={}, slices=(Slice("t", 3, 0, 8, 1 << 30),), token_versions={},
+                base_offsets={})
+
+
+def test_commit_checks_every_file_of_a_row(tmp_path):
+    row = write(f"file://{tmp_path}")
+    row = {**row, "gaps": json.loads(row["gaps"]), "files": json.loads(row["files"])}
+    sizes = {f["url"]: f["bytes"] for f in row["files"]}
+    assert protocol.verify(plan(), {"run_id": "r1", "slices": [row]}, sizes.get) == {("t", 3): 8}
+    wrong = dict(sizes, **{row["files"][1]["url"]: 1})
+    with pytest.raises(protocol.ManifestMismatchError, match="is 1 bytes"):
+        protocol.verify(plan(), {"run_id": "r1", "slices": [row]}, wrong.get)
+
+
+def test_verify_scattered_offsets_finds_duplicates_and_holes():
+    def summary(url, offsets):
+        return verify.summarize(url, offsets[0], offsets), offsets
+    clean = [summary("a", [0, 3]), summary("b", [1, 2, 4])]
+    assert not [f for f in verify.check_scattered(clean, 5, []) if f.level == verify.ERROR]
+    twice = verify.check_scattered([summary("a", [0, 3]), summary("b", [1, 3])], 4, [])
+    assert any("duplicate offsets 3" in f.message and f.level == verify.ERROR for f in twice)
+    hole = verify.check_scattered([summary("a", [0, 3]), summary("b", [1])], 4, [])
+    assert any("hole: offsets [2, 3)" in f.message for f in hole)
+    gap = verify.check_scattered([summary("a", [0, 3]), summary("b", [1])], 4, [(2, 3)])
+    assert not [f for f in gap if f.level == verify.ERROR]
+
+
+def test_watermark_subtracts_lateness():
+    assert finalizing.watermark(10 * HOUR, 3600) == 9 * HOUR
+    assert finalizing.watermark(None, 3600) is None

@@ -1,0 +1,134 @@
+"""Which rows of a group are current: supersession by later plans (even when the new
+file has the old one's name), backfill replacements, uncommitted runs, lost ranges."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from kafka_archive import layout
+from kafka_archive.audit import gather
+from kafka_archive.commit.current import current, row_files
+from kafka_archive.storage import Storage
+
+GROUP = "backup"
+
+
+@pytest.fixture
+def archive(tmp_path):
+    return Archive(str(tmp_path / "archive"))
+
+
+class Archive:
+    def __init__(self, root: str):
+        self.root, self.storage = root, Storage()
+
+    def url(self, partition: int, first: int, generation: int = 1) -> str:
+        return layout.data_file(self.root, GROUP, "t", partition, generation, first, "sequencefile")
+
+    def row(self, partition: int, start: int, end: int, window: int = 0, generation: int = 1,
+            gaps=()) -> dict:
+        return {"topic": "t", "partition": partition, "start": start, "end": end,
+                "records": end - start, "url": self.url(partition, start, generation),
+                "bytes": 100, "gaps": [list(g) for g in gaps],
+                "audit": [["billing", window, end - start]]}
+
+    def run(self, run_id: str, at: str | None, rows: list[dict], superseded=(), generation=1,
+            skipped=()) -> None:
+        """A run's plan and manifest; committed at `at` (None: still in flight)."""
+        put = self._put
+        put(run_id, "plan.json", {"run_id": run_id, "generation": generation,
+                                  "superseded": list(superseded),
+                                  "anomalies": [{"kind": "retention_gap", "topic": "t",
+                                                 "partition": p, "lost_from": a, "lost_to": b,
+                                                 "action": "skipped"} for p, a, b in skipped]})
+        put(run_id, "manifest.json", {"slices": rows})
+        if at is not None:
+            put(run_id, "committed.json", {"run_id": run_id, "committed_at": at})
+
+    def backfill(self, run_id: str, at: str, rows: list[dict], replaces: str) -> None:
+        folder = layout.run_file(self.root, GROUP, replaces, "x").rsplit("/", 1)[0]
+        self._put(run_id, "backfill.json",
+                  {"at": at, "slices": [{**r, "replaces_run": folder} for r in rows]})
+
+    def _put(self, run_id: str, name: str, doc: dict) -> None:
+        self.storage.put_bytes(layout.run_file(self.root, GROUP, run_id, name),
+                               json.dumps(doc).encode())
+
+    def current(self):
+        return current(self.storage, self.root, GROUP)
+
+    def spans(self) -> list[tuple[int, int, int, str]]:
+        return [(r["partition"], r["start"], r["end"], r["_run"].rsplit("/", 1)[-1])
+                for r in self.current().rows]
+
+
+def test_rows_of_committed_runs_in_order(archive):
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 0, 10), archive.row(1, 0, 4)])
+    archive.run("r2", "2026-01-01T00:10:00+00:00", [archive.row(0, 10, 20)])
+    assert archive.spans() == [(0, 0, 10, "r1"), (0, 10, 20, "r2"), (1, 0, 4, "r1")]
+
+
+def test_a_rewound_slice_rewritten_under_the_same_name_is_current(archive):
+    """The audit's false alarm: the re-archived file has the superseded one's name."""
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 0, 10), archive.row(0, 10, 20)])
+    archive.run("r2", "2026-01-01T01:00:00+00:00", [archive.row(0, 10, 20)],
+                superseded=[archive.url(0, 10)])
+    assert archive.spans() == [(0, 0, 10, "r1"), (0, 10, 20, "r2")]
+    counts = gather.archived_from_manifests(SimpleNamespace(archive_root=archive.root),
+                                            archive.storage, GROUP)
+    assert dict(counts) == {("t", "billing", 0): 20}
+
+
+def test_a_rewind_to_another_offset_takes_the_old_rows_out(archive):
+    archive.run("r1", "2026-01-01T00:00:00+00:00",
+                [archive.row(0, 0, 10), archive.row(0, 10, 20), archive.row(0, 20, 30)])
+    archive.run("r2", "2026-01-01T01:00:00+00:00", [archive.row(0, 10, 35)],
+                superseded=[archive.url(0, 10), archive.url(0, 20)])
+    assert archive.spans() == [(0, 0, 10, "r1"), (0, 10, 35, "r2")]
+
+
+def test_rewound_twice(archive):
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 0, 10)])
+    archive.run("r2", "2026-01-01T01:00:00+00:00", [archive.row(0, 0, 10)],
+                superseded=[archive.url(0, 0)])
+    archive.run("r3", "2026-01-01T02:00:00+00:00", [archive.row(0, 0, 12)],
+                superseded=[archive.url(0, 0)])
+    assert archive.spans() == [(0, 0, 12, "r3")]
+
+
+def test_a_run_still_in_flight_counts_for_nothing(archive):
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 0, 10)])
+    archive.run("r2", None, [archive.row(0, 0, 10)], superseded=[archive.url(0, 0)])
+    assert archive.spans() == [(0, 0, 10, "r1")]
+
+
+def test_a_backfill_replaces_the_rows_it_rebuilt(archive):
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 0, 10), archive.row(0, 10, 20)])
+    rebuilt = {**archive.row(0, 0, 10), "files": [{"url": "new", "records": 10, "bytes": 1}]}
+    archive.backfill("b1", "2026-01-02T00:00:00+00:00", [rebuilt], replaces="r1")
+    rows = archive.current().rows
+    assert archive.spans() == [(0, 0, 10, "r1"), (0, 10, 20, "r1")]  # planned by r1
+    assert [f["url"] for f in row_files(rows[0])] == ["new"]
+
+
+def test_generations_are_kept_apart(archive):
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 0, 10)])
+    archive.run("r2", "2026-01-01T01:00:00+00:00", [archive.row(0, 0, 10, generation=2)],
+                generation=2)
+    assert [(r["_generation"], r["url"]) for r in archive.current().rows] == [
+        (1, archive.url(0, 0)), (2, archive.url(0, 0, 2))]
+
+
+def test_gaps_and_lost_ranges(archive):
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 5, 10, gaps=[(7, 8)])],
+                skipped=[(0, 0, 5)])
+    contents = archive.current()
+    assert contents.gaps()[("t", 0)] == [(7, 8)]
+    assert contents.lost == {("t", 0): [(0, 5)]}
+
+
+def test_an_empty_group_has_no_rows(archive):
+    assert archive.current().rows == []

@@ -1,0 +1,136 @@
+"""Alert messages: each names group, topics, partitions, offsets and figures, links the run
+in the Airflow UI, and escapes what it quotes."""
+
+from test_freshness import NOW_MS, fresh
+
+from kafka_archive.monitor import alerts
+from kafka_archive.monitor.freshness import past_sla
+from kafka_archive.plan.planning import Anomaly, Plan, Slice
+
+LINK = "http://airflow.example:8080/dags/kafka_archive_backup/runs/manual__2026"
+
+
+def plan(run_id="manual__2026", slices=(Slice("orders", 0, 10, 30, 1 << 20),
+                                        Slice("orders", 3, 0, 5, 1 << 20),
+                                        Slice("clicks", 1, 7, 8, 1 << 20))):
+    return Plan(group="backup", run_id=run_id, created_at="2026-01-01T00:00:00+00:00",
+                bootstrap="b:9092", generation=1, format={}, slices=tuple(slices),
+                token_versions={}, base_offsets={})
+
+
+def test_run_link_quotes_the_run_id_for_the_airflow_ui():
+    assert (alerts.run_link("http://af:8080/", "kafka_archive_backup",
+                            "manual__2026-01-01T00:00:00+00:00")
+            == "http://af:8080/dags/kafka_archive_backup/runs/"
+               "manual__2026-01-01T00%3A00%3A00%2B00%3A00")
+
+
+def test_task_failure_names_task_error_planned_slices_and_links():
+    message = alerts.task_failed("backup", "manual__2026", "archive", 3,
+                                 "AirflowException: spark-submit exited 1", None, plan(), LINK,
+                                 LINK + "/tasks/archive?try_number=3")
+    assert message.subject == "[kafka-archive] backup: task archive failed in run manual__2026"
+    for expected in ("archive", "backup", "manual__2026", "spark-submit exited 1",
+                     "<td>orders</td><td>0</td><td>[10, 30)</td><td>20</td>",
+                     "<td>orders</td><td>3</td><td>[0, 5)</td><td>5</td>",
+                     "<td>clicks</td><td>1</td><td>[7, 8)</td><td>1</td>",
+                     "3 slices, 26 offsets", f'href="{LINK}"', "tasks/archive?try_number=3"):
+        assert expected in message.html, expected
+
+
+def test_task_failure_without_plan_says_nothing_moved_and_classifies_the_error():
+    message = alerts.task_failed("backup", "r1", "plan", 1, "MalformedTokenError: x", True,
+                                 None, LINK, None)
+    assert "No plan was made" in message.html
+    assert "terminal: retrying will not help" in message.html
+
+
+def test_task_failure_of_a_reexecuted_plan_says_whose_plan_it_is():
+    message = alerts.task_failed("backup", "r2", "commit", 1, "e", False, plan(run_id="r1"),
+                                 LINK, None)
+    assert "re-executes the plan of run r1" in message.html
+    assert "transient" in message.html
+
+
+def test_quoted_text_is_escaped():
+    message = alerts.task_failed("backup", "r", "plan", 1, "<script>alert(1)</script>", None,
+                                 None, LINK, None)
+    assert "<script>" not in message.html and "&lt;script&gt;" in message.html
+
+
+def test_data_lost_names_each_range_and_the_total():
+    lost = [Anomaly("retention_gap", "billing.events", 2, 5, 105, "failed"),
+            Anomaly("retention_gap", "billing.events", 0, 40, 41, "failed")]
+    message = alerts.data_lost("backup", "r7", lost, True, LINK)
+    assert message.subject == ("[kafka-archive] backup: 101 messages lost to retention in "
+                               "billing.events")
+    assert "<td>billing.events</td><td>0</td><td>[40, 41)</td><td>1</td>" in message.html
+    assert "<td>billing.events</td><td>2</td><td>[5, 105)</td><td>100</td>" in message.html
+    assert message.html.index("[40, 41)") < message.html.index("[5, 105)")  # by partition
+    assert "The run failed and nothing moved" in message.html
+    skipped = alerts.data_lost("backup", "r7", lost[:1] + [
+        Anomaly("retention_gap", "orders", 1, 0, 3, "skipped")], False, LINK)
+    assert "in 2 topics" in skipped.subject
+    assert "went on from the earliest retained offset" in skipped.html
+
+
+def test_deadline_missed_names_run_deadline_and_what_is_in_flight():
+    message = alerts.deadline_missed("backup", "scheduled__2026", 1800, "2026-01-01T00:00:00Z",
+                                     "2026-01-01T00:30:00Z", "running", plan(),
+                                     "The plan in flight is run manual__2026's", LINK)
+    assert message.subject == ("[kafka-archive] backup: run scheduled__2026 not finished within "
+                               "30m 0s (1800 s) of being queued")
+    for expected in ("2026-01-01T00:00:00Z", "2026-01-01T00:30:00Z", "running",
+                     "<td>orders</td><td>0</td><td>[10, 30)</td>", "26 offsets", LINK):
+        assert expected in message.html, expected
+
+
+def test_freshness_mail_lists_each_lagging_topic_with_its_figures():
+    lagging = past_sla([fresh("orders", 0, 5, 20, -60, -960), fresh("orders", 2, 0, 4, -5,
+                                                                     oldest_pending_s=-1200),
+                        fresh("clicks", 1, 100, 250, 0, -7300)],
+                       lambda t: 600, NOW_MS)
+    message = alerts.freshness_past_sla("backup", "r9", lagging, NOW_MS, LINK)
+    assert message.subject == ("[kafka-archive] backup: archive freshness past SLA for "
+                               "clicks, orders")
+    html = message.html
+    assert "clicks: lag 2h 1m (7300 s), SLA 10m 0s (600 s), 150 messages waiting" in html
+    assert "orders: lag 20m 0s (1200 s), SLA 10m 0s (600 s), 19 messages waiting" in html
+    assert ("<td>0</td><td>5</td><td>20</td><td>15</td><td>2027-01-15T07:59:00+00:00</td>"
+            "<td>2027-01-15T07:44:00+00:00</td><td>15m 0s (900 s)</td>") in html
+    assert "<td>2</td><td>0</td><td>4</td><td>4</td>" in html and "<td>-</td>" in html
+    assert html.index("<td>2</td><td>0</td><td>4</td>") < html.index("<td>0</td><td>5</td>")
+    assert LINK in html
+
+
+def test_span_is_readable_and_exact():
+    assert alerts._span(45) == "45s"
+    assert alerts._span(900) == "15m 0s (900 s)"
+    assert alerts._span(7260) == "2h 1m (7260 s)"
+    assert alerts._span(None) == "unknown"
+
+
+def test_long_tables_are_cut_and_counted():
+    many = plan(slices=[Slice("t", p, 0, 1, 1) for p in range(alerts.MAX_ROWS + 7)])
+    message = alerts.task_failed("backup", "r", "archive", 1, "e", None, many, LINK, None)
+    assert "... and 7 more" in message.html
+    assert message.html.count("<td>t</td>") == alerts.MAX_ROWS
+
+
+def test_deadline_missed_by_a_run_still_queued_says_it_waits():
+    message = alerts.deadline_missed("backup", "r2", 60, "t0", "t1", "queued", None,
+                                     "No plan is in flight", LINK)
+    assert "It has not started" in message.html and "No plan is in flight" in message.html
+    running = alerts.deadline_missed("backup", "r2", 60, "t0", "t1", "running", None, "", LINK)
+    assert "It has not started" not in running.html
+
+
+def test_audit_mismatch_names_the_windows_the_report_and_the_run():
+    outcome = {"group": "backup", "totals": {"MISSING": 2, "EXCESS": 1},
+               "summary": "MISSING 6: topic <t>, source s, window 2026-11-21T10:00:00Z +60s",
+               "report": "s3://b/_audit/backup/r/report.html"}
+    message = alerts.audit_mismatch(outcome, "http://af/dags/kafka_archive_audit/runs/r")
+    assert message.subject == "[kafka-archive] audit of group backup: 2 window(s) MISSING, 1 EXCESS"
+    assert "MISSING 6: topic &lt;t&gt;, source s" in message.html
+    assert "s3://b/_audit/backup/r/report.html" in message.html
+    assert 'href="http://af/dags/kafka_archive_audit/runs/r"' in message.html

@@ -1,0 +1,90 @@
+from dataclasses import replace
+
+import pytest
+
+from kafka_archive.config import FormatSpec, Group, Policy
+from kafka_archive.errors import TerminalError
+from kafka_archive.plan.planning import (Caps, PartitionState, Slice, TokenAheadError, decide,
+                                         only_topics)
+
+GROUP = Group(name="backup", schedule=None, include=(".*",), exclude=("_.*",),
+              start_from="earliest", on_retention_gap="fail", format=FormatSpec(),
+              policy=Policy(max_records=100, max_bytes=10_000, min_records=1, max_delay_s=60),
+              topic_policies=())
+NOW_MS = 1_800_000_000_000
+
+
+def never_asked(topic, partition, offset):
+    raise AssertionError("the oldest message is only read when below min_records")
+
+
+def plan(states, tokens, group=GROUP, oldest=never_asked):
+    return decide(group, states, tokens, NOW_MS, oldest)
+
+
+def test_token_to_latest_capped_by_max_records():
+    slices, anomalies, waiting = plan([PartitionState("t", 0, 0, 500)], {"t": {0: 350}})
+    assert slices == [Slice("t", 0, 350, 450, 10_000)]
+    assert anomalies == [] and waiting == {}
+
+
+def test_partition_without_token_starts_from_earliest_or_latest():
+    states = [PartitionState("t", 0, 40, 90)]
+    assert plan(states, {})[0] == [Slice("t", 0, 40, 90, 10_000)]
+    latest = replace(GROUP, start_from="latest")
+    # nothing to read yet, but the starting point is remembered in the token
+    assert plan(states, {}, latest)[0] == [Slice("t", 0, 90, 90, 10_000)]
+
+
+def test_nothing_pending_means_no_slice():
+    assert plan([PartitionState("t", 0, 0, 7), PartitionState("t", 1, 0, 0)],
+                {"t": {0: 7}})[0] == []
+
+
+def test_retention_gap_is_recorded_and_skipped_or_failed_by_config():
+    states = [PartitionState("t", 3, 120, 200)]
+    slices, anomalies, _ = plan(states, {"t": {3: 100}})
+    assert [(a.lost_from, a.lost_to, a.action) for a in anomalies] == [(100, 120, "failed")]
+    assert "t partition 3: offsets [100, 120) (20 messages)" in anomalies[0].describe()
+    skip = replace(GROUP, on_retention_gap="skip")
+    slices, anomalies, _ = plan(states, {"t": {3: 100}}, skip)
+    assert slices == [Slice("t", 3, 120, 200, 10_000)] and anomalies[0].action == "skipped"
+
+
+def test_token_beyond_latest_offset_is_an_error_naming_the_partition():
+    with pytest.raises(TokenAheadError, match=r"t partition 0: token says 80 .* latest offset is 50"):
+        plan([PartitionState("t", 0, 0, 50)], {"t": {0: 80}})
+
+
+def test_min_records_waits_until_max_delay():
+    few = replace(GROUP, policy=replace(GROUP.policy, min_records=10))
+    state = [PartitionState("t", 0, 0, 3)]
+    _, _, waiting = plan(state, {"t": {0: 0}}, few, oldest=lambda t, p, o: NOW_MS - 30_000)
+    assert "3 pending < min_records 10" in waiting["t/0"]
+    slices, _, waiting = plan(state, {"t": {0: 0}}, few, oldest=lambda t, p, o: NOW_MS - 61_000)
+    assert slices == [Slice("t", 0, 0, 3, 10_000)] and waiting == {}
+
+
+def test_topic_policy_overrides_by_first_matching_regex():
+    group = replace(GROUP, topic_policies=(("billing\\..*", replace(GROUP.policy, max_records=5)),))
+    slices, _, _ = plan([PartitionState("billing.eu", 0, 0, 50), PartitionState("logs", 0, 0, 50)],
+                        {}, group)
+    assert [(s.topic, s.end) for s in slices] == [("billing.eu", 5), ("logs", 50)]
+
+
+def test_caps_of_a_manual_run_replace_the_policy_limits():
+    state = [PartitionState("t", 0, 0, 500)]
+    assert decide(GROUP, state, {"t": {0: 0}}, NOW_MS, never_asked,
+                  Caps(max_records=7, max_bytes=2048)) == ([Slice("t", 0, 0, 7, 2048)], [], {})
+    # a cap above the policy's is allowed too; an unset cap keeps the policy's
+    assert decide(GROUP, state, {"t": {0: 0}}, NOW_MS, never_asked,
+                  Caps(max_records=300))[0] == [Slice("t", 0, 0, 300, 10_000)]
+
+
+def test_topic_subset_keeps_only_those_topics_and_refuses_others():
+    states = [PartitionState("a", 0, 0, 5), PartitionState("a", 1, 0, 5),
+              PartitionState("b", 0, 0, 5)]
+    assert only_topics(states, (), GROUP) == states
+    assert only_topics(states, ("a",), GROUP) == states[:2]
+    with pytest.raises(TerminalError, match=r"group backup does not archive topic\(s\) nope"):
+        only_topics(states, ("a", "nope"), GROUP)

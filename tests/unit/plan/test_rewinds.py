@@ -1,0 +1,181 @@
+"""Rewinds: where a token goes, and which archived files the next plan moves aside. The
+archive is a real local directory of real SequenceFiles."""
+
+import textwrap
+
+import pytest
+
+from kafka_archive import config as config_module, formats, layout
+from kafka_archive.formats import records
+from kafka_archive.plan import rewinds
+from kafka_archive.plan.planning import Slice
+from kafka_archive.plan.rewinds import RewindError, Straddler, place
+from kafka_archive.storage import Storage, local_path
+
+FORMAT = {"kind": "sequencefile", "key": "msgpack", "compression": "none"}
+
+
+def test_place_keeps_an_offset_on_a_file_boundary():
+    assert place("t/0", 50, 20, 0, Straddler("f", 10, 19)) == (20, "rewound to 20")
+    assert place("t/0", 50, 20, 0, None) == (20, "rewound to 20")
+    assert place("t/0", 50, 50, 0, Straddler("f", 40, 49)) == (50, "rewound to 50")
+
+
+def test_place_moves_an_offset_inside_a_file_back_to_the_file_start():
+    offset, why = place("t/0", 50, 25, 0, Straddler("s3://b/f", 20, 29))
+    assert offset == 20
+    assert "offset 25 is inside archived file s3://b/f (offsets 20..29)" in why
+
+
+def test_place_keeps_a_file_kafka_no_longer_fully_holds():
+    offset, why = place("t/0", 50, 25, 22, Straddler("s3://b/f", 20, 29))
+    assert offset == 30 and "stays, as Kafka no longer holds its first offsets" in why
+
+
+def test_place_refuses_forward_and_lost_offsets():
+    with pytest.raises(RewindError, match=r"t/0: offset 51 is past the token 50; a rewind only "
+                                          r"moves back"):
+        place("t/0", 50, 51, 0, None)
+    with pytest.raises(RewindError, match=r"t/0: offset 3 is no longer in Kafka, which keeps "
+                                          r"offsets from 10; rewind to 10 or later"):
+        place("t/0", 50, 3, 10, None)
+
+
+@pytest.fixture
+def archive(tmp_path):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kafka: {{bootstrap_servers: "127.0.0.1:9"}}
+        archive_root: file://{tmp_path}/archive
+        token_root: {tmp_path}/tokens
+        groups: {{backup: {{}}}}
+        """))
+    return config_module.load(path)
+
+
+def write_file(config, partition, offsets, generation=1):
+    url = layout.data_file(config.archive_root, "backup", "t", partition, generation,
+                           offsets[0], FORMAT)
+    path = local_path(url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as out:
+        writer = formats.open_writer(out, FORMAT, path.name)
+        for offset in offsets:
+            writer.append(records.Record(offset, None, b"v", 0))
+        writer.close()
+    return url
+
+
+def test_archived_files_lists_one_generation_from_an_offset(archive):
+    urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
+    write_file(archive, 0, range(10, 30), generation=2)
+    storage = Storage()
+    assert rewinds.archived_files(storage, archive, "backup", "t", 0) == list(zip((0, 10, 20), urls))
+    assert rewinds.archived_files(storage, archive, "backup", "t", 0, 10) == list(zip((10, 20), urls[1:]))
+    assert rewinds.archived_files(storage, archive, "backup", "t", 0, 11) == [(20, urls[2])]
+    assert rewinds.archived_files(storage, archive, "backup", "t", 0, 30) == []
+    assert rewinds.archived_files(storage, archive, "backup", "t", 1) == []
+
+
+def test_plan_moves_aside_files_beyond_a_rewound_token_line(archive):
+    urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
+    slices = [Slice("t", 0, 10, 40, 1000), Slice("t", 1, 5, 9, 1000)]  # partition 1: no file
+    adjusted, superseded = rewinds.supersede(Storage(), archive, "backup", slices,
+                                             {"t": {0: 10, 1: 5}})
+    assert adjusted == slices and superseded == urls[1:]
+
+
+def test_plan_touches_nothing_when_the_token_is_where_the_files_end(archive):
+    write_file(archive, 0, range(0, 10))
+    slices = [Slice("t", 0, 10, 40, 1000)]
+    assert rewinds.supersede(Storage(), archive, "backup", slices, {"t": {0: 10}}) == (slices, [])
+
+
+def test_plan_starts_after_a_file_straddling_the_start(archive):
+    urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
+    # no token line (deleted), start_from earliest = 15 after retention: file 10..19 stays
+    adjusted, superseded = rewinds.supersede(Storage(), archive, "backup",
+                                             [Slice("t", 0, 15, 40, 1000)], {})
+    assert adjusted == [Slice("t", 0, 20, 40, 1000)] and superseded == [urls[2]]
+    # a slice capped below the straddler's end: no offsets, the token moves past the file
+    adjusted, _ = rewinds.supersede(Storage(), archive, "backup", [Slice("t", 0, 15, 17, 1000)], {})
+    assert adjusted == [Slice("t", 0, 20, 20, 1000)]
+
+
+class FakeConsumer:
+    """Kafka's answers for one topic: retained range per partition, message times."""
+
+    def __init__(self, ranges: dict[int, tuple[int, int]], times: dict[int, list[int]]):
+        self.ranges, self.times = ranges, times  # times: partition -> timestamp per offset
+
+    def partitions_for_topic(self, topic):
+        return set(self.ranges)
+
+    def beginning_offsets(self, tps):
+        return {tp: self.ranges[tp.partition][0] for tp in tps}
+
+    def end_offsets(self, tps):
+        return {tp: self.ranges[tp.partition][1] for tp in tps}
+
+    def offsets_for_times(self, wanted):
+        from kafka.structs import OffsetAndTimestamp
+        out = {}
+        for tp, ms in wanted.items():
+            hits = [(o, t) for o, t in enumerate(self.times[tp.partition]) if t >= ms]
+            out[tp] = OffsetAndTimestamp(hits[0][0], hits[0][1], None) if hits else None
+        return out
+
+
+@pytest.fixture
+def tokens(archive):
+    from kafka_archive.tokens import LocalTokenStore, Token
+    store = LocalTokenStore(local_path(archive.token_root))
+    store.write(Token("backup", "t", archive.bootstrap_servers, {0: 30, 1: 30}), None)
+    return store
+
+
+def do_rewind(archive, tokens, consumer, **kwargs):
+    return rewinds.rewind(archive, tokens, consumer, "backup", "t", storage=Storage(), **kwargs)
+
+
+def test_rewind_by_time_resolves_each_partition_and_writes_one_token(archive, tokens):
+    consumer = FakeConsumer({0: (0, 30), 1: (0, 30)}, {0: list(range(1000, 31000, 1000)),
+                                                       1: list(range(500, 30500, 1000))})
+    changes = do_rewind(archive, tokens, consumer, to_time_ms=10_000)
+    assert tokens.read("backup", "t").token.offsets == {0: 9, 1: 10}
+    assert "partition 0 (the first message at or after 1970-01-01T00:00:10.000Z is offset 9)" \
+           ": token 30 -> 9" in changes[0]
+    # past the newest message: the end offset, where the token of partition 1 is not
+    tokens_before = tokens.read("backup", "t")
+    with pytest.raises(RewindError, match=r"no message at or after .*: the end offset 30\): "
+                                          r"offset 30 is past the token 9"):
+        do_rewind(archive, tokens, consumer, to_time_ms=99_000)
+    assert tokens.read("backup", "t") == tokens_before  # all partitions or none
+
+
+def test_rewind_refusals_change_nothing(archive, tokens):
+    consumer = FakeConsumer({0: (5, 30), 1: (0, 30)}, {})
+    before = tokens.read("backup", "t")
+    with pytest.raises(RewindError, match="no longer in Kafka, which keeps offsets from 5"):
+        do_rewind(archive, tokens, consumer, to_offset=2)
+    with pytest.raises(RewindError, match="has no token line for partition 7"):
+        do_rewind(archive, tokens, consumer, partition=7, to_offset=2)
+    with pytest.raises(RewindError, match="exactly one of to_offset and to_time_ms"):
+        do_rewind(archive, tokens, consumer, to_offset=2, to_time_ms=5)
+    Storage().put_bytes(layout.inflight_marker(archive.archive_root, "backup"),
+                        b'{"run_id": "stuck", "plan": "x"}')
+    with pytest.raises(RewindError, match="run stuck of group backup is in flight"):
+        do_rewind(archive, tokens, consumer, to_offset=10)
+    assert tokens.read("backup", "t") == before
+
+
+def test_rewind_to_the_start_of_a_file_counts_the_files_the_next_run_moves(archive, tokens):
+    for first in (0, 10, 20):
+        write_file(archive, 1, range(first, first + 10))
+    consumer = FakeConsumer({0: (0, 30), 1: (0, 30)}, {})
+    changes = do_rewind(archive, tokens, consumer, partition=1, to_offset=13)
+    assert tokens.read("backup", "t").token.offsets == {0: 30, 1: 10}
+    assert changes == [f"backup/t partition 1: token 30 -> 10 (rewound to 10: offset 13 is inside "
+                       f"archived file {archive.archive_root}/backup/t/partition=1/"
+                       f"1_1_{10:020d}.seq (offsets 10..19), which is archived again whole); "
+                       "the next run moves 2 archived files aside and archives from 10"]

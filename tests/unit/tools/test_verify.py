@@ -1,0 +1,129 @@
+"""The archive checks of `kafka-archive verify`, on file summaries: no services."""
+
+import io
+
+from kafka_archive import formats
+from kafka_archive.formats import records
+from kafka_archive.storage import Storage
+from kafka_archive.tools.verify import (ERROR, GAP, INFO, LOST, FileSummary, Finding,
+                                        check_partition, read_summary, summarize)
+
+
+def _file(first: int, last: int, name_offset: int | None = None) -> FileSummary:
+    name = first if name_offset is None else name_offset
+    return FileSummary(f"s3://b/backup/t/partition=0/1_0_{name:020d}.seq", name, first, last,
+                       last - first + 1)
+
+
+def _levels(findings: list[Finding], level: str) -> list[str]:
+    return [f.message for f in findings if f.level == level]
+
+
+def test_clean_sequence_up_to_the_token_has_no_error():
+    findings = check_partition([_file(20, 29), _file(0, 9), _file(10, 19)], 30, [])
+    assert _levels(findings, ERROR) == []
+    assert findings == []
+
+
+def test_offsets_below_the_first_file_are_only_noted():
+    findings = check_partition([_file(100, 109)], 110, [])
+    assert _levels(findings, ERROR) == []
+    assert _levels(findings, INFO) == ["offsets below 100 are not archived here "
+                                       "(retention, start_from or an earlier generation)"]
+
+
+def test_overlapping_files_are_a_duplicate_naming_both():
+    first, second = _file(0, 9), _file(5, 14)
+    errors = _levels(check_partition([first, second], 15, []), ERROR)
+    assert errors == [f"duplicate offsets [5, 9] are in both {first.url} and {second.url}"]
+
+
+def test_a_file_inside_another_is_a_duplicate_and_no_hole_after_it():
+    outer, inner, after = _file(0, 50), _file(10, 20), _file(51, 60)
+    errors = _levels(check_partition([outer, inner, after], 61, []), ERROR)
+    assert errors == [f"duplicate offsets [10, 20] are in both {outer.url} and {inner.url}"]
+
+
+def test_missing_offsets_between_files_are_a_hole():
+    first, second = _file(0, 9), _file(15, 19)
+    errors = _levels(check_partition([first, second], 20, []), ERROR)
+    assert errors == [f"hole: offsets [10, 15) between {first.url} and {second.url} are in no file"]
+
+
+def test_a_hole_recorded_as_a_kafka_gap_is_not_an_error():
+    findings = check_partition([_file(0, 9), _file(15, 19)], 20, [(10, 12), (12, 15)])
+    assert _levels(findings, ERROR) == []
+    assert len(_levels(findings, GAP)) == 1 and "[10, 15)" in _levels(findings, GAP)[0]
+
+
+def test_only_the_part_of_a_hole_outside_the_recorded_gaps_is_an_error():
+    findings = check_partition([_file(0, 9), _file(20, 29)], 30, [(8, 12), (15, 17)])
+    assert [m.split(" between")[0] for m in _levels(findings, ERROR)] == [
+        "hole: offsets [12, 15)", "hole: offsets [17, 20)"]
+    assert [m.split(" between")[0] for m in _levels(findings, GAP)] == [
+        "offsets [10, 12)", "offsets [15, 17)"]
+
+
+def test_a_range_skipped_after_retention_is_reported_as_lost_not_as_a_hole():
+    findings = check_partition([_file(0, 9), _file(50, 59)], 60, [], [(10, 50)])
+    assert _levels(findings, ERROR) == []
+    assert len(_levels(findings, LOST)) == 1 and "[10, 50)" in _levels(findings, LOST)[0]
+
+
+def test_missing_tail_below_the_token_is_a_hole():
+    last = _file(10, 19)
+    errors = _levels(check_partition([_file(0, 9), last], 25, []), ERROR)
+    assert errors == [f"hole: offsets [20, 25) after {last.url}, below the token 25 are in no file"]
+
+
+def test_tail_covered_by_a_recorded_gap_is_fine():
+    findings = check_partition([_file(0, 9)], 12, [(10, 12)])  # e.g. a transaction marker
+    assert _levels(findings, ERROR) == []
+    assert _levels(findings, GAP)
+
+
+def test_files_beyond_the_token_are_noted_as_uncommitted():
+    findings = check_partition([_file(0, 9), _file(10, 19)], 10, [])
+    assert _levels(findings, ERROR) == []
+    assert _levels(findings, INFO) == ["offsets [10, 20) are archived beyond the token: a run "
+                                       "wrote them but has not committed yet"]
+
+
+def test_without_a_token_the_tail_is_not_checked():
+    assert check_partition([_file(0, 9)], None, []) == []
+
+
+def test_first_offset_differing_from_the_name_is_an_error():
+    wrong = _file(3, 9, name_offset=0)
+    errors = _levels(check_partition([wrong], 10, []), ERROR)
+    assert errors == [f"{wrong.url}: first record has offset 3, but the file name says 0"]
+
+
+def test_unusable_files_are_errors_and_left_out_of_the_arithmetic():
+    broken = FileSummary("s3://b/x/1_0_00000000000000000010.seq", 10, problem="unreadable: boom")
+    errors = _levels(check_partition([_file(0, 9), broken, _file(10, 19)], 20, []), ERROR)
+    assert errors == [f"{broken.url}: unreadable: boom"]
+
+
+def test_summarize_counts_and_requires_increasing_offsets():
+    assert summarize("u", 5, [5, 6, 9]) == FileSummary("u", 5, 5, 9, 3)
+    unordered = summarize("u", 5, [5, 7, 7])
+    assert unordered.problem == "offset 7 follows offset 7: offsets must increase"
+    assert summarize("u", 5, []).problem == "holds no record"
+
+
+def test_read_summary_of_a_real_and_of_a_damaged_file(tmp_path):
+    path = tmp_path / "1_0_00000000000000000004.seq"
+    buffer = io.BytesIO()
+    writer = formats.open_writer(buffer, {"kind": "sequencefile", "key": "msgpack",
+                                          "compression": "default"}, path.name)
+    for offset in (4, 5, 8):
+        writer.append(records.Record(offset, b"k", None if offset == 5 else b"v", 1000))
+    writer.close()
+    path.write_bytes(buffer.getvalue())
+    url = f"file://{path}"
+    assert read_summary(Storage(), url, 4) == FileSummary(url, 4, 4, 8, 3)
+
+    path.write_bytes(buffer.getvalue()[:-7])
+    damaged = read_summary(Storage(), str(path), 4)
+    assert damaged.problem.startswith("unreadable: ") and damaged.first_offset is None
