@@ -361,6 +361,10 @@ def _airflow_process_env(env: dict[str, str]) -> dict[str, str]:
         "AIRFLOW__API__SECRET_KEY": jwt_secret,
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": env["KAFKA_ARCHIVE_AIRFLOW_PORT"],
+        # the log servers of the scheduler's tasks and the triggerer: beside the API's port,
+        # so two checkouts' Airflows can run side by side
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(int(env["KAFKA_ARCHIVE_AIRFLOW_PORT"]) + 1),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(int(env["KAFKA_ARCHIVE_AIRFLOW_PORT"]) + 2),
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
