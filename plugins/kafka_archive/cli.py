@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
 import sys
+from dataclasses import asdict
 from datetime import datetime, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 from kafka.errors import KafkaError
 
 from kafka_archive import brokers, config as config_module
+from kafka_archive.audit import incremental, reporting
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError
 from kafka_archive.monitor import preflight, status
@@ -53,11 +57,26 @@ def main(argv: list[str] | None = None) -> int:
     audit = commands.add_parser(
         "audit", help="reconcile producers' monitoring counts with what a group archived; "
                       "exits 1 when a window is MISSING or EXCESS")
-    audit.add_argument("--group", required=True)
+    audit.add_argument("--group", help="the group to audit (required)")
     audit.add_argument("--since", type=epoch_ms, help="only windows starting at or after this time")
     audit.add_argument("--until", type=epoch_ms, help="only windows starting before this time")
     audit.add_argument("--rescan", action="store_true",
-                       help="count the archived files themselves instead of the manifests")
+                       help="count everything again, the archived files themselves instead "
+                            "of the manifests, and judge every window again")
+    about = audit.add_subparsers(dest="audit_command")
+    listing = about.add_parser("list", help="the group's mismatches not resolved: new, open "
+                                            "(mailed) and acknowledged")
+    listing.add_argument("--group", required=True)
+    listing.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    ack = about.add_parser("ack", help="acknowledge a mismatch: it stays listed, no longer "
+                                       "open, not mailed again")
+    ack.add_argument("--group", required=True)
+    ack.add_argument("--topic", required=True)
+    ack.add_argument("--source", required=True)
+    ack.add_argument("--window", required=True, type=epoch_ms,
+                     help="a time inside the window (its start, as the report shows it)")
+    ack.add_argument("--reason", required=True, help="why this is not (or no longer) a problem")
+    ack.add_argument("--by", default=_user(), help="who acknowledges (default: $USER)")
     fill = commands.add_parser(
         "backfill", help="rebuild an event-time group's files of a topic from the backup "
                          "archive (whole slices holding the range); replaced files go to "
@@ -92,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
                                         args.until, args.source)
             print(json.dumps({k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")}
                              | {"slices": len(summary["slices"])}, indent=2))
+        elif args.command == "audit" and args.audit_command == "list":
+            list_mismatches(config, args.group, args.json)
+        elif args.command == "audit" and args.audit_command == "ack":
+            acknowledge(config, args)
         elif args.command == "audit":
+            if not args.group:
+                parser.error("audit: the following arguments are required: --group")
             return audit_group(config, args)
     except ArchiveError as exc:
         print(f"kafka-archive: {exc}", file=sys.stderr)
@@ -104,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka-archive: Kafka at {config.bootstrap_servers}: {exc!r}", file=sys.stderr)
         return 1
     return 0
+
+
+def _user() -> str:
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError):  # no user name in the environment nor in the passwd database
+        return "unknown"
 
 
 def _count(text: str) -> int:
@@ -180,18 +212,39 @@ def _airflow_logs_to_stderr() -> None:
 
 
 def audit_group(config: Config, args) -> int:
-    """The audit DAG's two steps, run here; the report's place and totals are printed."""
+    """The audit DAG's two steps, run here (no mail: the scheduled audit mails what is new);
+    the report's place and totals are printed, and the mismatches not resolved. Exit 1
+    while a mismatch is neither OK again nor acknowledged."""
     _airflow_logs_to_stderr()  # the connections come through Airflow: keep stdout for JSON
     from kafka_archive.airflow import tasks
 
     run_id = "cli__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
     tasks.audit_ingest(run_id)
     outcome = tasks.audit_reconcile(args.group, run_id, args.since, args.until, args.rescan)
-    print(json.dumps({k: outcome[k] for k in ("group", "totals", "report")}, indent=2))
-    if outcome["mismatches"]:
-        print(outcome["summary"], file=sys.stderr)
-        return 1
-    return 0
+    print(json.dumps({k: outcome[k] for k in ("group", "totals", "report", "open",
+                                              "acknowledged")}, indent=2))
+    alarms = [a for a in incremental.alarms(_storage(config), config, args.group)
+              if (args.since is None or a.window_start_ms >= args.since)
+              and (args.until is None or a.window_start_ms < args.until)]
+    for alarm in alarms:
+        print(reporting.describe(alarm), file=sys.stderr)
+    return 1 if any(a.state != "acknowledged" for a in alarms) else 0
+
+
+def list_mismatches(config: Config, group: str, as_json: bool) -> None:
+    alarms = incremental.alarms(_storage(config), config, group)
+    if as_json:
+        print(json.dumps([{**asdict(a), "state": a.state} for a in alarms], indent=1))
+    else:
+        print("\n".join(reporting.describe(a) for a in alarms) or
+              f"audit of group {group}: no mismatch unresolved")
+
+
+def acknowledge(config: Config, args) -> None:
+    alarm = incremental.acknowledge(_storage(config), config, args.group, args.topic,
+                                    args.source, args.window, args.reason, args.by,
+                                    datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    print(reporting.describe(alarm))
 
 
 if __name__ == "__main__":

@@ -235,6 +235,11 @@ def audit_report(root: str, group: str, run_id: str | None, name: str) -> str:
     return join(folder, _safe(run_id), name) if run_id else join(folder, name)
 
 
+def audit_checkpoint(root: str, group: str) -> str:
+    """What the audit of a group already counted and judged (kafka_archive.audit.checkpoint)."""
+    return join(root, "_audit", group, "checkpoint.json")
+
+
 def audit_events_dir(root: str, monitoring_topic: str) -> str:
     return join(root, "_audit", "_events", monitoring_topic)
 

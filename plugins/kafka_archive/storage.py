@@ -5,15 +5,23 @@ Airflow tasks get their S3 client from the Airflow connection
 own environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) that the
 archive task passes to the job.
 Local writes are atomic (temp file, fsync, rename) so a reader never sees half a file.
+
+Compare-and-swap (`get_versioned`, `put_if`): the one conditional write that tokens, the
+audit's checkpoint and anything else that must not lose a concurrent update use. Local:
+the version is the sha256 of the bytes, compared and replaced under an flock; S3: the
+ETag, with a conditional PUT (`If-Match`, or `If-None-Match: *` to create).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 from urllib.parse import urlparse
 
 from kafka_archive.errors import TerminalError
@@ -129,6 +137,39 @@ class Storage:
                 if start_after is None or url > start_after:
                     yield url, path.stat().st_size
 
+    def browser_link(self, url: str, expires_s: int) -> str:
+        """A link a browser opens: for S3 a presigned GET URL valid expires_s seconds (at
+        most 7 days, SigV4's limit), for a local root the file:// URL itself."""
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            return self.s3.generate_presigned_url(
+                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s)
+        return f"file://{local_path(url)}"
+
+    def get_versioned(self, url: str) -> tuple[bytes | None, str | None]:
+        """The object's bytes and version, or (None, None) when there is none."""
+        if url.startswith("s3://"):
+            bucket, key = split_s3_url(url)
+            try:
+                response = self.s3.get_object(Bucket=bucket, Key=key)
+            except Exception as exc:
+                if _is_missing(exc):
+                    return None, None
+                raise
+            return response["Body"].read(), response["ETag"]
+        try:
+            data = local_path(url).read_bytes()
+        except FileNotFoundError:
+            return None, None
+        return data, sha256_hex(data)
+
+    def put_if(self, url: str, data: bytes, expected_version: str | None) -> str:
+        """Write data if the object's version is still expected_version (None: only if
+        there is no object); the new version, or VersionConflict and nothing written."""
+        if url.startswith("s3://"):
+            return s3_compare_and_swap(self.s3, url, data, expected_version)
+        return local_compare_and_swap(local_path(url), data, expected_version)
+
     def delete(self, url: str) -> None:
         if url.startswith("s3://"):
             bucket, key = split_s3_url(url)
@@ -171,14 +212,85 @@ class _atomic_local:
             os.unlink(self.tmp.name)
             return False
         os.replace(self.tmp.name, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(self.path.parent)  # makes the rename itself durable
         return False
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+# S3 error codes for a failed precondition: AWS and MinIO say 412 PreconditionFailed; AWS
+# says 409 ConditionalRequestConflict when a concurrent conditional write wins meanwhile.
+CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 
 
 def _is_missing(exc: Exception) -> bool:
     response = getattr(exc, "response", None) or {}
-    return response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "NotFound"}
+    return response.get("Error", {}).get("Code") in MISSING_CODES
+
+
+# --- compare-and-swap --------------------------------------------------------------------
+
+class VersionConflict(TerminalError):
+    """The object changed since it was read (or exists when it was to be created)."""
+
+    def __init__(self, url: str, expected: str | None, found: str | None):
+        super().__init__(f"{url} changed under this writer: expected version "
+                         f"{expected or '<absent>'}, found {found or '<absent>'}; nothing written")
+        self.url, self.expected, self.found = url, expected, found
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock for path. The lock file (.<name>.lock) stays: removing it
+    would let a waiter lock the unlinked file while a newcomer locks a fresh one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def local_compare_and_swap(path: Path, data: bytes, expected_version: str | None) -> str:
+    with locked(path):
+        try:
+            found = sha256_hex(path.read_bytes())
+        except FileNotFoundError:
+            found = None
+        if found != expected_version:
+            raise VersionConflict(str(path), expected_version, found)
+        with _atomic_local(path) as tmp:
+            tmp.write(data)
+    return sha256_hex(data)
+
+
+def s3_compare_and_swap(client: Any, url: str, data: bytes, expected_version: str | None,
+                        content_type: str = "application/octet-stream") -> str:
+    """A conditional PUT; VersionConflict when the condition failed, any other error as
+    the client raised it."""
+    bucket, key = split_s3_url(url)
+    condition = ({"IfNoneMatch": "*"} if expected_version is None
+                 else {"IfMatch": expected_version})
+    try:
+        response = client.put_object(Bucket=bucket, Key=key, Body=data,
+                                     ContentType=content_type, **condition)
+    except Exception as exc:
+        code = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code", ""))
+        # If-Match on an object deleted meanwhile fails as missing: also a lost race
+        if code in CONFLICT_CODES or (expected_version is not None and code in MISSING_CODES):
+            try:  # the version that won, for the message; best effort
+                found = client.head_object(Bucket=bucket, Key=key)["ETag"]
+            except Exception:
+                found = None
+            raise VersionConflict(url, expected_version, found) from exc
+        raise
+    return response["ETag"]

@@ -10,13 +10,8 @@ version the plan was computed from, so two runs can never both advance the same 
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
 import re
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +20,9 @@ from urllib.parse import urlparse
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
-from kafka_archive.storage import join, split_s3_url
+from kafka_archive.storage import (MISSING_CODES, VersionConflict, fsync_dir, join,
+                                   local_compare_and_swap, locked, s3_compare_and_swap,
+                                   sha256_hex, split_s3_url)
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")  # Kafka's legal topic characters; groups follow suit
 _NUMBER = re.compile(r"[0-9]+")         # int() would also take "+1", " 1", "1_0" and "١"
@@ -193,79 +190,26 @@ class LocalTokenStore:
         except FileNotFoundError:
             return Versioned(None, None)
         token = parse(_decode(data, str(path)), path=str(path), group=group, topic=topic)
-        return Versioned(token, _sha256(data))
+        return Versioned(token, sha256_hex(data))
 
     def write(self, token: Token, expected_version: str | None) -> str:
         path = self._path(token.group, token.topic)
-        data = render(token).encode()
-        with _locked(path):
-            found = _file_version(path)
-            if found != expected_version:
-                raise TokenConflictError(token.group, token.topic, expected_version, found)
-            _replace(path, data)
-        return _sha256(data)
+        try:
+            return local_compare_and_swap(path, render(token).encode(), expected_version)
+        except VersionConflict as exc:
+            raise TokenConflictError(token.group, token.topic, expected_version,
+                                     exc.found) from None
 
     def delete(self, group: str, topic: str) -> None:
         path = self._path(group, topic)
-        with _locked(path):
+        with locked(path):
             path.unlink(missing_ok=True)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     def topics(self, group: str) -> list[str]:
         folder = self.root / _check_name("group", group)
-        # Lock files end in .lock and temp files in .tmp, so only tokens match.
+        # Lock files (.<name>.lock) and temp files (.<name>.<random>) do not end in .token.
         return sorted(p.name.removesuffix(".token") for p in folder.glob("*.token"))
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _file_version(path: Path) -> str | None:
-    try:
-        return _sha256(path.read_bytes())
-    except FileNotFoundError:
-        return None
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock for path's token. The lock file stays: removing it would let
-    a waiter lock the unlinked file while a newcomer locks a fresh one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield  # closing the file releases the lock
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Write data at path atomically and durably (survives a crash once this returns)."""
-    tmp = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
-                                      delete=False)
-    try:
-        with tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp.name, path)
-    except BaseException:
-        os.unlink(tmp.name)
-        raise
-    _fsync_dir(path.parent)  # makes the rename itself durable
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# S3 error codes for a failed precondition: AWS and MinIO say 412 PreconditionFailed; AWS
-# says 409 ConditionalRequestConflict when a concurrent conditional write wins meanwhile.
-_CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
-_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 
 
 class S3TokenStore:
@@ -286,7 +230,7 @@ class S3TokenStore:
             response = self.client.get_object(Bucket=bucket, Key=key)
             data = response["Body"].read()
         except ClientError as exc:
-            if _code(exc) in _MISSING_CODES:
+            if _code(exc) in MISSING_CODES:
                 return Versioned(None, None)
             raise _s3_failure("read", url, exc) from exc
         except BotoCoreError as exc:
@@ -296,30 +240,14 @@ class S3TokenStore:
 
     def write(self, token: Token, expected_version: str | None) -> str:
         url = self._url(token.group, token.topic)
-        bucket, key = split_s3_url(url)
-        condition = ({"IfNoneMatch": "*"} if expected_version is None
-                     else {"IfMatch": expected_version})
         try:
-            response = self.client.put_object(Bucket=bucket, Key=key, Body=render(token).encode(),
-                                              ContentType="text/plain", **condition)
-        except ClientError as exc:
-            # If-Match on an object deleted meanwhile fails as missing: also a lost race.
-            lost = _code(exc) in _CONFLICT_CODES or (
-                expected_version is not None and _code(exc) in _MISSING_CODES)
-            if lost:
-                raise TokenConflictError(token.group, token.topic, expected_version,
-                                         self._current_etag(bucket, key)) from exc
+            return s3_compare_and_swap(self.client, url, render(token).encode(),
+                                       expected_version, content_type="text/plain")
+        except VersionConflict as exc:
+            raise TokenConflictError(token.group, token.topic, expected_version,
+                                     exc.found) from exc
+        except (ClientError, BotoCoreError) as exc:
             raise _s3_failure("write", url, exc) from exc
-        except BotoCoreError as exc:
-            raise _s3_failure("write", url, exc) from exc
-        return response["ETag"]
-
-    def _current_etag(self, bucket: str, key: str) -> str | None:
-        """The version that won, for the conflict message; best effort."""
-        try:
-            return self.client.head_object(Bucket=bucket, Key=key)["ETag"]
-        except (ClientError, BotoCoreError):
-            return None
 
     def delete(self, group: str, topic: str) -> None:
         url = self._url(group, topic)

@@ -11,7 +11,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from kafka_archive import config as config_module
 from kafka_archive.airflow import alerting, tasks
 from kafka_archive.airflow.operators import ArchiveOperator
-from kafka_archive.monitor import alerts
 from kafka_archive.plan import params as trigger
 
 
@@ -92,9 +91,9 @@ def audit_dag() -> DAG:
             since, until = (None if params[k] is None else trigger.epoch_ms(params[k])
                             for k in ("since", "until"))
             outcome = tasks.audit_reconcile(group, dag_run.run_id, since, until, params["rescan"])
-            if outcome["mismatches"]:
-                link = alerting.link_for(dag_run.dag_id, dag_run.run_id)
-                alerting.send(cfg.alerts, alerts.audit_mismatch(outcome, link), get_current_context())
+            if outcome["new"]:  # mailed once; open or acknowledged ones leave the task green
+                tasks.audit_alert(outcome, alerting.link_for(dag_run.dag_id, dag_run.run_id),
+                                  get_current_context())
                 raise AirflowFailException(outcome["summary"])
             return outcome
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import asdict
 
 from kafka_archive import brokers, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
-from kafka_archive.audit import gather, reconcile, reporting
+from kafka_archive.audit import gather, incremental, reconcile, reporting
+from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.commit import finalizing, protocol as committing
-from kafka_archive.monitor import preflight as preflight_check
+from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import rewinds as rewinding, runs
 from kafka_archive.plan.planning import Caps, Plan
 from kafka_archive.tools import backfill as backfilling
 
 log = logging.getLogger(__name__)
+
+REPORT_LINK_S = 7 * 24 * 3600  # a presigned report link's life: SigV4's longest
 
 
 def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...] = (),
@@ -108,8 +112,10 @@ def audit_ingest(run_id: str) -> int:
 
 def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
                     until_ms: int | None = None, rescan: bool = False) -> dict:
-    """Compare producers' counts with the archive; write the reports. The outcome holds
-    `mismatches` (how many windows are MISSING or EXCESS) and a readable `summary`."""
+    """Fold what was committed and reported since the last audit into the group's
+    checkpoint, judge, write the reports. The outcome holds `new` (mismatches not mailed
+    nor acknowledged yet: the ones that fail the task), `open` and `acknowledged` (how
+    many), `mismatches` (how many new) and a readable `summary` of the new ones."""
     cfg = config_module.load()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
@@ -117,32 +123,67 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
     consumer = brokers.consumer(cfg)
     try:
         through = gather.archived_through(cfg, cfg.group(group), tokens, consumer,
-                                            int(now.timestamp() * 1000))
+                                          int(now.timestamp() * 1000))
     finally:
         consumer.close()
-    events = gather.load_events(cfg, storage)
-    archived = (gather.archived_by_rescan if rescan else gather.archived_from_manifests)(
-        cfg, storage, group)
-    verdicts = reconcile.reconcile(reconcile.expected_counts(events.events), archived,
-                               cfg.audit.window_s * 1000, through, cfg.audit.grace_s * 1000,
-                               since_ms, until_ms)
-    header = {"group": group, "run_id": run_id, "audited_at": now.isoformat(timespec="seconds"),
-              "mode": "rescan" if rescan else "manifests", "since_ms": since_ms,
-              "until_ms": until_ms, "grace_s": cfg.audit.grace_s,
-              "unreadable_monitoring_events": len(events.bad)}
-    page = reporting.to_html(header, verdicts)
-    for name, data in (("report.json", reporting.to_json(header, verdicts)),
-                       ("report.csv", reporting.to_csv(verdicts)), ("report.html", page)):
+    at = now.isoformat(timespec="seconds")
+    done = incremental.audit(cfg, storage, group, run_id, at, through, rescan)
+    inside = lambda start: ((since_ms is None or start >= since_ms)  # noqa: E731
+                            and (until_ms is None or start < until_ms))
+    every = [v for v in done.every if inside(v.window_start_ms)]
+    judged = [v for v in done.judged if inside(v.window_start_ms)]
+    alarms = [a for a in done.alarms if inside(a.window_start_ms)]
+    totals = reconcile.summarize(every)
+    header = {"group": group, "run_id": run_id, "audited_at": at,
+              "mode": "rescan" if rescan else "incremental", "since_ms": since_ms,
+              "until_ms": until_ms, "grace_s": cfg.audit.grace_s, "windows": len(every),
+              "judged_now": len(judged), "runs_counted_now": done.new_runs,
+              "recounted_after_rewind_or_backfill": done.recounted,
+              "resolved_now": len(done.resolved),
+              "unreadable_monitoring_events": len(done.bad_events)}
+    page = reporting.to_html(header, judged, alarms, totals, chart=every)
+    for name, data in (("report.json", reporting.to_json(header, judged, alarms, totals)),
+                       ("report.csv", reporting.to_csv(judged)), ("report.html", page)):
         storage.put_bytes(layout.audit_report(cfg.archive_root, group, run_id, name), data)
     storage.put_bytes(layout.audit_report(cfg.archive_root, group, None, "index.html"), page)
-    for problem in events.bad:
+    for problem in done.bad_events:
         log.warning("%s", problem)
-    totals = reconcile.summarize(verdicts)
+    for alarm in done.resolved:
+        log.info("resolved (now OK): %s", reporting.describe(alarm))
+    new = [a for a in alarms if a.state == "new"]
     report = layout.audit_report(cfg.archive_root, group, run_id, "report.html")
-    log.info("audit %s: %s; report %s", group, totals, report)
-    return {"group": group, "totals": totals, "report": report,
-            "mismatches": totals["MISSING"] + totals["EXCESS"],
-            "summary": reporting.mismatch_summary(group, verdicts)}
+    log.info("audit %s: %s; %d new, %d unresolved mismatches; report %s", group, totals,
+             len(new), len(alarms), report)
+    for alarm in alarms:
+        log.warning("%s", reporting.describe(alarm))
+    return {"group": group, "run_id": run_id, "totals": totals, "report": report,
+            "new": [asdict(a) for a in new], "mismatches": len(new),
+            "open": sum(a.state != "acknowledged" for a in alarms),
+            "acknowledged": sum(a.state == "acknowledged" for a in alarms),
+            "summary": reporting.mismatch_summary(group, new)}
+
+
+def audit_alert(outcome: dict, link: str, context=None) -> None:
+    """Mail the new mismatches of an audit once: where their messages are, what to run,
+    links that open in a browser; then record them as mailed in the checkpoint."""
+    cfg = config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    group = outcome["group"]
+    new = [Alarm(**a) for a in outcome["new"]]
+    located = {a.key: incremental.locate(storage, cfg, group, a) for a in new[:alerts.MAX_ROWS]}
+    report = storage.browser_link(outcome["report"], REPORT_LINK_S)
+    message = alerts.audit_mismatch(group, new, located, link, report, REPORT_LINK_S,
+                                    outcome["open"] - len(new), outcome["acknowledged"])
+    alerting.send(cfg.alerts, message, context)
+    incremental.mark_mailed(storage, cfg, group, [a.key for a in new],
+                            runs.now_utc().isoformat(timespec="seconds"))
+
+
+def audit_ack(group: str, topic: str, source: str, at_ms: int, reason: str, by: str) -> Alarm:
+    cfg = config_module.load()
+    return incremental.acknowledge(connections.storage(cfg.s3_conn_id), cfg, group, topic,
+                                   source, at_ms, reason, by,
+                                   runs.now_utc().isoformat(timespec="seconds"))
 
 
 def preflight(run_id: str) -> dict:

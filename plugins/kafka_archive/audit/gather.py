@@ -87,18 +87,32 @@ def ingest(config: Config, storage: Storage, tokens: TokenStore, consumer, run_i
 def load_events(config: Config, storage: Storage) -> Events:
     events, bad = [], []
     for url, _ in storage.list(layout.audit_events_dir(config.archive_root, config.audit.topic)):
-        stored = json.loads(storage.get_bytes(url))
-        events += [MonitoringEvent(*row[1:]) for row in stored["events"]]
-        bad += [entry["error"] for entry in stored["bad"]]
+        found = read_events_file(storage, url)
+        events += found.events
+        bad += found.bad
     return Events(events, bad)
+
+
+def read_events_file(storage: Storage, url: str) -> Events:
+    """One file `ingest` wrote."""
+    stored = json.loads(storage.get_bytes(url))
+    return Events([MonitoringEvent(*row[1:]) for row in stored["events"]],
+                  [entry["error"] for entry in stored["bad"]])
 
 
 def archived_from_manifests(config: Config, storage: Storage, group: str) -> dict:
     """(topic, source, archive window start) -> messages, from the group's current rows."""
-    counts: dict = defaultdict(int)
-    for row in current(storage, config.archive_root, group).rows:
+    return count_rows(current(storage, config.archive_root, group).rows)
+
+
+def count_rows(rows, counts: dict | None = None) -> dict:
+    """Add the per-(source, window) audit counts of manifest rows to `counts`, keyed
+    (topic, source, archive window start)."""
+    counts = defaultdict(int) if counts is None else counts
+    for row in rows:
         for source, window, n in row.get("audit", ()):
-            counts[(row["topic"], source, window)] += n
+            key = (row["topic"], source, window)
+            counts[key] = counts.get(key, 0) + n
     return counts
 
 

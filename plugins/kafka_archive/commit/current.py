@@ -45,7 +45,7 @@ class Contents:
 
 def current(storage: Storage, archive_root: str, group: str) -> Contents:
     events, plans = [], {}
-    for folder, names in _run_folders(storage, layout.runs_dir(archive_root, group)).items():
+    for folder, names in run_folders(storage, layout.runs_dir(archive_root, group)).items():
         if "committed.json" in names:
             committed = _load(storage, f"{folder}/committed.json")
             plans[folder] = _load(storage, f"{folder}/plan.json")
@@ -94,7 +94,8 @@ def _put(rows: dict, row: dict, run: str, plan: dict) -> None:
         **row, "_run": run, "_generation": generation}
 
 
-def _run_folders(storage: Storage, runs_url: str) -> dict[str, set[str]]:
+def run_folders(storage: Storage, runs_url: str) -> dict[str, set[str]]:
+    """Run folder URL -> names of the files in it."""
     folders: dict[str, set[str]] = defaultdict(set)
     for url, _ in storage.list(runs_url):
         folder, _, name = url.rpartition("/")

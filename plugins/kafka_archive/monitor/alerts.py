@@ -15,6 +15,9 @@ from datetime import datetime, timezone
 from typing import Iterable
 from urllib.parse import quote
 
+from kafka_archive.audit.checkpoint import Alarm
+from kafka_archive.audit.reconcile import format_window
+from kafka_archive.audit.reporting import describe
 from kafka_archive.monitor import freshness
 from kafka_archive.plan.planning import Anomaly, Plan
 
@@ -125,14 +128,66 @@ def freshness_past_sla(group: str, run_id: str, lagging: list[freshness.TopicFre
     return Message(f"[kafka-archive] {group}: archive freshness past SLA for {names}", _page(body))
 
 
-def audit_mismatch(outcome: dict, link: str) -> Message:
-    """An audit found windows whose archived count differs from the producers' count
-    (`outcome` of tasks.audit_reconcile: totals, summary naming each window, report)."""
-    totals = outcome["totals"]
-    return Message(f"[kafka-archive] audit of group {outcome['group']}: {totals['MISSING']} "
-                   f"window(s) MISSING, {totals['EXCESS']} EXCESS",
-                   _page([f"<pre>{_e(outcome['summary'])}</pre>",
-                          _p(f"The whole report: {_e(outcome['report'])}"), _links(link)]))
+def audit_mismatch(group: str, new: list[Alarm], located: dict, link: str, report: str,
+                   report_expires_s: int, still_open: int, acknowledged: int) -> Message:
+    """New audit mismatches, each mailed once: the windows and their messages, where they
+    are (located: alarm key -> rows of kafka_archive.audit.incremental.locate), commands
+    that investigate and acknowledge, and links a browser opens."""
+    missing = [a for a in new if a.status == "MISSING"]
+    excess = [a for a in new if a.status == "EXCESS"]
+    topics = sorted({a.topic for a in new})
+    body = [_p(f"The audit of group <b>{_e(group)}</b> found {len(new)} new window(s) whose "
+               "archived messages differ from what the producers reported: "
+               f"<b>{sum(a.amount for a in missing)} message(s) missing</b> in {len(missing)} "
+               f"window(s), <b>{sum(a.amount for a in excess)} in excess</b> (archived twice, "
+               f"or sent outside the audited producer) in {len(excess)}."),
+            f"<pre>{_e(chr(10).join(describe(a) for a in new[:MAX_ROWS]))}</pre>",
+            _table(("finding", "topic", "source", "window (UTC)", "expected", "archived",
+                    "archived in partition [offsets): messages of the window"),
+                   [(f"{a.status} {a.amount}", a.topic, a.source,
+                     format_window(a.window_start_ms, a.window_ms), a.expected, a.archived,
+                     "; ".join(f"{r['partition']} [{r['start']}, {r['end']}): {r['messages']}"
+                               for r in located.get(a.key, ())) or "none archived")
+                    for a in new])]
+    if still_open or acknowledged:
+        body.append(_p(f"Not repeated here: {still_open} mismatch(es) mailed before and still "
+                       f"open, {acknowledged} acknowledged (see the report)."))
+    first = new[0]
+    files = [r["url"] for r in located.get(first.key, ()) if r.get("url")]
+    commands = [
+        ("lag and tokens of every partition", f"kafka-archive status --group {group}"),
+        ("holes or offsets archived twice", f"kafka-archive verify --group {group}"),
+        ("count the archived files themselves, not the manifests",
+         f"kafka-archive audit --group {group} --rescan"),
+        *([("read the window's messages", f"kafka-archive cat {files[0]} --limit 20")]
+          if files else []),
+        ("the mismatches not resolved", f"kafka-archive audit list --group {group}"),
+        ("once explained: acknowledge (recorded with who, when and why; not mailed again)",
+         f"kafka-archive audit ack --group {group} --topic {first.topic} --source "
+         f"{first.source} --window {_time(first.window_start_ms)} --reason \"...\""),
+    ]
+    body += ["<h3>What to do</h3>",
+             _p("With the deployment's config (<code>KAFKA_ARCHIVE_CONFIG</code>), on a host "
+                "with the Airflow connections:"),
+             "<ul>" + "".join(f"<li>{_e(why)}:<br><code>{_e(cmd)}</code></li>"
+                              for why, cmd in commands) + "</ul>",
+             _p("A window stays open in the report until it turns OK (e.g. after a rewind "
+                "re-archives the missing messages) or is acknowledged; the audit task fails "
+                "only for new mismatches.")]
+    where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
+    if report.startswith("file://"):
+        report_line = f"the report (local archive root): <a href=\"{_e(report)}\">{_e(report)}</a>"
+    else:
+        expires = _time(_now_ms() + report_expires_s * 1000)
+        report_line = (f"<a href=\"{_e(report)}\">the whole report</a> (a presigned link, "
+                       f"valid {_span(report_expires_s)}, until {expires})")
+    body += [_links(link), _p(report_line)]
+    return Message(f"[kafka-archive] audit of group {group}: {len(missing)} window(s) MISSING, "
+                   f"{len(excess)} EXCESS in {where}", _page(body))
+
+
+def _now_ms() -> int:
+    return int(datetime.now(timezone.utc).timestamp() * 1000)
 
 
 # --- HTML --------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from kafka_archive.audit import reconcile, reporting
+from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent, Verdict
 
 MIN = 60_000
@@ -139,8 +140,31 @@ def test_reports_list_mismatches_first_in_every_format():
     assert doc["totals"]["MISSING"] == 1 and first["window"] == "1970-01-01T00:01:00Z +60s"
     page = reporting.to_html({"group": "g"}, vs).decode()
     assert page.index("MISSING") < page.index(">OK<") and "<svg" in page
-    summary = reporting.mismatch_summary("g", vs)
+    alarm = Alarm.of(vs[0], "2026-01-01T00:00:00+00:00", "r1")
+    summary = reporting.mismatch_summary("g", [alarm])
     assert "1 window(s) do not match" in summary and "MISSING 1: topic t, source s" in summary
+    assert "[new, found 2026-01-01T00:00:00+00:00]" in summary
+
+
+def test_chart_keeps_unaudited_sources_out_of_the_bars_and_marks_mismatches():
+    vs = [Verdict("t", "s", 0, MIN, 5, 5, "OK"), Verdict("t", "unknown", 0, MIN, None, 100, "UNAUDITED"),
+          Verdict("t", "s", MIN, MIN, 5, 4, "MISSING")]
+    chart = reporting._chart(vs)
+    # the audited bar of window 0 is 5 high on a scale of 100 (the unaudited bar), not 105
+    assert "archived 5, unaudited 100" in chart and "fill='#bbb'" in chart
+    assert chart.count("class='mismatch'") == 1 and "MISMATCH" in chart
+
+
+def test_report_lists_alarms_with_their_acknowledgement():
+    alarm = Alarm("t", "s", 0, MIN, "MISSING", 5, 4, "2026-01-01T00:00:00+00:00", "r1",
+                  mailed_at="2026-01-01T00:00:01+00:00",
+                  ack={"by": "ana", "at": "2026-01-02T00:00:00+00:00", "reason": "known outage"})
+    vs = [Verdict("t", "s", 0, MIN, 5, 4, "MISSING")]
+    page = reporting.to_html({"group": "g"}, vs, [alarm]).decode()
+    assert "<tr class='acknowledged'><td>acknowledged</td><td>MISSING 1</td>" in page
+    assert "by ana at 2026-01-02T00:00:00+00:00: known outage" in page
+    doc = json.loads(reporting.to_json({"group": "g"}, vs, [alarm]))
+    assert doc["alarms"][0]["state"] == "acknowledged" and doc["alarms"][0]["ack"]["by"] == "ana"
 
 
 def test_html_report_of_many_windows_stays_bounded():

@@ -3,6 +3,7 @@ in the Airflow UI, and escapes what it quotes."""
 
 from test_freshness import NOW_MS, fresh
 
+from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.monitor import alerts
 from kafka_archive.monitor.freshness import past_sla
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
@@ -125,12 +126,30 @@ def test_deadline_missed_by_a_run_still_queued_says_it_waits():
     assert "It has not started" not in running.html
 
 
-def test_audit_mismatch_names_the_windows_the_report_and_the_run():
-    outcome = {"group": "backup", "totals": {"MISSING": 2, "EXCESS": 1},
-               "summary": "MISSING 6: topic <t>, source s, window 2026-11-21T10:00:00Z +60s",
-               "report": "s3://b/_audit/backup/r/report.html"}
-    message = alerts.audit_mismatch(outcome, "http://af/dags/kafka_archive_audit/runs/r")
-    assert message.subject == "[kafka-archive] audit of group backup: 2 window(s) MISSING, 1 EXCESS"
-    assert "MISSING 6: topic &lt;t&gt;, source s" in message.html
-    assert "s3://b/_audit/backup/r/report.html" in message.html
-    assert 'href="http://af/dags/kafka_archive_audit/runs/r"' in message.html
+def test_audit_mismatch_says_what_where_what_to_do_and_links_that_open():
+    new = [Alarm("<t>", "s", 1_700_000_040_000, 60_000, "MISSING", 11, 5, "now", "r"),
+           Alarm("<t>", "s", 1_700_000_100_000, 60_000, "MISSING", 6, 4, "now", "r"),
+           Alarm("u", "s", 1_700_000_040_000, 60_000, "EXCESS", 5, 8, "now", "r")]
+    located = {new[0].key: [{"partition": 0, "start": 8, "end": 20, "messages": 5,
+                             "url": "s3://b/backup/<t>/partition=0/1_0_00000000000000000008.seq"}]}
+    message = alerts.audit_mismatch("backup", new, located,
+                                    "http://af/dags/kafka_archive_audit/runs/r",
+                                    "http://127.0.0.1:9000/b/report.html?X-Amz-Signature=abc",
+                                    604800, 1, 2)
+    assert message.subject == ("[kafka-archive] audit of group backup: 2 window(s) MISSING, "
+                               "1 EXCESS in 2 topics")
+    html = message.html
+    assert "8 message(s) missing</b> in 2 window(s)" in html and "3 in excess</b>" in html
+    assert "MISSING 6: topic &lt;t&gt;, source s" in html
+    assert "<td>0 [8, 20): 5</td>" in html and "none archived" in html
+    assert ("kafka-archive audit ack --group backup --topic &lt;t&gt; --source s --window "
+            "2023-11-14T22:14:00+00:00 --reason &quot;...&quot;") in html
+    assert "kafka-archive cat s3://b/backup/&lt;t&gt;/partition=0/" in html
+    assert "kafka-archive audit --group backup --rescan" in html
+    assert 'href="http://af/dags/kafka_archive_audit/runs/r"' in html
+    assert 'href="http://127.0.0.1:9000/b/report.html?X-Amz-Signature=abc"' in html
+    assert "valid 168h 0m (604800 s), until " in html
+    assert "1 mismatch(es) mailed before and still open, 2 acknowledged" in html
+    local = alerts.audit_mismatch("backup", new[:1], {}, "http://af/x", "file:///a/report.html",
+                                  604800, 0, 0)
+    assert 'href="file:///a/report.html"' in local.html and "presigned" not in local.html

@@ -1,0 +1,178 @@
+"""The audit's memory of a group: what it already counted and what it already judged.
+
+`<archive_root>/_audit/<group>/checkpoint.json`, replaced only by compare-and-swap
+(Storage.put_if, the conditional write tokens use), holds:
+
+- `runs`, `backfills`: the run folders whose manifests (and backfill.json files) are
+  counted in `archived`; `events`: per partition folder of the copied monitoring events,
+  the last file counted in `expected`; `seen`: per producer, the event sequence numbers
+  counted (as ranges), so an event delivered twice counts once across audits;
+- `expected`, `archived`: the counts folded in so far, as reconcile takes them;
+- `windows`: the last verdict of every window, so a window judged final stays judged
+  while its counts do not change (even if its topic's archive falls back for a rewind);
+- `alarms`: each MISSING or EXCESS window, open until it turns OK or is acknowledged:
+  when it was found, when it was mailed (a mismatch is mailed once), who acknowledged
+  it, when and why.
+
+Pure data and folding here; reading the archive is kafka_archive.audit.incremental's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent, Verdict
+
+FORMAT = 1
+Key = tuple[str, str, int]  # (topic, source, window start ms)
+
+
+@dataclass
+class Alarm:
+    topic: str
+    source: str
+    window_start_ms: int
+    window_ms: int
+    status: str                # MISSING | EXCESS
+    expected: int
+    archived: int
+    found_at: str
+    found_run: str
+    mailed_at: str | None = None
+    ack: dict | None = None    # {"by", "at", "reason"}
+
+    @property
+    def key(self) -> Key:
+        return (self.topic, self.source, self.window_start_ms)
+
+    @property
+    def amount(self) -> int:
+        return abs(self.archived - self.expected)
+
+    @property
+    def state(self) -> str:
+        """new (not mailed yet), open (mailed, not acknowledged) or acknowledged."""
+        return "acknowledged" if self.ack else "open" if self.mailed_at else "new"
+
+    @classmethod
+    def of(cls, v: Verdict, at: str, run_id: str) -> Alarm:
+        return cls(v.topic, v.source, v.window_start_ms, v.window_ms, v.status, v.expected or 0,
+                   v.archived, at, run_id)
+
+    def same_finding(self, v: Verdict) -> bool:
+        return (self.status, self.expected, self.archived) == (v.status, v.expected or 0, v.archived)
+
+
+@dataclass
+class Checkpoint:
+    runs: set[str] = field(default_factory=set)
+    backfills: set[str] = field(default_factory=set)
+    events: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, list[list[int]]] = field(default_factory=dict)
+    expected: dict[Key, tuple[int, int]] = field(default_factory=dict)  # -> (width, count)
+    archived: dict[Key, int] = field(default_factory=dict)  # per archive window
+    windows: dict[Key, tuple[int, str, int | None, int]] = field(default_factory=dict)
+    alarms: dict[Key, Alarm] = field(default_factory=dict)
+    version: str | None = None  # the stored version this was read from; not stored
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "format": FORMAT, "runs": sorted(self.runs), "backfills": sorted(self.backfills),
+            "events": self.events, "seen": self.seen,
+            "expected": [[*k, w, n] for k, (w, n) in self.expected.items()],
+            "archived": [[*k, n] for k, n in self.archived.items()],
+            "windows": [[*k, *v] for k, v in self.windows.items()],
+            "alarms": [asdict(a) for a in self.alarms.values()]}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, version: str | None) -> Checkpoint:
+        raw = json.loads(data)
+        if raw.get("format") != FORMAT:
+            raise ValueError(f"checkpoint format {raw.get('format')!r}, this code reads {FORMAT}")
+        return cls(set(raw["runs"]), set(raw["backfills"]), raw["events"], raw["seen"],
+                   {(t, s, w): (width, n) for t, s, w, width, n in raw["expected"]},
+                   {(t, s, w): n for t, s, w, n in raw["archived"]},
+                   {(t, s, w): tuple(rest) for t, s, w, *rest in raw["windows"]},
+                   {(a["topic"], a["source"], a["window_start_ms"]): Alarm(**a)
+                    for a in raw["alarms"]}, version)
+
+    def forget_counts(self) -> None:
+        """Start the counts over (a rescan); the verdicts and alarms stay."""
+        self.runs, self.backfills, self.events, self.seen = set(), set(), {}, {}
+        self.expected, self.archived = {}, {}
+
+    def fold_events(self, events: Iterable[MonitoringEvent]) -> int:
+        """Add events not counted yet (by producer and sequence number); how many."""
+        added = 0
+        for e in events:
+            if not _claim(self.seen.setdefault(e.producer_id, []), e.seq):
+                continue
+            key = (e.topic, e.source, e.window_start_ms)
+            width, count = self.expected.get(key, (e.window_ms, 0))
+            if width != e.window_ms:
+                raise BadMonitoringEvent(
+                    f"topic {e.topic}, source {e.source}: window at {e.window_start_ms} is "
+                    f"reported both {width} ms and {e.window_ms} ms wide "
+                    f"(producer {e.producer_id} seq {e.seq})")
+            self.expected[key] = (width, count + e.count)
+            added += 1
+        return added
+
+    def judge(self, verdicts: list[Verdict], run_id: str, at: str,
+              rescan: bool = False) -> tuple[list[Verdict], list[Verdict], list[Alarm]]:
+        """Record this audit's verdicts; returns (every window's verdict, the ones judged
+        now, i.e. not a final verdict kept from before, and the alarms resolved).
+
+        A window judged final before keeps its verdict while its counts are unchanged,
+        unless `rescan`. A mismatch becomes an alarm (a new one if its counts differ from
+        the open alarm's); an alarm is resolved once its window is judged anything but
+        PENDING, MISSING or EXCESS."""
+        every, judged, resolved = [], [], []
+        for v in verdicts:
+            key = (v.topic, v.source, v.window_start_ms)
+            before = self.windows.get(key)
+            if (not rescan and before is not None and before[1] != "PENDING"
+                    and (before[2], before[3]) == (v.expected, v.archived)):
+                if v.status != before[1]:  # e.g. PENDING while a rewound topic catches up
+                    v = v._replace(status=before[1], window_ms=before[0])
+                every.append(v)
+                continue
+            every.append(v)
+            judged.append(v)
+            self.windows[key] = (v.window_ms, v.status, v.expected, v.archived)
+            alarm = self.alarms.get(key)
+            if v.status in ("MISSING", "EXCESS"):
+                if alarm is None or not alarm.same_finding(v):
+                    self.alarms[key] = Alarm.of(v, at, run_id)
+            elif alarm is not None and v.status != "PENDING":
+                resolved.append(self.alarms.pop(key))
+        return every, judged, resolved
+
+    def find_alarm(self, topic: str, source: str, at_ms: int) -> Alarm | None:
+        """The alarm of topic and source whose window holds the time at_ms."""
+        for a in self.alarms.values():
+            if (a.topic, a.source) == (topic, source) and \
+                    a.window_start_ms <= at_ms < a.window_start_ms + a.window_ms:
+                return a
+        return None
+
+
+def _claim(ranges: list[list[int]], seq: int) -> bool:
+    """Add seq to sorted, disjoint [first, last] ranges; False if it was in one already."""
+    i = bisect.bisect_right(ranges, [seq, float("inf")])  # ranges[:i] start at or before seq
+    if i and ranges[i - 1][1] >= seq:
+        return False
+    joins_left = i and ranges[i - 1][1] == seq - 1
+    joins_right = i < len(ranges) and ranges[i][0] == seq + 1
+    if joins_left and joins_right:
+        ranges[i - 1][1] = ranges.pop(i)[1]
+    elif joins_left:
+        ranges[i - 1][1] = seq
+    elif joins_right:
+        ranges[i][0] = seq
+    else:
+        ranges.insert(i, [seq, seq])
+    return True

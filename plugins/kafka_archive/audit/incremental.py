@@ -1,0 +1,186 @@
+"""An audit of one group that reads only what is new since its checkpoint.
+
+- monitoring events: only the files `gather.ingest` copied since the last audit;
+- archived counts: only the manifests of runs committed since the last audit. A newer
+  plan that moved files aside (a rewind: its `superseded` list) or a backfill since the
+  last audit changes rows already counted, so the archived counts are then recounted from
+  the group's current rows (kafka_archive.commit.current), once;
+- verdicts: every window is reconciled in memory, but a window judged final keeps its
+  verdict while its counts are unchanged (checkpoint.Checkpoint.judge).
+
+`rescan` starts the counts over from every events file and every current row, judges
+every window again, and judges them against the archived files themselves; the alarms
+(and who acknowledged what) are kept.
+
+The checkpoint is replaced by compare-and-swap: an audit or an acknowledgement that lost a
+race to another reads the new checkpoint and does its (idempotent) work again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from kafka_archive import layout
+from kafka_archive.audit import gather, reconcile
+from kafka_archive.audit.checkpoint import Alarm, Checkpoint
+from kafka_archive.audit.reconcile import Verdict
+from kafka_archive.commit.current import current, run_folders
+from kafka_archive.config import Config
+from kafka_archive.errors import TerminalError
+from kafka_archive.storage import Storage, VersionConflict
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 3  # compare-and-swap races lost before giving up (an ack and an audit at once)
+
+
+@dataclass(frozen=True)
+class Audit:
+    every: list[Verdict]    # a verdict for every window
+    judged: list[Verdict]   # the windows judged by this audit (not kept from an earlier one)
+    alarms: list[Alarm]     # every mismatch not resolved: new, open or acknowledged
+    resolved: list[Alarm]   # alarms whose window turned OK in this audit
+    bad_events: list[str]
+    new_runs: int           # committed runs counted for the first time
+    recounted: bool         # archived counts recounted from the current rows
+
+
+def load(storage: Storage, config: Config, group: str) -> Checkpoint:
+    data, version = storage.get_versioned(layout.audit_checkpoint(config.archive_root, group))
+    if data is None:
+        return Checkpoint()
+    try:
+        return Checkpoint.from_json(data, version)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TerminalError(f"{layout.audit_checkpoint(config.archive_root, group)}: not a "
+                            f"readable audit checkpoint ({exc!r}); `kafka-archive audit --rescan` "
+                            "after moving it aside starts over") from None
+
+
+def audit(config: Config, storage: Storage, group: str, run_id: str, at: str,
+          through: Mapping[str, int | None], rescan: bool = False) -> Audit:
+    """Fold in what is new, judge, store the checkpoint; `through` is
+    gather.archived_through's (topic -> time up to which it is archived)."""
+    def step(cp: Checkpoint) -> Audit:
+        if rescan:
+            cp.forget_counts()
+        bad = _fold_new_events(config, storage, cp)
+        new_runs, recounted = _fold_new_runs(config, storage, group, cp, rescan)
+        archived = gather.archived_by_rescan(config, storage, group) if rescan else cp.archived
+        verdicts = reconcile.reconcile(cp.expected, archived, config.audit.window_s * 1000,
+                                       through, config.audit.grace_s * 1000)
+        every, judged, resolved = cp.judge(verdicts, run_id, at, rescan)
+        return Audit(every, judged, sorted(cp.alarms.values(), key=lambda a: a.key), resolved,
+                     bad, new_runs, recounted)
+
+    return update(storage, config, group, step)
+
+
+def update(storage: Storage, config: Config, group: str, change: Callable[[Checkpoint], object]):
+    """Read the checkpoint, change it, write it back by compare-and-swap; on a lost race,
+    again from a fresh read (at most ATTEMPTS times). Returns what `change` returned."""
+    for attempt in range(1, ATTEMPTS + 1):
+        cp = load(storage, config, group)
+        result = change(cp)
+        try:
+            storage.put_if(layout.audit_checkpoint(config.archive_root, group), cp.to_json(),
+                           cp.version)
+            return result
+        except VersionConflict:
+            if attempt == ATTEMPTS:
+                raise
+            log.warning("audit checkpoint of %s changed meanwhile; again (%d)", group, attempt)
+
+
+def alarms(storage: Storage, config: Config, group: str) -> list[Alarm]:
+    """The group's unresolved mismatches (new, open and acknowledged), for the CLI and the
+    UI page: each with its window, counts, when found and mailed, and its acknowledgement."""
+    return sorted(load(storage, config, group).alarms.values(), key=lambda a: a.key)
+
+
+def acknowledge(storage: Storage, config: Config, group: str, topic: str, source: str,
+                at_ms: int, reason: str, by: str, now: str) -> Alarm:
+    """Mark the alarm of (topic, source) whose window holds at_ms as acknowledged: it stays
+    listed, no longer counts as open, and is not mailed again."""
+    if not reason.strip():
+        raise TerminalError("an acknowledgement needs a reason")
+
+    def step(cp: Checkpoint) -> Alarm:
+        alarm = cp.find_alarm(topic, source, at_ms)
+        if alarm is None:
+            listed = "; ".join(f"{a.topic} {a.source} "
+                               f"{reconcile.format_window(a.window_start_ms, a.window_ms)}"
+                               for a in cp.alarms.values()) or "none"
+            raise TerminalError(f"audit of group {group}: no mismatch of topic {topic}, source "
+                                f"{source} at that window (unresolved: {listed})")
+        alarm.ack = {"by": by, "at": now, "reason": reason}
+        return alarm
+
+    return update(storage, config, group, step)
+
+
+def mark_mailed(storage: Storage, config: Config, group: str, keys, now: str) -> None:
+    keys = set(keys)
+
+    def step(cp: Checkpoint) -> None:
+        for key in keys & cp.alarms.keys():
+            cp.alarms[key].mailed_at = now
+
+    update(storage, config, group, step)
+
+
+def locate(storage: Storage, config: Config, group: str, alarm: Alarm) -> list[dict]:
+    """Where the archived messages of an alarm's window are: per partition, the offsets
+    and files of the current rows counting messages of that window and source. Reads every
+    run: meant for the rare mail, not for each audit."""
+    width = config.audit.window_s * 1000
+    found = []
+    for row in current(storage, config.archive_root, group).of_topic(alarm.topic):
+        n = sum(c for s, w, c in row.get("audit", ()) if s == alarm.source
+                and alarm.window_start_ms <= w < alarm.window_start_ms + max(alarm.window_ms, width))
+        if n:
+            found.append({"partition": row["partition"], "start": row["start"],
+                          "end": row["end"], "messages": n, "url": row.get("url")})
+    return found
+
+
+def _fold_new_events(config: Config, storage: Storage, cp: Checkpoint) -> list[str]:
+    folder = layout.audit_events_dir(config.archive_root, config.audit.topic)
+    bad = []
+    for url, _ in storage.list(folder):
+        partition, _, name = url[len(folder) + 1:].rpartition("/")
+        if name <= cp.events.get(partition, ""):
+            continue  # zero-padded first offsets: names sort as the files were written
+        found = gather.read_events_file(storage, url)
+        cp.fold_events(found.events)
+        bad += found.bad
+        cp.events[partition] = name
+    return bad
+
+
+def _fold_new_runs(config: Config, storage: Storage, group: str, cp: Checkpoint,
+                   recount: bool) -> tuple[int, bool]:
+    folders = run_folders(storage, layout.runs_dir(config.archive_root, group))
+    name = lambda folder: folder.rsplit("/", 1)[-1]  # noqa: E731
+    commits = {name(f): f for f, files in folders.items()
+               if "committed.json" in files and name(f) not in cp.runs}
+    backfills = {name(f) for f, files in folders.items() if "backfill.json" in files}
+    recount = recount or bool(backfills - cp.backfills) or any(
+        json.loads(storage.get_bytes(f"{folder}/plan.json")).get("superseded")
+        for folder in commits.values())
+    if recount:
+        contents = current(storage, config.archive_root, group)
+        cp.archived = dict(gather.count_rows(contents.rows))
+        cp.runs = {name(f) for f in contents.plans}
+        cp.backfills = backfills
+        log.info("audit of %s: a rewind or backfill since the last audit; archived counts "
+                 "recounted from the current rows of %d runs", group, len(cp.runs))
+        return len(commits), True
+    for run, folder in sorted(commits.items()):
+        gather.count_rows(json.loads(storage.get_bytes(f"{folder}/manifest.json"))["slices"],
+                          cp.archived)
+        cp.runs.add(run)
+    return len(commits), False

@@ -1,0 +1,194 @@
+"""The incremental audit on a local archive root: what it reads, how rewinds and backfills
+change counts already folded in, and each mismatch's life (new, mailed, acknowledged, OK)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kafka_archive import config, layout
+from kafka_archive.audit import checkpoint, incremental
+from kafka_archive.audit.checkpoint import Checkpoint
+from kafka_archive.audit.reconcile import MonitoringEvent
+from kafka_archive.errors import TerminalError
+from kafka_archive.storage import Storage, VersionConflict
+
+MIN = 60_000
+AT = "2026-01-01T00:00:00+00:00"
+
+
+class CountingStorage(Storage):
+    """A local Storage that counts the objects it reads."""
+    reads = 0
+
+    def get_bytes(self, url):
+        self.reads += 1
+        return super().get_bytes(url)
+
+    def get_versioned(self, url):
+        self.reads += 1
+        return super().get_versioned(url)
+
+
+@pytest.fixture
+def env(tmp_path):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\n"
+                    f"archive_root: file://{tmp_path}/archive\naudit: {{window: 1m, grace: 0}}\n")
+    return Env(config.load(path))
+
+
+class Env:
+    def __init__(self, cfg):
+        self.cfg, self.storage, self.offset = cfg, CountingStorage(), 0
+        self.seq = 0
+
+    def url(self, partition: int, first: int) -> str:
+        return layout.data_file(self.cfg.archive_root, "backup", "t", partition, 1, first,
+                                "sequencefile")
+
+    def row(self, partition, start, end, window=0, n=None):
+        return {"topic": "t", "partition": partition, "start": start, "end": end,
+                "records": end - start, "url": self.url(partition, start), "bytes": 1,
+                "audit": [["s", window, end - start if n is None else n]]}
+
+    def run(self, run_id: str, at: str, rows, superseded=()):
+        for name, doc in (("plan.json", {"run_id": run_id, "superseded": list(superseded)}),
+                          ("manifest.json", {"slices": rows}),
+                          ("committed.json", {"run_id": run_id, "committed_at": at})):
+            self.put(layout.run_file(self.cfg.archive_root, "backup", run_id, name), doc)
+
+    def events(self, *counts, window=0):
+        """One events file as ingest writes it: one event per count."""
+        rows = []
+        for n in counts:
+            self.seq += 1
+            rows.append([self.offset, *MonitoringEvent("s", "t", window, MIN, n, "p1", self.seq)])
+            self.offset += 1
+        self.put(layout.audit_events_file(self.cfg.archive_root, self.cfg.audit.topic, 0,
+                                          rows[0][0]), {"events": rows, "bad": []})
+
+    def put(self, url, doc):
+        Storage.put_bytes(self.storage, url, json.dumps(doc).encode())
+
+    def audit(self, run_id="a", through=100 * MIN, rescan=False):
+        self.storage.reads = 0
+        return incremental.audit(self.cfg, self.storage, "backup", run_id, AT, {"t": through},
+                                 rescan)
+
+
+def statuses(done):
+    return {v.window_start_ms: (v.status, v.expected, v.archived) for v in done.every}
+
+
+def test_sequence_ranges_count_each_event_once():
+    ranges: list = []
+    assert [checkpoint._claim(ranges, s) for s in (1, 3, 2, 2, 5, 4, 1)] == [
+        True, True, True, False, True, True, False]
+    assert ranges == [[1, 5]]
+
+
+def test_an_audit_reads_only_what_was_committed_since_the_last(env):
+    for i in range(20):
+        env.run(f"r{i:02}", f"2026-01-01T00:{i:02}:00+00:00", [env.row(0, 10 * i, 10 * i + 10)])
+    env.events(200)
+    first = env.audit()
+    assert statuses(first) == {0: ("OK", 200, 200)} and first.new_runs == 20
+    assert env.storage.reads == 1 + 1 + 20 * 2  # checkpoint, events, plan + manifest per run
+
+    env.run("r20", "2026-01-01T01:00:00+00:00", [env.row(0, 200, 205)])
+    env.events(5)
+    second = env.audit()
+    assert statuses(second) == {0: ("OK", 205, 205)} and second.new_runs == 1
+    assert env.storage.reads == 1 + 1 + 2
+    assert second.judged and not second.recounted
+
+
+def test_a_rewound_slice_rewritten_under_its_old_name_is_counted_once(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10), env.row(0, 10, 20)])
+    env.events(20)
+    assert statuses(env.audit()) == {0: ("OK", 20, 20)}
+    env.run("r2", "2026-01-01T01:00:00+00:00", [env.row(0, 10, 20)], superseded=[env.url(0, 10)])
+    done = env.audit()
+    assert done.recounted and statuses(done) == {0: ("OK", 20, 20)} and not done.alarms
+    assert not done.judged  # unchanged counts: the final verdict stands
+
+
+def test_a_final_window_stays_judged_while_its_topic_is_rewound(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
+    env.events(10)
+    env.audit()
+    assert statuses(env.audit(through=0)) == {0: ("OK", 10, 10)}  # not PENDING again
+
+
+def test_a_mismatch_is_new_once_then_open_then_acknowledged_then_resolved(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 1, 10)])
+    env.events(10)
+    [alarm] = env.audit().alarms
+    assert (alarm.status, alarm.amount, alarm.state) == ("MISSING", 1, "new")
+    assert env.audit().alarms[0].state == "new"  # not mailed yet: still new
+    incremental.mark_mailed(env.storage, env.cfg, "backup", [alarm.key], AT)
+    assert [a.state for a in env.audit().alarms] == ["open"]
+    with pytest.raises(TerminalError, match="no mismatch of topic t, source s"):
+        incremental.acknowledge(env.storage, env.cfg, "backup", "t", "s", 5 * MIN, "x", "ana", AT)
+    acked = incremental.acknowledge(env.storage, env.cfg, "backup", "t", "s", 30_000,
+                                    "offset 0 deleted by hand", "ana", AT)
+    assert acked.ack == {"by": "ana", "at": AT, "reason": "offset 0 deleted by hand"}
+    [listed] = incremental.alarms(env.storage, env.cfg, "backup")
+    assert listed.state == "acknowledged" and env.audit().alarms[0].state == "acknowledged"
+    # the missing message archived after all (a rewind): OK, and the alarm is gone
+    env.run("r2", "2026-01-01T01:00:00+00:00", [env.row(0, 0, 10)], superseded=[env.url(0, 1)])
+    done = env.audit()
+    assert statuses(done) == {0: ("OK", 10, 10)} and not done.alarms
+    assert [a.key for a in done.resolved] == [alarm.key]
+
+
+def test_a_different_count_in_the_same_window_is_a_new_mismatch(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 1, 10)])
+    env.events(10)
+    [alarm] = env.audit().alarms
+    incremental.mark_mailed(env.storage, env.cfg, "backup", [alarm.key], AT)
+    env.events(3)  # the producer reports three more it sent in that window
+    [again] = env.audit().alarms
+    assert (again.amount, again.state) == (4, "new")
+
+
+def test_rescan_counts_again_and_keeps_acknowledgements(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10, n=9)])
+    env.events(10)
+    [alarm] = env.audit().alarms
+    incremental.acknowledge(env.storage, env.cfg, "backup", "t", "s", 0, "known", "ana", AT)
+    done = env.audit(rescan=True)  # no archived files here: the rescan counts none
+    assert statuses(done) == {0: ("MISSING", 10, 0)}
+    assert [a.state for a in done.alarms] == ["new"]  # a different finding than acknowledged
+
+
+def test_a_lost_race_reads_again_and_a_checkpoint_write_is_compare_and_swap(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
+    env.events(10)
+    env.audit()
+    url = layout.audit_checkpoint(env.cfg.archive_root, "backup")
+    data, version = env.storage.get_versioned(url)
+    env.storage.put_if(url, data + b" ", version)
+    with pytest.raises(VersionConflict):
+        env.storage.put_if(url, data, version)  # version is stale now
+    with pytest.raises(VersionConflict):
+        env.storage.put_if(url, data, None)  # "create" when there is one
+    calls = []
+
+    def change(cp: Checkpoint):
+        calls.append(cp.version)
+        if len(calls) == 1:  # someone else writes between our read and our write
+            Storage.put_bytes(env.storage, url, cp.to_json() + b"\n\n")
+    incremental.update(env.storage, env.cfg, "backup", change)
+    assert len(calls) == 2 and calls[0] != calls[1]
+
+
+def test_checkpoint_round_trips(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 1, 10)])
+    env.events(10)
+    env.audit()
+    data, version = env.storage.get_versioned(layout.audit_checkpoint(env.cfg.archive_root, "backup"))
+    cp = Checkpoint.from_json(data, version)
+    assert cp.to_json() == data and cp.runs == {"r1"} and cp.seen == {"p1": [[1, 1]]}
