@@ -1,6 +1,12 @@
 """How long reconciling a large audit takes: W windows x S sources x T topics.
 
     .venv/bin/python scripts/benchmark_audit.py [--windows 1000 --sources 100 --topics 10]
+    .venv/bin/python scripts/benchmark_audit.py --runs 1000
+
+With --runs: the incremental audit's cost instead. A local archive root gets that many
+committed runs (plan, manifest, commit marker; 4 partitions x 3 sources per run) and their
+monitoring events; then a full audit (no checkpoint) and, after one more committed run,
+an incremental one, each printing the objects it read and its seconds.
 
 Writes the monitoring events as the audit's ingest step stores them (JSON lines under
 <root>/_audit/_events/) into a local archive root, then times each stage of the audit
@@ -20,7 +26,7 @@ import time
 from pathlib import Path
 
 from kafka_archive import config, layout
-from kafka_archive.audit import gather, reconcile, reporting
+from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.storage import Storage
 
@@ -32,7 +38,10 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=1000)
     parser.add_argument("--sources", type=int, default=100)
     parser.add_argument("--topics", type=int, default=10)
+    parser.add_argument("--runs", type=int, help="benchmark the incremental audit instead")
     args = parser.parse_args()
+    if args.runs:
+        return incremental_audit(args.runs)
     rng = random.Random(42)
     work = Path(tempfile.mkdtemp(prefix="kafka-archive-audit-bench-"))
     cfg_path = work / "kafka-archive.yaml"
@@ -81,6 +90,77 @@ def main() -> None:
     totals = reconcile.summarize(verdicts)
     print(f"verdicts: {totals}")
     assert totals["MISSING"] + totals["EXCESS"] == len(cells) // 1000, totals
+
+
+class CountingStorage(Storage):
+    """Local storage that counts the objects read (whole, streamed or with a version)."""
+    reads = 0
+
+    def get_bytes(self, url):
+        self.reads += 1
+        return super().get_bytes(url)
+
+    def get_versioned(self, url):
+        self.reads += 1
+        return super().get_versioned(url)
+
+    def open(self, url):
+        self.reads += 1
+        return super().open(url)
+
+
+def incremental_audit(runs: int, partitions: int = 4, sources: int = 3) -> None:
+    work = Path(tempfile.mkdtemp(prefix="kafka-archive-audit-incr-"))
+    cfg_path = work / "kafka-archive.yaml"
+    cfg_path.write_text(f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{work}/archive\n"
+                        "audit: {window: 1m, grace: 0}\n")
+    cfg = config.load(cfg_path)
+    storage = CountingStorage()
+    seq = [0]
+
+    def put(url, doc):
+        Storage.put_bytes(storage, url, json.dumps(doc).encode())
+
+    def commit_run(i: int) -> None:
+        """Run i archives 10 messages per (partition, source) of window i."""
+        run_id = f"scheduled__{i:06d}"
+        rows = [{"topic": "orders", "partition": p, "start": i * 30 * sources,
+                 "end": (i + 1) * 30 * sources, "records": 30 * sources,
+                 "url": layout.data_file(cfg.archive_root, "backup", "orders", p, 1,
+                                         i * 30 * sources, "sequencefile"),
+                 "bytes": 1, "audit": [[f"web-{s}", i * MIN, 10] for s in range(sources)]}
+                for p in range(partitions)]
+        put(layout.run_file(cfg.archive_root, "backup", run_id, "plan.json"),
+            {"run_id": run_id, "superseded": []})
+        put(layout.run_file(cfg.archive_root, "backup", run_id, "manifest.json"), {"slices": rows})
+        put(layout.run_file(cfg.archive_root, "backup", run_id, "committed.json"),
+            {"run_id": run_id, "committed_at": f"2026-01-01T00:00:00.{i:06d}"})
+        events = []
+        for s in range(sources):
+            seq[0] += 1
+            events.append([seq[0], f"web-{s}", "orders", i * MIN, MIN, 10 * partitions,
+                           f"web-{s}/p", seq[0]])
+        put(layout.audit_events_file(cfg.archive_root, cfg.audit.topic, 0, events[0][0]),
+            {"fields": ["offset", *MonitoringEvent._fields], "events": events, "bad": []})
+
+    for i in range(runs):
+        commit_run(i)
+    print(f"{runs} committed runs, {partitions} partitions x {sources} sources each, in {work}")
+
+    def audit(name: str, through_ms: int) -> None:
+        storage.reads = 0
+        started = time.perf_counter()
+        done = incremental.audit(cfg, storage, "backup", name, "2026-01-02T00:00:00+00:00",
+                                 {"orders": through_ms})
+        seconds = time.perf_counter() - started
+        totals = reconcile.summarize(done.every)
+        print(f"  {name:11s} objects read {storage.reads:6d}   {seconds:6.2f} s   runs counted "
+              f"{done.new_runs:5d}   windows judged {len(done.judged):5d}   {totals}")
+        assert totals["MISSING"] + totals["EXCESS"] == 0, totals
+
+    audit("full", (runs + 1) * MIN)
+    commit_run(runs)
+    audit("incremental", (runs + 2) * MIN)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         config = config_module.load(args.config)
         if args.command == "preflight":
             _airflow_logs_to_stderr()
-            print(json.dumps(preflight.run(config, _storage(config)), indent=2))
+            print(json.dumps(preflight.run(config, _storage(config), "manual", _tokens(config),
+                                           lambda: _check_smtp(config)), indent=2))
         elif args.command == "cat":
             cat_file(_storage(config), args.file, args.limit)
         elif args.command == "verify":
@@ -199,6 +200,12 @@ def _s3_client(conn_id: str):
     from kafka_archive.airflow import connections
 
     return connections.s3_client(conn_id)
+
+
+def _check_smtp(config: Config) -> str:
+    from kafka_archive.airflow import connections  # the SMTP connection is Airflow's
+
+    return connections.check_smtp(config.alerts.smtp_conn_id)
 
 
 def _airflow_logs_to_stderr() -> None:

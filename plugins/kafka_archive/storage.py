@@ -132,10 +132,22 @@ class Storage:
             return
         root = local_path(prefix_url)
         if root.is_dir():
-            for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+            for path in sorted(p for p in root.rglob("*") if not p.name.startswith(".")):
                 url = f"file://{path}"
-                if start_after is None or url > start_after:
+                if (start_after is None or url > start_after) and path.is_file():
                     yield url, path.stat().st_size
+
+    def folders(self, prefix_url: str) -> list[str]:
+        """The URLs of the folders right under prefix_url/ (S3: common prefixes), sorted."""
+        prefix_url = prefix_url.rstrip("/") + "/"
+        if prefix_url.startswith("s3://"):
+            bucket, prefix = split_s3_url(prefix_url)
+            pages = self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix, Delimiter="/")
+            return sorted(f"s3://{bucket}/{common['Prefix'].rstrip('/')}"
+                          for page in pages for common in page.get("CommonPrefixes", []))
+        root = local_path(prefix_url)
+        return sorted(f"file://{p}" for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
     def browser_link(self, url: str, expires_s: int) -> str:
         """A link a browser opens: for S3 a presigned GET URL valid expires_s seconds (at

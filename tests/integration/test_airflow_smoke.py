@@ -2,17 +2,26 @@
 talks to the real Kafka and S3 servers."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from conftest import airflow
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
+from kafka_archive.audit.producer import check_monitoring_topic
+from kafka_archive.config import Audit
 
-def test_dags_test_runs_preflight_dag_against_real_services(airflow_env, kafka, s3, unique):
+
+def test_dags_test_runs_preflight_dag_against_real_services(airflow_env, kafka, s3, smtp_maildir,
+                                                            unique):
     topic = f"preflight-{unique}"
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
     admin.close()
+    # the example config's monitoring topic, as the README says to create it
+    check_monitoring_topic(Audit().topic, True, {"bootstrap_servers": kafka})
     prefix = f"smoke-{unique}"
     env = {**airflow_env, "KAFKA_ARCHIVE_ROOT": f"s3://{s3.bucket}/{prefix}"}
 
@@ -23,3 +32,24 @@ def test_dags_test_runs_preflight_dag_against_real_services(airflow_env, kafka, 
     assert topic in report["topics"]
     assert report["bootstrap_servers"] == kafka
     assert report["run_id"].startswith("manual__")  # written by the DAG run, not the CLI
+    checks = report["checks"]
+    assert checks["monitoring_topic"] == f"ok: {Audit().topic}", checks
+    assert checks["smtp"].startswith("ok: 127.0.0.1:"), checks
+    assert checks["token_root"].startswith("ok: ") and checks["spark_kafka_jars"].startswith("ok: ")
+
+
+def test_preflight_names_every_check_that_fails(airflow_env, kafka, s3, unique, tmp_path):
+    """A monitoring topic nobody created and an SMTP server nobody listens on."""
+    config = tmp_path / "kafka-archive.yaml"
+    config.write_text(f"kafka: {{bootstrap_servers: '{kafka}'}}\n"
+                      f"archive_root: s3://{s3.bucket}/pre-{unique}\ntoken_root: {tmp_path}/tokens\n"
+                      f"audit: {{topic: _mon-missing-{unique}}}\n"
+                      "alerts: {smtp_conn_id: kafka_archive_smtp_nowhere}\n")
+    env = {**airflow_env, "KAFKA_ARCHIVE_CONFIG": str(config),
+           "AIRFLOW_CONN_KAFKA_ARCHIVE_SMTP_NOWHERE": "smtp://127.0.0.1:1"}
+    result = subprocess.run([str(Path(sys.executable).parent / "kafka-archive"), "preflight"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout
+    assert f"monitoring_topic: the audit's monitoring topic '_mon-missing-{unique}' does not " \
+           "exist" in result.stderr
+    assert "smtp: " in result.stderr and "token_root" not in result.stderr, result.stderr

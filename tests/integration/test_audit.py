@@ -10,13 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from kafka_archive.airflow import tasks
 from kafka_archive.audit import reconcile
-from kafka_archive.audit.producer import AuditedProducer
+from kafka_archive.audit.producer import AuditedProducer, MonitoringTopicMissing
 from kafka_archive.tokens import Token
 from pipeline import Pipeline
 
@@ -140,8 +141,10 @@ def test_loss_is_missing_per_window_emailed_and_rescan_agrees(pipeline, base, sm
     found = verdicts(pipeline, run_dir)
     assert found == {(topic, "billing-1", base): ("MISSING", 11, 5),
                      (topic, "billing-1", base + MIN): ("MISSING", 6, 4)}
-    # re-scanning the files themselves gives the same verdicts as the manifests
-    assert audit_now("rescan", rescan=True)["mismatches"] == 2
+    # re-scanning the files themselves gives the same verdicts as the manifests; the two
+    # mismatches are open (mailed above), not new
+    rescanned = audit_now("rescan", rescan=True)
+    assert (rescanned["mismatches"], rescanned["open"]) == (0, 2)
     assert verdicts(pipeline, "rescan") == found
 
 
@@ -203,3 +206,144 @@ def wait_for_mail(maildir: Path, to: str, timeout: float = 60):
                 return message
         time.sleep(0.2)
     pytest.fail(f"no mail to {to} within {timeout:.0f} s")
+
+
+# --- rewinds, a dropped message, mail once, acknowledge, backfill (issue 12) ---------------
+
+CLI = str(Path(sys.executable).parent / "kafka-archive")
+
+
+def mails_to(maildir: Path, to: str) -> list:
+    found = [email.message_from_bytes(p.read_bytes()) for p in sorted(maildir.glob("*.eml"))]
+    return [m for m in found if to in (m["To"] or "")]
+
+
+def body_of(mail) -> str:
+    return "".join(p.get_payload(decode=True).decode() for p in mail.walk()
+                   if p.get_content_maintype() == "text")
+
+
+def dag_audit(pipeline: Pipeline) -> subprocess.CompletedProcess:
+    """One scheduled audit, as the scheduler runs it (`airflow dags test`)."""
+    return subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test",
+                           "kafka_archive_audit"], env=pipeline.env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def latest_report(pipeline: Pipeline, group: str = "backup") -> dict:
+    """The report.json of the newest audit run (run folders sort by their time stamps)."""
+    found = sorted((o["LastModified"], o["Key"]) for o in pipeline.s3.client.list_objects_v2(
+        Bucket=pipeline.s3.bucket, Prefix=f"{pipeline.root_key}/_audit/{group}/")["Contents"]
+        if o["Key"].endswith("report.json"))
+    return json.loads(pipeline.s3.client.get_object(Bucket=pipeline.s3.bucket,
+                                                    Key=found[-1][1])["Body"].read())
+
+
+def test_rewinds_are_no_alarm_a_dropped_message_is_mailed_once_until_acknowledged(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch, base, smtp_maildir):
+    made = audited_pipeline(airflow_env, kafka, s3, f"w{unique}", tmp_path)
+    text = made.config_path.read_text().replace("groups: [backup]", "groups: [backup, partitioned]")
+    made.config_path.write_text(text + (
+        "  partitioned:\n"
+        f"    topics: {{include: [\"w{unique}-.*\"]}}\n"
+        "    layout: {kind: event_time, granularity: hour}\n"
+        "    parser: timestamp\n"))
+    made.in_env(monkeypatch)
+    orders, billing = made.create_topic("orders", 2), made.create_topic("billing", 1)
+    send_audited(made, "web-1", orders, [(0, base + 1)] * 6 + [(1, base + 2)] * 4
+                 + [(1, base + MIN + 2)] * 5)
+    send_audited(made, "web-1", billing, [(0, base + 3)] * 7)
+    archive_once(made, "run-1")
+    assert audit_now("a1")["totals"]["OK"] == 3
+
+    # rewind one partition (CLI) and a whole topic (token deleted), then archive again
+    back = subprocess.run([CLI, "rewind", "--group", "backup", "--topic", orders, "--partition",
+                           "1", "--to-offset", "0"], env=made.env, capture_output=True,
+                          text=True, timeout=120)
+    assert back.returncode == 0, back.stderr
+    made.tokens.delete("backup", billing)
+    plan_url = made.plan("run-2")
+    assert len(json.loads(made.s3.client.get_object(
+        Bucket=made.s3.bucket, Key=plan_url.split("/", 3)[3])["Body"].read())["superseded"]) == 2
+    made.archive_to_end(plan_url)
+    made.commit(plan_url)
+    result = dag_audit(made)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    after_rewind = latest_report(made)
+    assert after_rewind["totals"] == {"OK": 3, "MISSING": 0, "EXCESS": 0, "PENDING": 0,
+                                      "UNAUDITED": 0}
+    assert after_rewind["recounted_after_rewind_or_backfill"] and after_rewind["alarms"] == []
+    assert mails_to(smtp_maildir, made.mail_to) == []
+
+    # one message dropped: the token of orders partition 0 skipped forward by 1
+    send_audited(made, "web-1", orders, [(0, base + 3 * MIN + 1)] * 4)
+    read = made.tokens.read("backup", orders)
+    offsets = dict(read.token.offsets)
+    offsets[0] += 1
+    made.tokens.write(Token("backup", orders, made.kafka, offsets), read.version)
+    archive_once(made, "run-3")
+    # three scheduled audits in a row: the first fails and mails, the others stay green
+    first = dag_audit(made)
+    assert first.returncode != 0 and f"MISSING 1: topic {orders}" in first.stdout + first.stderr
+    second = dag_audit(made)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+    [mail] = mails_to(smtp_maildir, made.mail_to)
+    body = body_of(mail)
+    assert mail["Subject"] == (f"[kafka-archive] audit of group backup: 1 window(s) MISSING, "
+                               f"0 EXCESS in {orders}")
+    assert f"MISSING 1: topic {orders}, source web-1" in body and "1 message(s) missing" in body
+    assert "<td>0 [7, 10): 3</td>" in body  # partition 0: offset 6 skipped, 7..9 archived
+    window = reconcile.format_window(base + 3 * MIN, MIN).split(" ")[0]
+    assert "/dags/kafka_archive_audit/runs/" in body
+    assert "X-Amz-Signature=" in body and "valid 168h 0m (604800 s)" in body
+    [link] = [part.split('"')[0] for part in body.split('href="')[1:] if "X-Amz" in part]
+    assert b"Audit of group backup" in httpx.get(link.replace("&amp;", "&"), timeout=30).content
+    assert latest_report(made)["alarms"][0]["state"] == "open"
+
+    ack = subprocess.run([CLI, "audit", "ack", "--group", "backup", "--topic", orders,
+                          "--source", "web-1", "--window", window, "--reason",
+                          "token edited by hand in the test", "--by", "tester"],
+                         env=made.env, capture_output=True, text=True, timeout=120)
+    assert ack.returncode == 0, ack.stderr
+    third = dag_audit(made)
+    assert third.returncode == 0, (third.stdout + third.stderr)[-3000:]
+    [alarm] = latest_report(made)["alarms"]
+    assert (alarm["state"], alarm["ack"]["by"], alarm["ack"]["reason"]) == (
+        "acknowledged", "tester", "token edited by hand in the test")
+    assert len(mails_to(smtp_maildir, made.mail_to)) == 1
+    listed = subprocess.run([CLI, "audit", "list", "--group", "backup", "--json"], env=made.env,
+                            capture_output=True, text=True, timeout=120)
+    assert json.loads(listed.stdout)[0]["state"] == "acknowledged", listed.stderr
+
+    # the partitioned group, archived then rebuilt by a backfill, audits OK
+    plan_url = tasks.plan("partitioned", "p-run-1")
+    made.archive_to_end(plan_url)
+    made.commit(plan_url)
+    assert audit_now_of("partitioned", "p1")["totals"]["OK"] == 4
+    tasks.backfill("partitioned", billing, "backfill-1", from_offset=0)
+    done = audit_now_of("partitioned", "p2")
+    assert done["totals"]["OK"] == 4 and done["new"] == [] and done["open"] == 0
+    assert latest_report(made, "partitioned")["recounted_after_rewind_or_backfill"]
+
+
+def audit_now_of(group: str, run_id: str) -> dict:
+    tasks.audit_ingest(run_id)
+    return tasks.audit_reconcile(group, run_id)
+
+
+def test_audited_producer_fails_at_once_naming_a_missing_monitoring_topic(kafka, unique):
+    topic = f"_mon-absent-{unique}"
+    started = time.monotonic()
+    with pytest.raises(MonitoringTopicMissing, match=f"monitoring topic '{topic}' does not exist"):
+        AuditedProducer(source="web-1", monitoring_topic=topic, bootstrap_servers=kafka)
+    assert time.monotonic() - started < 5
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    assert topic not in admin.list_topics()  # nothing sent, nothing created
+    admin.close()
+    # told to, it creates the topic; a producer that sent nothing reported nothing
+    with AuditedProducer(source="web-1", monitoring_topic=topic, bootstrap_servers=kafka,
+                         create_monitoring_topic=True):
+        pass
+    consumer = KafkaConsumer(bootstrap_servers=kafka)
+    assert consumer.end_offsets([TopicPartition(topic, 0)])[TopicPartition(topic, 0)] == 0
+    consumer.close()

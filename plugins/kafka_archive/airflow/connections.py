@@ -24,3 +24,13 @@ def storage(conn_id: str) -> Storage:
 
 def token_store(config: Config) -> TokenStore:
     return open_store(config.token_root, lambda: s3_client(config.s3_conn_id))
+
+
+def check_smtp(conn_id: str) -> str:
+    """Connect (and log in, when the connection has credentials) to the alert mail
+    server, then hang up; the server reached."""
+    from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+    with SmtpHook(smtp_conn_id=conn_id) as hook:
+        hook._smtp_client.noop()  # the hook exposes no public handle on its client
+        return f"{hook.host}:{hook.port} (connection {conn_id})"

@@ -188,4 +188,6 @@ def audit_ack(group: str, topic: str, source: str, at_ms: int, reason: str, by: 
 
 def preflight(run_id: str) -> dict:
     cfg = config_module.load()
-    return preflight_check.run(cfg, connections.storage(cfg.s3_conn_id), run_id)
+    return preflight_check.run(cfg, connections.storage(cfg.s3_conn_id), run_id,
+                               connections.token_store(cfg),
+                               lambda: connections.check_smtp(cfg.alerts.smtp_conn_id))

@@ -27,7 +27,7 @@ from kafka_archive import layout
 from kafka_archive.audit import gather, reconcile
 from kafka_archive.audit.checkpoint import Alarm, Checkpoint
 from kafka_archive.audit.reconcile import Verdict
-from kafka_archive.commit.current import current, run_folders
+from kafka_archive.commit.current import current
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.storage import Storage, VersionConflict
@@ -148,34 +148,41 @@ def locate(storage: Storage, config: Config, group: str, alarm: Alarm) -> list[d
 
 
 def _fold_new_events(config: Config, storage: Storage, cp: Checkpoint) -> list[str]:
-    folder = layout.audit_events_dir(config.archive_root, config.audit.topic)
+    """Per partition folder, the files after the last one counted (zero-padded first
+    offsets: names sort as the files were written)."""
     bad = []
-    for url, _ in storage.list(folder):
-        partition, _, name = url[len(folder) + 1:].rpartition("/")
-        if name <= cp.events.get(partition, ""):
-            continue  # zero-padded first offsets: names sort as the files were written
-        found = gather.read_events_file(storage, url)
-        cp.fold_events(found.events)
-        bad += found.bad
-        cp.events[partition] = name
+    for folder in storage.folders(layout.audit_events_dir(config.archive_root, config.audit.topic)):
+        partition = folder.rsplit("/", 1)[-1]
+        last = cp.events.get(partition)
+        for url, _ in storage.list(folder, start_after=f"{folder}/{last}" if last else None):
+            found = gather.read_events_file(storage, url)
+            cp.fold_events(found.events)
+            bad += found.bad
+            cp.events[partition] = url.rsplit("/", 1)[-1]
     return bad
 
 
 def _fold_new_runs(config: Config, storage: Storage, group: str, cp: Checkpoint,
                    recount: bool) -> tuple[int, bool]:
-    folders = run_folders(storage, layout.runs_dir(config.archive_root, group))
-    name = lambda folder: folder.rsplit("/", 1)[-1]  # noqa: E731
-    commits = {name(f): f for f, files in folders.items()
-               if "committed.json" in files and name(f) not in cp.runs}
-    backfills = {name(f) for f, files in folders.items() if "backfill.json" in files}
-    recount = recount or bool(backfills - cp.backfills) or any(
+    """Run folders not counted yet are looked into (committed? a backfill?); manifests of
+    newly committed runs are added, unless a rewind or backfill makes a recount due."""
+    commits, backfills = {}, set()
+    for folder in storage.folders(layout.runs_dir(config.archive_root, group)):
+        run = folder.rsplit("/", 1)[-1]
+        if run in cp.runs or run in cp.backfills:
+            continue
+        if storage.size(f"{folder}/committed.json") is not None:
+            commits[run] = folder
+        elif storage.size(f"{folder}/backfill.json") is not None:
+            backfills.add(run)
+    recount = recount or bool(backfills) or any(
         json.loads(storage.get_bytes(f"{folder}/plan.json")).get("superseded")
         for folder in commits.values())
     if recount:
         contents = current(storage, config.archive_root, group)
         cp.archived = dict(gather.count_rows(contents.rows))
-        cp.runs = {name(f) for f in contents.plans}
-        cp.backfills = backfills
+        cp.runs = {folder.rsplit("/", 1)[-1] for folder in contents.plans}
+        cp.backfills |= backfills
         log.info("audit of %s: a rewind or backfill since the last audit; archived counts "
                  "recounted from the current rows of %d runs", group, len(cp.runs))
         return len(commits), True

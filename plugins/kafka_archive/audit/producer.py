@@ -7,6 +7,10 @@ MonitoringEvents on the next send and by a background thread once per window (so
 producer still reports), and every count (closed or not) on flush() and close(). Events are deltas with a per-producer sequence number, so a window whose late
 acknowledgements arrive after it was reported gets a second event, and a retried event
 is recognised by (producer_id, seq) and counted once.
+
+The monitoring topic must exist: the constructor checks it (within CHECK_TIMEOUT_S) and
+fails naming it, before any message is sent or counted, or creates it with
+`create_monitoring_topic=True` (the broker's default partitions and replication).
 """
 
 from __future__ import annotations
@@ -16,18 +20,27 @@ import threading
 import time
 import uuid
 
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from kafka_archive.audit.reconcile import MonitoringEvent, window_start
 from kafka_archive.config import Audit
+from kafka_archive.errors import TerminalError
 
 DEFAULTS = Audit()
+CHECK_TIMEOUT_S = 5
+
+
+class MonitoringTopicMissing(TerminalError):
+    pass
 
 
 class AuditedProducer:
     def __init__(self, *, source: str | None = None, monitoring_topic: str = DEFAULTS.topic,
                  window_s: int = DEFAULTS.window_s, source_header: str = DEFAULTS.source_header,
-                 **producer_configs):
+                 create_monitoring_topic: bool = False, **producer_configs):
+        check_monitoring_topic(monitoring_topic, create_monitoring_topic, producer_configs)
         self.source = source or socket.gethostname()
         self.monitoring_topic = monitoring_topic
         self.window_ms = window_s * 1000
@@ -105,3 +118,34 @@ class AuditedProducer:
         with self._lock:
             window = (event.topic, event.window_start_ms)
             self._acked[window] = self._acked.get(window, 0) + event.count
+
+
+def check_monitoring_topic(topic: str, create: bool, client_configs: dict,
+                           timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Fail (MonitoringTopicMissing, naming it) unless `topic` exists, or create it.
+    `client_configs`: a Kafka client's (the connection and security settings are used)."""
+    where = client_configs.get("bootstrap_servers", "localhost:9092")
+    settings = {k: v for k, v in client_configs.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    timeout_ms = int(timeout_s * 1000)
+    try:
+        admin = KafkaAdminClient(**{**settings, "request_timeout_ms": timeout_ms,
+                                    "bootstrap_timeout_ms": timeout_ms})
+    except KafkaError as exc:
+        raise MonitoringTopicMissing(f"cannot check the monitoring topic {topic!r}: Kafka at "
+                                     f"{where} is unreachable ({exc!r})") from exc
+    try:
+        if topic in admin.list_topics():
+            return
+        if not create:
+            raise MonitoringTopicMissing(
+                f"the monitoring topic {topic!r} does not exist on {where}: create it (see the "
+                "README, 'The audit') or pass create_monitoring_topic=True; nothing was sent")
+        try:
+            admin.create_topics([NewTopic(topic, -1, -1)], timeout_ms=timeout_ms)
+        except TopicAlreadyExistsError:
+            pass  # another producer created it meanwhile
+    except KafkaError as exc:
+        raise MonitoringTopicMissing(f"cannot check the monitoring topic {topic!r} on {where}: "
+                                     f"{exc!r}") from exc
+    finally:
+        admin.close()

@@ -1,21 +1,30 @@
-"""Preflight: can this deployment reach Kafka and write to its archive root?
+"""Preflight: is this deployment ready to archive, audit and alert?
+
+Checks Kafka (reachable; the audit's monitoring topic exists), the archive root (a write
+reads back), the token root (a probe token created and deleted by compare-and-swap),
+Spark's Kafka source jars, and, when given, the SMTP connection alerts go through.
 
 Run by the `kafka_archive_preflight` DAG and by `kafka-archive preflight`. It writes what
 it saw to <archive_root>/_preflight/report.json, so a person (or a test) can check the
-check ran where they think it did.
+check ran where they think it did, then fails naming every check that did not pass.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from typing import Callable
 
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
+from kafka_archive import spark
 from kafka_archive.config import Config
-from kafka_archive.errors import TransientError
+from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.storage import Storage, join
+from kafka_archive.tokens import Token, TokenStore
+
+PROBE_GROUP, PROBE_TOPIC = "_preflight", "probe"
 
 
 def kafka_topics(bootstrap_servers: str) -> list[str]:
@@ -29,17 +38,59 @@ def kafka_topics(bootstrap_servers: str) -> list[str]:
         admin.close()
 
 
-def run(config: Config, store: Storage, run_id: str = "manual") -> dict:
+def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenStore | None = None,
+        smtp: Callable[[], str] | None = None) -> dict:
+    """`smtp`: opens and closes the alert mail connection, returning what it reached."""
+    topics = kafka_topics(config.bootstrap_servers)
+    checks = {"monitoring_topic": lambda: _monitoring_topic(config, topics),
+              "spark_kafka_jars": lambda: f"{len(spark.kafka_source_jars())} jars"}
+    if tokens is not None:
+        checks["token_root"] = lambda: _token_root(config, tokens)
+    if smtp is not None:
+        checks["smtp"] = smtp
+    results, failed = {}, []
+    for name, check in checks.items():
+        try:
+            results[name] = f"ok: {check()}"
+        except Exception as exc:  # each check reports; the run fails below, naming them all
+            results[name] = f"FAILED: {exc}"
+            failed.append(f"{name}: {exc}")
     report = {
         "run_id": run_id,
         "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "bootstrap_servers": config.bootstrap_servers,
-        "topics": kafka_topics(config.bootstrap_servers),
+        "topics": topics,
         "archive_root": config.archive_root,
+        "token_root": config.token_root,
+        "checks": results,
     }
     url = join(config.archive_root, "_preflight", "report.json")
     store.put_bytes(url, json.dumps(report, indent=2).encode())
     # read back what was written: a root that accepts writes but loses them is not usable
     if json.loads(store.get_bytes(url)) != report:
         raise TransientError(f"{url}: read back differs from what was written")
+    if failed:
+        raise TerminalError("preflight failed:\n  " + "\n  ".join(failed))
     return report
+
+
+def _monitoring_topic(config: Config, topics: list[str]) -> str:
+    topic = config.audit.topic
+    if topic not in topics:
+        raise TerminalError(f"the audit's monitoring topic {topic!r} does not exist on "
+                            f"{config.bootstrap_servers}; create it (README, 'The audit'): "
+                            f"kafka-topics.sh --bootstrap-server {config.bootstrap_servers} "
+                            f"--create --topic {topic}")
+    return topic
+
+
+def _token_root(config: Config, tokens: TokenStore) -> str:
+    """Create, read back and delete a probe token: the root is there and writable."""
+    read = tokens.read(PROBE_GROUP, PROBE_TOPIC)  # a probe left by a crashed check is replaced
+    probe = Token(PROBE_GROUP, PROBE_TOPIC, "preflight", {0: 0},
+                  committed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    tokens.write(probe, read.version)
+    if tokens.read(PROBE_GROUP, PROBE_TOPIC).token != probe:
+        raise TerminalError(f"{config.token_root}: a probe token read back differs")
+    tokens.delete(PROBE_GROUP, PROBE_TOPIC)
+    return config.token_root
