@@ -170,7 +170,7 @@ def audit_alert(outcome: dict, link: str, context=None) -> None:
     storage = connections.storage(cfg.s3_conn_id)
     group = outcome["group"]
     new = [Alarm(**a) for a in outcome["new"]]
-    located = {a.key: incremental.locate(storage, cfg, group, a) for a in new[:alerts.MAX_ROWS]}
+    located = incremental.locate(storage, cfg, group, new[:alerts.MAX_ROWS])
     report = storage.browser_link(outcome["report"], REPORT_LINK_S)
     message = alerts.audit_mismatch(group, new, located, link, report, REPORT_LINK_S,
                                     outcome["open"] - len(new), outcome["acknowledged"])

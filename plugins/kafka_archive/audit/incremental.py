@@ -132,18 +132,21 @@ def mark_mailed(storage: Storage, config: Config, group: str, keys, now: str) ->
     update(storage, config, group, step)
 
 
-def locate(storage: Storage, config: Config, group: str, alarm: Alarm) -> list[dict]:
-    """Where the archived messages of an alarm's window are: per partition, the offsets
-    and files of the current rows counting messages of that window and source. Reads every
-    run: meant for the rare mail, not for each audit."""
+def locate(storage: Storage, config: Config, group: str, alarms: list[Alarm]) -> dict:
+    """Where the archived messages of each alarm's window are: alarm key -> per current
+    row counting messages of that window and source, its partition, offsets, count and
+    file. Reads every run: meant for the rare mail, not for each audit."""
     width = config.audit.window_s * 1000
-    found = []
-    for row in current(storage, config.archive_root, group).of_topic(alarm.topic):
-        n = sum(c for s, w, c in row.get("audit", ()) if s == alarm.source
-                and alarm.window_start_ms <= w < alarm.window_start_ms + max(alarm.window_ms, width))
-        if n:
-            found.append({"partition": row["partition"], "start": row["start"],
-                          "end": row["end"], "messages": n, "url": row.get("url")})
+    contents = current(storage, config.archive_root, group)
+    found: dict = {a.key: [] for a in alarms}
+    for a in alarms:
+        end = a.window_start_ms + max(a.window_ms, width)
+        for row in contents.of_topic(a.topic):
+            n = sum(c for s, w, c in row.get("audit", ()) if s == a.source
+                    and a.window_start_ms <= w < end)
+            if n:
+                found[a.key].append({"partition": row["partition"], "start": row["start"],
+                                     "end": row["end"], "messages": n, "url": row.get("url")})
     return found
 
 

@@ -192,3 +192,12 @@ def test_checkpoint_round_trips(env):
     data, version = env.storage.get_versioned(layout.audit_checkpoint(env.cfg.archive_root, "backup"))
     cp = Checkpoint.from_json(data, version)
     assert cp.to_json() == data and cp.runs == {"r1"} and cp.seen == {"p1": [[1, 1]]}
+
+
+def test_locate_names_the_partitions_and_offsets_of_a_window(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 1, 10), env.row(1, 0, 5, window=MIN)])
+    env.events(10)
+    alarm, excess = env.audit().alarms  # window 0 MISSING 1; window MIN EXCESS 5
+    assert (excess.status, excess.amount) == ("EXCESS", 5)
+    assert incremental.locate(env.storage, env.cfg, "backup", [alarm]) == {alarm.key: [
+        {"partition": 0, "start": 1, "end": 10, "messages": 9, "url": env.url(0, 1)}]}
