@@ -139,7 +139,7 @@ def check_monitoring_topic(topic: str, create: bool, client_configs: dict,
         if not create:
             raise MonitoringTopicMissing(
                 f"the monitoring topic {topic!r} does not exist on {where}: create it (see the "
-                "README, 'The audit') or pass create_monitoring_topic=True; nothing was sent")
+                "README, 'Audit') or pass create_monitoring_topic=True; nothing was sent")
         try:
             admin.create_topics([NewTopic(topic, -1, -1)], timeout_ms=timeout_ms)
         except TopicAlreadyExistsError:

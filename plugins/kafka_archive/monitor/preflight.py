@@ -78,7 +78,7 @@ def _monitoring_topic(config: Config, topics: list[str]) -> str:
     topic = config.audit.topic
     if topic not in topics:
         raise TerminalError(f"the audit's monitoring topic {topic!r} does not exist on "
-                            f"{config.bootstrap_servers}; create it (README, 'The audit'): "
+                            f"{config.bootstrap_servers}; create it (README, 'Audit'): "
                             f"kafka-topics.sh --bootstrap-server {config.bootstrap_servers} "
                             f"--create --topic {topic}")
     return topic
