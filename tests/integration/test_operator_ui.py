@@ -1,19 +1,28 @@
-"""What an operator sees, on a real Airflow after one 12-slice run of the backup DAG:
+"""What an operator sees, on a real Airflow after one 12-slice run of the backup DAG
+(made once for the module):
 
 - the archive task's log: one line per slice and a summary, under 100 lines in all;
 - Kafka's own `kafka-consumer-groups --describe` (from the installed Kafka jars) shows the
   consumer group `kafka-archive.backup` at the tokens' offsets;
+- the CLI's output pipes: `status --json | head -c 10` and `cat FILE | head -1` end
+  without a traceback, `cat --format json` gives the produced records back, and commands
+  print no INFO log lines;
 - the group's page, behind Airflow's login: refused without a session, and in Chromium
   (headless, logged in through Airflow's login form) its lag numbers equal
-  `kafka-archive status --json`; a screenshot of the page inside the Airflow UI is kept.
+  `kafka-archive status --json`; a screenshot of the page inside the Airflow UI is kept
+  in .cache/screenshots/.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import shlex
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -86,12 +95,27 @@ def wait_for(driver, condition, what: str, timeout_s: float = 60):
                     f"{driver.page_source[-2000:]}")
 
 
-def test_log_consumer_group_and_page_of_a_run(airflow_stack, airflow_env, kafka, unique, browser):
-    from selenium.webdriver.common.by import By
+@dataclass(frozen=True)
+class ArchivedRun:
+    topics: list[str]
+    run_id: str
+    cli_env: dict[str, str]
 
+    def cli(self, *args: str, pipe: str = "") -> subprocess.CompletedProcess:
+        """kafka-archive with the stack's config; `pipe`: a shell command its output goes to."""
+        command = " ".join(shlex.quote(a) for a in (
+            str(Path(sys.executable).parent / "kafka-archive"), *args))
+        return subprocess.run(f"set -o pipefail; {command} {pipe}", shell=True,
+                               executable="/bin/bash", capture_output=True, timeout=300,
+                               env=self.cli_env)
+
+
+@pytest.fixture(scope="module")
+def archived(airflow_stack, airflow_env, kafka) -> ArchivedRun:
+    """Three topics of four partitions, 25 messages each, archived by one triggered run."""
+    unique = uuid.uuid4().hex[:8]
     topics = [f"ui-{unique}-{n}" for n in ("a", "b", "c")]
     make_topics(kafka, topics, partitions=4, messages=25)   # 3 x 4 = 12 slices
-    cfg = airflow_stack.config()
     airflow_stack.unpause(DAG)
     r = airflow_stack.trigger(DAG, {"topics": topics})
     assert r.status_code == 200, r.text
@@ -99,35 +123,69 @@ def test_log_consumer_group_and_page_of_a_run(airflow_stack, airflow_env, kafka,
     airflow_stack.wait_for_run(DAG, run_id)
     states = airflow_stack.task_states(DAG, run_id)
     assert [states[t] for t in ("plan", "archive", "commit", "freshness")] == ["success"] * 4, states
+    return ArchivedRun(topics, run_id,
+                       {**airflow_env, "KAFKA_ARCHIVE_CONFIG": str(airflow_stack.config_file)})
 
-    # the archive task's log: ours, not Spark's
-    log = airflow_stack.task_log(DAG, run_id, "archive").splitlines()
+
+def test_the_archive_log_has_a_line_per_slice_and_a_summary(airflow_stack, archived):
+    log = airflow_stack.task_log(DAG, archived.run_id, "archive").splitlines()
     slices = [line for line in log if re.search(r"slice ui-\S+ partition \d offsets \[0, 25\): "
                                                 r"25 records, \d+ bytes -> s3://", line)]
     assert len(slices) == 12, "\n".join(log)
     assert any(re.search(r"archived run .*12 slices, 300 records, \d+ bytes, 12 files in "
-                         r"[\d.]+ s \([\d.]+ MB/s\)", line) for line in log), "\n".join(log)
+                         r"[\d.]+ s \([\d.e-]+ MB/s\)", line) for line in log), "\n".join(log)
     assert len(log) < 100, f"{len(log)} lines:\n" + "\n".join(log)
     print(f"archive task log: {len(log)} lines")
 
-    # the consumer group mirrors the tokens
+
+def test_kafka_consumer_groups_shows_the_tokens(airflow_stack, kafka, archived):
     from kafka_archive.tokens import open_store
 
-    tokens = open_store(cfg.token_root, None)
-    expected = {(t, p): o for t in topics for p, o in tokens.read("backup", t).token.offsets.items()}
-    assert set(expected.values()) == {25}
+    tokens = open_store(airflow_stack.config().token_root, None)
+    expected = {(t, p): o for t in archived.topics
+                for p, o in tokens.read("backup", t).token.offsets.items()}
+    assert len(expected) == 12 and set(expected.values()) == {25}
     shown = consumer_group_offsets(kafka, "kafka-archive.backup")
-    assert {k: v for k, v in shown.items() if k[0] in topics} == expected
+    assert {k: v for k, v in shown.items() if k[0] in archived.topics} == expected
 
+
+def test_cli_output_pipes_and_round_trips(airflow_stack, s3, archived):
+    status = archived.cli("status", "--group", "backup", "--json", pipe="| head -c 10")
+    assert status.stdout.startswith(b"[") and len(status.stdout) == 10
+    assert b"Traceback" not in status.stderr and b"Error" not in status.stderr, status.stderr
+    root = airflow_stack.config().archive_root
+    url = f"{root}/backup/{archived.topics[0]}/partition=2/1_2_{0:020d}.seq"
+    first = archived.cli("cat", url, pipe="| head -1")
+    assert first.stdout.startswith(b"0  ") and first.stdout.count(b"\n") == 1, first
+    assert b"Traceback" not in first.stderr, first.stderr
+    records = archived.cli("cat", "--format", "json", url)
+    assert records.returncode == 0 and records.stderr == b"", records.stderr
+    lines = [json.loads(line) for line in records.stdout.decode().splitlines()]
+    assert [r["offset"] for r in lines] == list(range(25))
+    for i, r in enumerate(lines):
+        assert base64.b64decode(r["key"]) == f"k{i}".encode()
+        assert base64.b64decode(r["value"]) == b"v" * 500
+        assert [(n, base64.b64decode(v)) for n, v in r["headers"]] == [("source", b"ui-test")]
+        assert r["timestamp_ms"] > 1_700_000_000_000
+    raw = archived.cli("cat", "--format", "raw", "--limit", "2", url)
+    assert raw.stdout == b"v" * 500 + b"\n" + b"v" * 500 + b"\n"
+    verify = archived.cli("verify", "--group", "backup", "--json")
+    report = json.loads(verify.stdout)
+    assert report["group"] == "backup" and report["files"] >= 12, report
+    assert b" INFO " not in verify.stderr and b"[info" not in verify.stderr, verify.stderr
+
+
+def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser):
+    from selenium.webdriver.common.by import By
+
+    topics, run_id = archived.topics, archived.run_id
     # some lag to show: 3 messages more in one partition
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
     for _ in range(3):
         producer.send(topics[0], value=b"pending", partition=1)
     producer.flush()
     producer.close()
-    cli = subprocess.run([str(Path(sys.executable).parent / "kafka-archive"), "status", "--group",
-                          "backup", "--json"], capture_output=True, text=True, timeout=300,
-                         env={**airflow_env, "KAFKA_ARCHIVE_CONFIG": str(airflow_stack.config_file)})
+    cli = archived.cli("status", "--group", "backup", "--json")
     assert cli.returncode == 0, cli.stderr
     lags = {(s["topic"], s["partition"]): s["lag_messages"] for s in json.loads(cli.stdout)
             if s["topic"] in topics}

@@ -3,7 +3,6 @@ connections, and calls one library function. The CLI calls them too."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict
 
@@ -18,6 +17,8 @@ from kafka_archive.plan.planning import Caps, Plan
 from kafka_archive.tools import backfill as backfilling
 
 log = logging.getLogger(__name__)
+# kafka-python logs every connection and coordinator step at INFO: dozens of lines a task
+logging.getLogger("kafka").setLevel(logging.WARNING)
 
 REPORT_LINK_S = 7 * 24 * 3600  # a presigned report link's life: SigV4's longest
 

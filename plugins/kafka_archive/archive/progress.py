@@ -26,7 +26,7 @@ def summary_line(manifest: dict, seconds: float) -> str:
     files = sum(len(row_files(r)) for r in rows)
     rate = size / 1e6 / seconds if seconds > 0 else 0.0
     return (f"archived run {manifest['run_id']}: {len(rows)} slices, {records} records, "
-            f"{size} bytes, {files} files in {seconds:.1f} s ({rate:.2f} MB/s)")
+            f"{size} bytes, {files} files in {seconds:.1f} s ({rate:.3g} MB/s)")
 
 
 def lines(manifest: dict, seconds: float) -> list[str]:

@@ -108,7 +108,7 @@ def _runs(o: GroupOverview) -> str:
             f"<td class='l'>{escape(r.committed_at)}</td><td>{r.records}</td>"
             f"<td>{_bytes(r.bytes)}</td><td>{r.files}</td>"
             f"<td>{'?' if r.seconds is None else f'{r.seconds:.0f} s'}</td>"
-            f"<td class='mbps'>{'?' if r.mb_per_s is None else f'{r.mb_per_s:.2f}'}</td></tr>"
+            f"<td class='mbps'>{'?' if r.mb_per_s is None else f'{r.mb_per_s:.3g}'}</td></tr>"
             for r in o.runs]
     return _table(("run", "committed", "records", "bytes", "files", "plan to commit", "MB/s"),
                   rows, "runs") if rows else "<p class='muted'>no committed run yet</p>"

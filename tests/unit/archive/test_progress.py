@@ -14,7 +14,7 @@ def test_one_line_per_slice_then_a_summary():
         "message there)",
         "slice t partition 3 offsets [10, 15): 5 records, 2000000 bytes -> "
         "s3://b/r/backup/t/partition=3/1_3_00000000000000000010.seq",
-        "archived run r1: 2 slices, 5 records, 2000000 bytes, 1 files in 4.0 s (0.50 MB/s)"]
+        "archived run r1: 2 slices, 5 records, 2000000 bytes, 1 files in 4.0 s (0.5 MB/s)"]
 
 
 def test_quarantined_and_many_files_are_named():

@@ -35,7 +35,7 @@ def test_the_page_shows_lag_chart_runs_freshness_audit_and_loss():
     assert "<svg id='lag-chart'" in html and "t&lt;x&gt; [0]" in html  # escaped everywhere
     assert "data-partition='0'><td class='l'>t&lt;x&gt;</td>" in html
     assert "data-lag='7'>7</td><td>1m05s</td>" in html and "data-lag='0'>0</td>" in html
-    assert "<td class='mbps'>0.10</td>" in html and "30 s" in html
+    assert "<td class='mbps'>0.1</td>" in html and "30 s" in html
     assert "PAST SLA" in html and "2h00m" in html
     assert "<td class='l bad'>open</td><td class='l'>MISSING 2</td>" in html
     assert "acknowledged" in html and "ana now replayed" in html
