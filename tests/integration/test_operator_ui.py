@@ -227,12 +227,18 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
                for row in browser.find_elements(By.CSS_SELECTOR, "#freshness tr[data-topic]")
                if row.get_attribute("data-topic") in topics)
 
+    # the whole page (lag, runs, freshness, audit) in one picture
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1300, min(height + 140, 4000))
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(SCREENSHOT.with_name("kafka-archive-page.png")))
+    browser.set_window_size(1500, 1100)
+
     # the same page as the DAG's "Kafka archive" tab, inside the Airflow UI
     browser.get(f"{airflow_stack.url}/dags/{DAG}/plugin/kafka-archive-dag")
     frame = wait_for(browser, lambda d: d.find_elements(By.TAG_NAME, "iframe"), "the tab's frame")
     browser.switch_to.frame(frame[0])
     wait_for(browser, lambda d: d.find_elements(By.ID, "lag-table"), "the page in its tab", 120)
     browser.switch_to.default_content()
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(SCREENSHOT))
-    print(f"screenshot: {SCREENSHOT}")
+    print(f"screenshots: {SCREENSHOT.parent}")

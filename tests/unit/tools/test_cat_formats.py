@@ -43,3 +43,30 @@ def test_raw_writes_values_verbatim(monkeypatch):
     out = io.BytesIO()
     cat.cat_file(None, "x.seq", 1, "json", out)
     assert [record_from_json(line) for line in out.getvalue().decode().splitlines()] == RECORDS[:1]
+
+
+def test_a_reader_that_stops_early_ends_cat_quietly(tmp_path):
+    """`kafka-archive cat FILE | head -1` on a file far larger than a pipe's buffer: the
+    command gets EPIPE mid-write and must end without a traceback."""
+    import subprocess
+    import sys
+
+    from kafka_archive import formats
+
+    fmt = {"kind": "sequencefile", "key": "msgpack", "compression": "none"}
+    path = tmp_path / "1_0_00000000000000000000.seq"
+    with open(path, "wb") as out:
+        writer = formats.open_writer(out, fmt, path.name)
+        for offset in range(20_000):
+            writer.append(Record(offset, None, b"x" * 100, 0))
+        writer.close()
+    config = tmp_path / "c.yaml"
+    config.write_text(f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{tmp_path}\n")
+    for fmt_name in ("text", "json", "raw"):
+        done = subprocess.run(
+            f"set -o pipefail; {sys.executable} -m kafka_archive.cli --config {config} cat "
+            f"--format {fmt_name} {path} | head -1", shell=True, executable="/bin/bash",
+            capture_output=True, timeout=120)
+        assert done.stdout.count(b"\n") == 1, done.stdout[:200]
+        assert done.stderr == b"", done.stderr.decode()[-2000:]
+        assert done.returncode == 141  # like any program cut off by SIGPIPE
