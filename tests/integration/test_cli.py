@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import sys
 import uuid
@@ -93,14 +95,29 @@ def test_cat_lists_every_record_with_null_empty_and_binary_values(archive):
     lines = result.stdout.splitlines()
     assert [int(line.split()[0]) for line in lines] == list(range(15))
     assert all(line.endswith("headers=source") for line in lines)
-    assert "key=b'deleted-key'  value=<null>" in lines[3]
-    assert "key=b'empty-key'  value=<empty>" in lines[4]
-    assert f"key=<null>  value={BINARY[:60]!r}...(+196 bytes)" in lines[5]
-    assert "key=b'key-0'  value=b'value-0'" in lines[0]
+    assert "key=deleted-key  value=<null>" in lines[3]
+    assert "key=empty-key  value=<empty>" in lines[4]
+    # bytes that are not printable UTF-8 escaped, cut after 200 characters
+    assert "key=<null>  value=\\x00\\x01\\x02" in lines[5] and "\\t\\n\\x0b" in lines[5]
+    assert "...(+" in lines[5] and " chars)  headers=source" in lines[5]
+    assert "key=key-0  value=value-0" in lines[0]
     assert lines[0].split()[1].endswith("Z")  # ISO timestamp in UTC
 
     limited = _cli(archive, "cat", "--limit", "2", _file_url(archive, 1, 0))
     assert [line.split()[0] for line in limited.stdout.splitlines()] == ["0", "1"]
+
+
+def test_cat_json_round_trips_every_record(archive):
+    result = _cli(archive, "cat", "--format", "json", _file_url(archive, 0, 0))
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    unb64 = lambda s: None if s is None else base64.b64decode(s)  # noqa: E731
+    assert [(unb64(r["key"]), unb64(r["value"])) for r in records] == archive.sent[0]
+    assert all([(n, unb64(v)) for n, v in r["headers"]] == [("source", b"test-cli")]
+               and r["timestamp_ms"] > 1_700_000_000_000 for r in records)
+    raw = subprocess.run([CLI, "cat", "--format", "raw", _file_url(archive, 0, 0)],
+                         env=archive.env, capture_output=True, timeout=120)
+    assert raw.stdout.split(b"\n")[:5] == [v or b"" for _, v in archive.sent[0][:5]]
 
 
 def test_cat_of_a_missing_or_damaged_file_names_it(archive, s3):
