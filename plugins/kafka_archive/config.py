@@ -100,6 +100,16 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class SparkSettings:
+    """The optional `spark:` section: where and how the archive job runs. In Airflow the
+    master and deploy mode come from the Spark connection (`kafka_archive_spark`); set here
+    they serve the launchers outside Airflow (benchmark, tests) and must agree with it."""
+    master: str | None = None       # local[2], spark://host:7077, yarn, k8s://https://...
+    deploy_mode: str | None = None  # client | cluster
+    conf: tuple[tuple[str, str], ...] = ()  # extra Spark properties, every launcher
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     bootstrap_servers: str
@@ -111,6 +121,7 @@ class Config:
     groups: dict[str, Group]
     alerts: Alerts = Alerts()
     audit: Audit = Audit()
+    spark: SparkSettings = SparkSettings()
 
     def group(self, name: str) -> Group:
         try:
@@ -143,7 +154,23 @@ def load(path: str | Path | None = None) -> Config:
         groups={name: _group(groups.mapping(name), name) for name in groups.data},
         alerts=_alerts(doc.mapping("alerts")),
         audit=_audit(doc.mapping("audit"), set(groups.data)),
+        spark=_spark(doc.mapping("spark")),
     )
+
+
+def _spark(doc: _Doc) -> SparkSettings:
+    _no_other_keys(_Doc(doc.path, {"spark": doc.data}), "spark", {"master", "deploy_mode", "conf"},
+                   "the spark section")
+    conf = doc.mapping("conf").data
+    if not all(isinstance(k, str) and k.startswith("spark.") for k in conf):
+        raise ConfigError(f"{doc.path}: 'spark.conf' keys must be Spark properties (spark.*), "
+                          f"got {', '.join(map(repr, conf))}")
+    return SparkSettings(
+        master=doc.str("master") if "master" in doc.data else None,
+        deploy_mode=doc.choice("deploy_mode", ("client", "cluster"), None)
+        if "deploy_mode" in doc.data else None,
+        conf=tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v))
+                          for k, v in conf.items())))
 
 
 def _alerts(doc: _Doc) -> Alerts:
