@@ -219,7 +219,7 @@ def test_worker_killed_mid_job_changes_nothing_and_no_secret_leaks(
         assert "spark.executorEnv.AWS_SECRET_ACCESS_KEY" in live["the driver UI's environment (REST)"]
         for where, text in live.items():
             assert_no_secret(secret, where, text)
-        _assert_executors_run_the_small_python()
+        _assert_executors_run_the_small_python(app)
 
         victim = next(name for name, url in spark_cluster.worker_uis.items()
                       if url in executors[-1]["executorLogs"]["stdout"])
@@ -270,28 +270,36 @@ def _wait_for_both_executors_busy(job, p, driver: str, timeout_s: float = 300) -
             apps = httpx.get(driver, timeout=5).json()
             executors = [e for e in httpx.get(f"{driver}/{apps[0]['id']}/executors", timeout=5).json()
                          if e["id"] != "driver"] if apps else []
-        except httpx.TransportError:  # the driver's UI is not up yet
+        except (httpx.TransportError, ValueError):  # no UI yet, or "Spark is starting up"
             executors = []
         if len(executors) == 2 and all(e["activeTasks"] > 0 for e in executors):
             return executors
         time.sleep(0.5)
 
 
-def _assert_executors_run_the_small_python() -> None:
+def _assert_executors_run_the_small_python(app: str, timeout_s: float = 120) -> None:
     """The executors' Python workers run .cache/executor-venv's interpreter, which cannot
     import the project: the library they run came in the job's zip."""
     python = str(localservices.executor_python())
-    daemons = []
+    deadline = time.monotonic() + timeout_s
+    while len(daemons := _executor_pythons(app)) < 2:  # each executor starts its own
+        assert time.monotonic() < deadline, f"Python workers of two executors: {daemons}"
+        time.sleep(0.5)
+    assert set(daemons.values()) == {python}, daemons
+    check = subprocess.run([python, "-c", "import kafka_archive"], capture_output=True, text=True)
+    assert check.returncode != 0 and "No module named 'kafka_archive'" in check.stderr
+
+
+def _executor_pythons(app: str) -> dict[int, str]:
+    """Executor pid -> the interpreter of the PySpark daemon it started, for this app."""
+    found = {}
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             parent_argv = Path(f"/proc/{parent}/cmdline").read_bytes()
-        except (OSError, IndexError):
+        except (OSError, IndexError, ValueError):
             continue
-        if b"pyspark.daemon" in argv and b"CoarseGrainedExecutorBackend" in parent_argv \
-                and str(localservices.ROOT).encode() in parent_argv:
-            daemons.append(argv[0].decode())
-    assert daemons and set(daemons) == {python}, daemons
-    check = subprocess.run([python, "-c", "import kafka_archive"], capture_output=True, text=True)
-    assert check.returncode != 0 and "No module named 'kafka_archive'" in check.stderr
+        if b"pyspark.daemon" in argv and app.encode() in parent_argv:
+            found[parent] = argv[0].decode()
+    return found
