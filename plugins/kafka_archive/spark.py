@@ -117,16 +117,23 @@ def archive_submit(config: Config, master: str | None = None) -> Submit:
                   py_files=[str(library_zip())], files=[str(config.path)])
 
 
-def submit_env() -> dict[str, str]:
-    """Environment for spark-submit. Without SPARK_HOME, pyspark's launcher asks whatever
-    `python3` is first on PATH to find Spark, which outside the venv finds nothing."""
+def launcher_env() -> dict[str, str]:
+    """What pyspark's own spark-submit needs to start. Without SPARK_HOME, its launcher asks
+    whatever `python3` is first on PATH to find Spark, which outside the venv finds nothing;
+    the Spark provider runs a bare `spark-submit`: PATH makes it pyspark's own."""
     bin_dir = str(spark_home() / "bin")
-    return {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
+    return {"SPARK_HOME": str(spark_home()),
+            "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
+def submit_env() -> dict[str, str]:
+    """Environment for spark-submit running the driver here (local, or client mode): this
+    interpreter for the driver (and, unless spark.pyspark.python says otherwise, for the
+    executors)."""
+    return {**launcher_env(), "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             # the driver and its web UI bind here (the UI's default is every interface)
-            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-            # the Spark provider runs a bare `spark-submit`: make it pyspark's own
-            "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
 
 
 def archive_command(config: Config, plan_url: str, master: str | None = None,

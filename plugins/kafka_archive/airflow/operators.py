@@ -11,6 +11,8 @@ or a log.
 
 from __future__ import annotations
 
+import os
+
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from kafka_archive import config, spark
@@ -55,10 +57,14 @@ class ArchiveOperator(SparkSubmitOperator):
         self.conf = {**submit.conf, **(self.conf or {})}
         self._deploy_mode = submit.deploy_mode or self._deploy_mode
         self.application_args = ["--config", str(cfg.path), "--plan", self.plan_url]
-        self.env_vars = spark.submit_env()
         if submit.takes_credentials():
-            self.env_vars.update(s3_environment(self.s3_conn_id))
+            self.env_vars = {**spark.submit_env(), **s3_environment(self.s3_conn_id)}
         else:
+            # the provider would hand env_vars to the driver's node (spark.yarn.appMasterEnv,
+            # spark.kubernetes.driverEnv), on the command line: spark-submit alone gets what
+            # it needs, through this task process's environment
+            self.env_vars = None
+            os.environ.update(spark.launcher_env())
             self.log.info("Spark master %s: the driver and executors use the cluster's own "
                           "S3 credentials (instance profile, IRSA), none from %s",
                           master, self.s3_conn_id)
