@@ -687,7 +687,7 @@ class TaskSpread:
     @classmethod
     def read(cls, folder: Path) -> TaskSpread:
         executors, failed = {}, 0
-        for path in folder.glob("app-*"):
+        for path in folder.glob("[!.]*"):  # app-<id> on a cluster, local-<id> in local mode
             for line in path.read_text().splitlines():
                 event = json.loads(line)
                 if event["Event"] != "SparkListenerTaskEnd":

@@ -501,6 +501,9 @@ def _spark_process_env(home: Path) -> dict[str, str]:
             "SPARK_LOCAL_DIRS": str(home / "local"),  # executors' scratch space (slice files)
             "SPARK_WORKER_DIR": str(home / "work"),  # executors' logs, shipped files
             "SPARK_DAEMON_MEMORY": "256m",
+            # finished applications' folders (their copies of the jars) go after a day
+            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true "
+                                 "-Dspark.worker.cleanup.appDataTtl=86400",
             "PYSPARK_PYTHON": str(executor_python())}
 
 
