@@ -17,6 +17,7 @@ from kafka.errors import KafkaError
 
 from kafka_archive import brokers, config as config_module
 from kafka_archive.audit import incremental, reporting
+from kafka_archive.commit import losses
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError
 from kafka_archive.monitor import preflight, status
@@ -75,6 +76,17 @@ def run(argv: list[str] | None = None) -> int:
                     help="archive again from the first message at or after this time: "
                          "ISO-8601 (UTC unless it names a zone, e.g. 2026-03-01T12:00:00Z) "
                          "or milliseconds since the epoch")
+    accept = commands.add_parser(
+        "accept-loss", help="accept that retention deleted messages before they were archived: "
+                            "record the lost range (who, when, why) in the archive and move the "
+                            "token past it, so the topic is archived again; verify then lists "
+                            "the range as known loss")
+    accept.add_argument("--group", required=True)
+    accept.add_argument("--topic", required=True)
+    accept.add_argument("--partition", type=_count,
+                        help="only this partition (default: every partition with a gap)")
+    accept.add_argument("--reason", required=True, help="why the loss is acceptable")
+    accept.add_argument("--by", default=_user(), help="who accepts it (default: $USER)")
     audit = commands.add_parser(
         "audit", help="reconcile producers' monitoring counts with what a group archived; "
                       "exits 1 when a window is MISSING or EXCESS")
@@ -128,6 +140,8 @@ def run(argv: list[str] | None = None) -> int:
             show_status(config, args.group, args.json)
         elif args.command == "rewind":
             rewind(config, args)
+        elif args.command == "accept-loss":
+            accept_loss(config, args)
         elif args.command == "backfill":
             run_id = "backfill__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
             summary = backfill.backfill(config, _storage(config), args.group, args.topic, run_id,
@@ -208,6 +222,19 @@ def rewind(config: Config, args: argparse.Namespace) -> None:
     finally:
         consumer.close()
     print("\n".join(changes))
+
+
+def accept_loss(config: Config, args: argparse.Namespace) -> None:
+    consumer = brokers.consumer(config)
+    try:
+        accepted = losses.accept(config, _tokens(config), consumer, _storage(config), args.group,
+                                 args.topic, args.reason, args.by,
+                                 datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 args.partition)
+    finally:
+        consumer.close()
+    print("\n".join(f"accepted: {loss.describe()}; the token moved to {loss.lost_to}"
+                    for loss in accepted))
 
 
 def _storage(config: Config) -> Storage:

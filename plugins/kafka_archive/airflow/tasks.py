@@ -10,10 +10,10 @@ from kafka_archive import brokers, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import finalizing, mirror, protocol as committing
+from kafka_archive.commit import finalizing, losses, mirror, protocol as committing
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import rewinds as rewinding, runs
-from kafka_archive.plan.planning import Caps, Plan
+from kafka_archive.plan.planning import Caps, HeldTopicsError, Plan, held
 from kafka_archive.tools import backfill as backfilling
 
 log = logging.getLogger(__name__)
@@ -24,15 +24,27 @@ REPORT_LINK_S = 7 * 24 * 3600  # a presigned report link's life: SigV4's longest
 
 
 def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...] = (),
-         caps: Caps = Caps(), rewinds: tuple[dict, ...] = ()) -> str | None:
+         caps: Caps = Caps(), rewinds: tuple[dict, ...] = (), accepting: tuple[dict, ...] = (),
+         accepted_by: str = "") -> str | None:
     """Make (or resume) the run's plan; the plan's URL, or None when there is nothing to do.
-    A manual run may name a topic subset, per-partition caps, and rewinds (keyword
-    arguments of `rewinds.rewind`) applied first, unless it is a dry run."""
+    A manual run may name a topic subset, per-partition caps, losses to accept
+    ({topic, partition?, reason}, by `accepted_by`) and rewinds (keyword arguments of
+    `rewinds.rewind`), applied first, unless it is a dry run. Fails when every topic with
+    something to archive was held out for an anomaly."""
     cfg = config_module.load()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     consumer = brokers.consumer(cfg)
     try:
+        for request in accepting:
+            if dry_run:
+                log.info("dry run: not accepting loss %s", request)
+                continue
+            for loss in losses.accept(cfg, tokens, consumer, storage, group, request["topic"],
+                                      request["reason"], accepted_by,
+                                      runs.now_utc().isoformat(timespec="seconds"),
+                                      request.get("partition")):
+                log.warning("accepted: %s", loss.describe())
         for request in rewinds:
             if dry_run:
                 log.info("dry run: not rewinding %s", request)
@@ -54,10 +66,22 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
     if dry_run:
         print(made.to_json().decode())
         return None
-    alerting.on_plan(cfg, made, run_id)  # mails ranges skipped because retention deleted them
+    alerting.on_plan(cfg, made, run_id)  # mails each anomaly once (held topics, skipped ranges)
     if not made.slices:
+        if held(made):  # nothing else to archive: the run fails here
+            raise HeldTopicsError(group, run_id, held(made))
         return None
     return layout.run_file(cfg.archive_root, group, made.run_id, "plan.json")
+
+
+def check_held(plan_url: str) -> None:
+    """The run's last task: fails when the plan left topics out for their anomalies (the
+    other topics are committed by then), so the run shows failed in the UI."""
+    cfg = config_module.load()
+    made = Plan.from_json(connections.storage(cfg.s3_conn_id).get_bytes(plan_url))
+    if held(made):
+        raise HeldTopicsError(made.group, made.run_id, held(made))
+    log.info("no topic was left out of run %s", made.run_id)
 
 
 def commit(plan_url: str) -> dict:
