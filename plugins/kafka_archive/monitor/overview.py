@@ -3,7 +3,7 @@ per partition the lag (kafka_archive.monitor.status, as `kafka-archive status`),
 topic the freshness against its SLA (kafka_archive.monitor.freshness, as the DAG's
 freshness task), the last committed runs with their throughput, the audit's unresolved
 mismatches (kafka_archive.audit.incremental.alarms, as `kafka-archive audit list`) and
-the ranges skipped because retention deleted them (kafka_archive.commit.current).
+the losses to retention accepted (kafka_archive.commit.losses, as `verify` lists them).
 
 `run_summary` is pure; `gather` and `recent_runs` read Kafka, the tokens and the archive.
 """
@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from kafka_archive import layout
 from kafka_archive.audit import incremental
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit.current import current, row_files, run_folders
+from kafka_archive.commit import losses
+from kafka_archive.commit.current import row_files, run_folders
 from kafka_archive.config import Config
 from kafka_archive.monitor import freshness, status
 from kafka_archive.storage import Storage
@@ -62,7 +63,7 @@ class GroupOverview:
     runs: list[RunSummary]          # newest first
     audited: bool
     alarms: list[Alarm]             # new, open and acknowledged mismatches
-    lost: dict[tuple[str, int], list[tuple[int, int]]]  # skipped: retention deleted them
+    accepted_losses: list[losses.AcceptedLoss]  # ranges retention deleted, accepted
 
 
 def run_summary(plan: dict, manifest: dict, committed: dict) -> RunSummary:
@@ -117,4 +118,4 @@ def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, con
         runs=recent_runs(storage, config.archive_root, group),
         audited=audited,
         alarms=incremental.alarms(storage, config, group) if audited else [],
-        lost=current(storage, config.archive_root, group).lost)
+        accepted_losses=losses.accepted(storage, config.archive_root, group))

@@ -38,8 +38,8 @@ def render(o: GroupOverview, dag_link: str) -> str:
             "<h2>Lag per topic-partition</h2>", lag_chart(o.partitions), lag_table(o.partitions),
             "<h2>Freshness against SLA</h2>", _freshness(o), "<h2>Last runs</h2>", _runs(o),
             "<h2>Audit</h2>", _audit(o)]
-    if o.lost:
-        body += ["<h2>Data lost to retention (skipped)</h2>", _lost(o)]
+    if o.accepted_losses:
+        body += ["<h2>Accepted losses (retention deleted them before archiving)</h2>", _lost(o)]
     return _document(f"kafka-archive {o.group}", "\n".join(body))
 
 
@@ -134,9 +134,12 @@ def _audit(o: GroupOverview) -> str:
 
 
 def _lost(o: GroupOverview) -> str:
-    rows = [f"<tr><td class='l'>{escape(t)}</td><td>{p}</td><td>[{a}, {b})</td><td>{b - a}</td></tr>"
-            for (t, p), ranges in sorted(o.lost.items()) for a, b in ranges]
-    return _table(("topic", "partition", "offsets", "messages"), rows, "lost")
+    rows = [f"<tr><td class='l'>{escape(a.topic)}</td><td>{a.partition}</td>"
+            f"<td>[{a.lost_from}, {a.lost_to})</td><td>{a.lost_to - a.lost_from}</td>"
+            f"<td class='l'>{escape(a.by)}</td><td class='l'>{escape(a.at)}</td>"
+            f"<td class='l'>{escape(a.reason)}</td></tr>" for a in o.accepted_losses]
+    return _table(("topic", "partition", "offsets", "messages", "accepted by", "at", "why"),
+                  rows, "lost")
 
 
 def _table(head, rows: list[str], table_id: str) -> str:

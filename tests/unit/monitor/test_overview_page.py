@@ -1,4 +1,5 @@
 from kafka_archive.audit.checkpoint import Alarm
+from kafka_archive.commit.losses import AcceptedLoss
 from kafka_archive.monitor import page
 from kafka_archive.monitor.overview import GroupOverview, TopicFreshness, run_summary
 from kafka_archive.monitor.status import PartitionStatus
@@ -26,7 +27,8 @@ def overview(**changes) -> GroupOverview:
     fields = dict(group="backup", at_ms=1_767_225_700_000, partitions=parts,
                   freshness=[TopicFreshness("t<x>", 7200.5, 3600)],
                   runs=[run_summary(PLAN, MANIFEST, COMMITTED)], audited=True, alarms=alarms,
-                  lost={("t<x>", 0): [(0, 4)]})
+                  accepted_losses=[AcceptedLoss("backup", "t<x>", 0, 0, 4, "ana", "then",
+                                                "retention too short")])
     return GroupOverview(**(fields | changes))
 
 
@@ -39,13 +41,13 @@ def test_the_page_shows_lag_chart_runs_freshness_audit_and_loss():
     assert "PAST SLA" in html and "2h00m" in html
     assert "<td class='l bad'>open</td><td class='l'>MISSING 2</td>" in html
     assert "acknowledged" in html and "ana now replayed" in html
-    assert "[0, 4)" in html
+    assert "<td>[0, 4)</td><td>4</td><td class='l'>ana</td>" in html and "retention too short" in html
     assert "http" not in html.replace("http://www.w3.org/2000/svg", "")  # nothing fetched
 
 
 def test_empty_states_are_said():
-    html = page.render(overview(partitions=[], freshness=[], runs=[], alarms=[], lost={}),
+    html = page.render(overview(partitions=[], freshness=[], runs=[], alarms=[], accepted_losses=[]),
                        "/dags/x")
     assert "no topic selected yet" in html and "no committed run yet" in html
-    assert "no unresolved mismatch" in html and "lost to retention" not in html
+    assert "no unresolved mismatch" in html and "Accepted losses" not in html
     assert "not audited" in page.render(overview(audited=False, alarms=[]), "/dags/x")
