@@ -100,6 +100,16 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class SparkSettings:
+    """The optional `spark:` section: where and how the archive job runs. In Airflow the
+    master and deploy mode come from the Spark connection (`kafka_archive_spark`); set here
+    they serve the launchers outside Airflow (benchmark, tests) and must agree with it."""
+    master: str | None = None       # local[2], spark://host:7077, yarn, k8s://https://...
+    deploy_mode: str | None = None  # client | cluster
+    conf: tuple[tuple[str, str], ...] = ()  # extra Spark properties, every launcher
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     bootstrap_servers: str
@@ -111,6 +121,7 @@ class Config:
     groups: dict[str, Group]
     alerts: Alerts = Alerts()
     audit: Audit = Audit()
+    spark: SparkSettings = SparkSettings()
 
     def group(self, name: str) -> Group:
         try:
@@ -146,6 +157,8 @@ def load(path: str | Path | None = None) -> Config:
         audit=Audit(topic=doc.audit.topic, window_s=doc.audit.window, grace_s=doc.audit.grace,
                     source_header=doc.audit.source_header, groups=tuple(doc.audit.groups),
                     schedule=doc.audit.schedule),
+        spark=SparkSettings(master=doc.spark.master, deploy_mode=doc.spark.deploy_mode,
+                            conf=tuple(sorted(doc.spark.conf.items()))),
     )
 
 

@@ -85,6 +85,8 @@ Regex = Annotated[str, AfterValidator(_regex)]
 Regexes = Annotated[list[Regex], BeforeValidator(_listed)]
 Cron = Annotated[str | None, AfterValidator(_cron)]
 Text = Annotated[str, Field(min_length=1)]
+# a Java-style property value: numbers and booleans (YAML's) become their text
+PropertyText = Annotated[str, BeforeValidator(lambda v: str(v).lower() if isinstance(v, bool) else str(v))]
 
 
 class Section(BaseModel):
@@ -106,9 +108,7 @@ class Section(BaseModel):
 
 class Kafka(Section):
     bootstrap_servers: Text
-    # extra client properties (Java names): numbers and booleans become their text
-    properties: dict[str, Annotated[str, BeforeValidator(
-        lambda v: str(v).lower() if isinstance(v, bool) else str(v))]] = {}
+    properties: dict[str, PropertyText] = {}  # extra client properties (Java names)
 
 
 class Policy(Section):
@@ -243,6 +243,15 @@ class Audit(Section):
     schedule: Cron = "*/30 * * * *"
 
 
+class Spark(Section):
+    """Where and how the archive job runs outside Airflow's Spark connection."""
+    master: Text | None = None  # local[2], spark://host:7077, yarn, k8s://https://...
+    deploy_mode: Literal["client", "cluster"] | None = None
+    # extra Spark properties for every launcher
+    conf: dict[Annotated[str, _matching(r"spark\..+", "must be a Spark property (spark.*)")],
+               PropertyText] = {}
+
+
 GroupName = Annotated[str, _matching(r"[A-Za-z0-9_-]+",
                                      "a group name may only use letters, digits, _ and -")]
 
@@ -257,6 +266,7 @@ class Document(Section):
     alerts: Alerts = Alerts()
     audit: Audit = Audit()
     groups: Annotated[dict[GroupName, Group], Field(min_length=1)] = {"backup": Group()}
+    spark: Spark = Spark()
 
     @model_validator(mode="after")
     def _audited_groups_exist(self) -> Document:

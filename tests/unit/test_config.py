@@ -93,3 +93,26 @@ groups:
 def test_bad_deadline_or_freshness_names_the_key(tmp_path, setting, key):
     with pytest.raises(ConfigError, match=rf": {key}: must be"):
         config.load(write(tmp_path, MINIMAL + f"groups:\n  backup:\n    {setting}\n"))
+
+
+def test_spark_section_is_optional_and_typed(tmp_path):
+    assert config.load(write(tmp_path, MINIMAL)).spark == config.SparkSettings()
+    loaded = config.load(write(tmp_path, MINIMAL + """
+spark:
+  master: spark://spark-master:7077
+  deploy_mode: client
+  conf: {spark.executor.memory: 2g, spark.dynamicAllocation.enabled: false}
+"""))
+    assert loaded.spark == config.SparkSettings(
+        "spark://spark-master:7077", "client",
+        (("spark.dynamicAllocation.enabled", "false"), ("spark.executor.memory", "2g")))
+
+
+@pytest.mark.parametrize("section, message", [
+    ("spark: {masters: x}", r"spark.masters: unknown key; did you mean master\?"),
+    ("spark: {deploy_mode: remote}", r"spark.deploy_mode: must be 'client' or 'cluster'"),
+    ("spark: {conf: {executor.memory: 2g}}", r"spark.conf.executor.memory: must be a Spark property"),
+])
+def test_spark_section_errors_name_the_key(tmp_path, section, message):
+    with pytest.raises(ConfigError, match=message):
+        config.load(write(tmp_path, MINIMAL + section + "\n"))

@@ -32,6 +32,7 @@ from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.monitor import freshness
+from kafka_archive.monitor.page import page_path
 from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
                                           freshness_past_sla, run_link, task_failed,
                                           topics_held, unmailed)
@@ -69,6 +70,24 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
         send(cfg.alerts, freshness_past_sla(group.name, run_id, lagging, now_ms,
                                             link_for(dag_id(group.name), run_id)))
     return {"lag_s": lags, "past_sla": [t.topic for t in lagging]}
+
+
+def not_green(lags: dict, summary: dict) -> str | None:
+    """Why the freshness task must fail though the run committed: topics past their SLA
+    (mailed by check_freshness), ranges retention deleted before they were archived
+    (mailed when planned); None when there is neither."""
+    problems = []
+    if lags["past_sla"]:
+        problems.append(f"archive freshness past its SLA for {', '.join(lags['past_sla'])} "
+                        f"(lag per topic, s: {json.dumps(lags['lag_s'])})")
+    problems += [f"data lost: {what}" for what in summary.get("skipped", ())]
+    return "; ".join(problems) or None
+
+
+def page_link(dag: str) -> str:
+    """The group page of the kafka-archive plugin (kafka_archive.airflow.ui)."""
+    return (conf.get("api", "base_url", fallback=None) or "http://localhost:8080").rstrip("/") \
+        + page_path(dag)
 
 
 def on_plan(cfg: Config, plan: Plan, run_id: str) -> None:

@@ -30,6 +30,8 @@ def archive_dag(group_name: str) -> DAG:
         params={name: Param(default, **schema)  # validated on trigger; the UI's form
                 for name, (default, schema) in trigger.SCHEMAS.items()},
         tags=["kafka-archive", group.name],
+        doc_md=f"Lag, last runs and audit of group `{group.name}`: the DAG's **Kafka archive** "
+               f"tab, or [its page]({alerting.page_link(f'kafka_archive_{group.name}')}).",
     ) as dag:
 
         @task.short_circuit(retries=0)
@@ -47,10 +49,15 @@ def archive_dag(group_name: str) -> DAG:
         committed = commit(plan_url)
         archive >> committed
 
-        @task(retries=0)
+        # fails (after its mail) when a topic is past its SLA or lost data to retention,
+        # so the run shows red; the data this run archived is committed either way
+        @task(retries=0, on_failure_callback=None)
         def freshness(summary: dict, dag_run=None, params=None) -> dict:
-            return alerting.check_freshness(group.name, dag_run.run_id, summary,
-                                          topics=params["topics"])  # a run's subset, or all
+            lags = alerting.check_freshness(group.name, dag_run.run_id, summary,
+                                            topics=params["topics"])  # a run's subset, or all
+            if problems := alerting.not_green(lags, summary):
+                raise AirflowFailException(problems)
+            return lags
 
         freshness(committed)
 

@@ -3,7 +3,6 @@ connections, and calls one library function. The CLI calls them too."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict
 
@@ -11,13 +10,15 @@ from kafka_archive import brokers, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import finalizing, losses, protocol as committing
+from kafka_archive.commit import finalizing, losses, mirror, protocol as committing
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import rewinds as rewinding, runs
 from kafka_archive.plan.planning import Caps, HeldTopicsError, Plan, held
 from kafka_archive.tools import backfill as backfilling
 
 log = logging.getLogger(__name__)
+# kafka-python logs every connection and coordinator step at INFO: dozens of lines a task
+logging.getLogger("kafka").setLevel(logging.WARNING)
 
 REPORT_LINK_S = 7 * 24 * 3600  # a presigned report link's life: SigV4's longest
 
@@ -57,10 +58,11 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
         consumer.close()
     for anomaly in made.anomalies:
         log.warning("%s (%s)", anomaly.describe(), anomaly.action)
-    for where, why in made.waiting.items():
-        log.info("waiting: %s: %s", where, why)
-    log.info("plan %s: %d slices, %d offsets, %d files superseded", made.run_id,
-             len(made.slices), made.records(), len(made.superseded))
+    waiting = list(made.waiting.items())
+    log.info("plan %s: %d slices, %d offsets, %d files superseded; %d partitions waiting%s",
+             made.run_id, len(made.slices), made.records(), len(made.superseded), len(waiting),
+             "".join(f"; {where}: {why}" for where, why in waiting[:3])
+             + ("; ..." if len(waiting) > 3 else ""))
     if dry_run:
         print(made.to_json().decode())
         return None
@@ -88,7 +90,15 @@ def commit(plan_url: str) -> dict:
     made = Plan.from_json(storage.get_bytes(plan_url))
     tokens = connections.token_store(cfg)
     summary = committing.commit(cfg, made, storage, tokens, runs.now_utc())
-    log.info("committed %s", json.dumps(summary))
+    log.info("committed run %s: %d records in %d files; tokens of %s advanced", made.run_id,
+             summary["records"], summary["files"], ", ".join(summary["tokens"]) or "no topic")
+    offsets = {}
+    for topic in made.topics():
+        token = tokens.read(made.group, topic).token
+        offsets[topic] = dict(token.offsets) if token else {}
+    mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
+    # ranges retention deleted before they were archived: the freshness task fails on them
+    summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"]
     return summary
 
 

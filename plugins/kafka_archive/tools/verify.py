@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -224,6 +224,12 @@ class Report:
 
     def errors(self) -> list[Finding]:
         return [f for p in self.partitions for f in p.findings if f.level == ERROR]
+
+    def to_json(self) -> dict:
+        """The report for programs: per partition its files and findings, and the totals."""
+        return {"group": self.group, "ok": not self.errors(), "errors": len(self.errors()),
+                "files": sum(len(p.files) for p in self.partitions),
+                "partitions": [asdict(p) for p in self.partitions], "ignored": self.ignored}
 
     def render(self) -> str:
         lines = []
