@@ -1,0 +1,34 @@
+"""The archive job writes the same bytes for the same plan and config, release after
+release: every format's files and manifest rows for the golden records (archive_golden)
+against checksums computed with the per-record writer before the job was made faster."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import archive_golden
+
+GOLDEN = json.loads((Path(__file__).parent / "golden_output.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(archive_golden.FORMATS))
+def test_job_writes_the_golden_bytes(tmp_path, name):
+    written = archive_golden.write(tmp_path, archive_golden.FORMATS[name])
+    assert written["files"] == GOLDEN[name]["files"]
+    assert written["rows"] == GOLDEN[name]["rows"]
+
+
+def test_the_golden_records_cover_the_encodings_edge_cases():
+    rows = archive_golden.records()
+    values = [r["value"] for r in rows]
+    keys = [len(r["key"]) for r in rows if r["key"] is not None]
+    headers = [h for r in rows for h in r["headers"] or ()]
+    assert None in values and b"" in values and max(map(len, filter(None, values))) >= 100_000
+    assert {0, 255, 256, 65_535}.issubset(keys)
+    assert max(len(r["headers"] or ()) for r in rows) >= 16  # msgpack array16
+    assert {len(h["key"].encode()) for h in headers} >= {0, 31, 32, 40}
+    assert any(h["value"] is None for h in headers)
+    assert {r["timestamp_ms"] for r in rows} >= {-1, -33, -129, -32_769, 2**32}
+    cut = [r for name in GOLDEN for r in GOLDEN[name]["rows"] if r["cut"]]
+    assert cut and all(r["records"] for r in cut)
