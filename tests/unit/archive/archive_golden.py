@@ -106,7 +106,7 @@ def records(seed: int = 14, newlines: bool = True) -> list[dict]:
     return rows
 
 
-def arrow_batches(rows: list[dict]):
+def arrow_batches(rows: list[dict], rows_per_batch: int = BATCH_ROWS):
     """Spark's Arrow batches of the Kafka source columns the job selects."""
     import pyarrow as pa
 
@@ -114,8 +114,8 @@ def arrow_batches(rows: list[dict]):
         ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
         ("key", pa.binary()), ("value", pa.binary()), ("timestamp_ms", pa.int64()),
         ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
-    for i in range(0, len(rows), BATCH_ROWS):
-        yield pa.RecordBatch.from_pylist(rows[i:i + BATCH_ROWS], schema=schema)
+    for i in range(0, len(rows), rows_per_batch):
+        yield pa.RecordBatch.from_pylist(rows[i:i + rows_per_batch], schema=schema)
 
 
 def plan(fmt: dict) -> Plan:
