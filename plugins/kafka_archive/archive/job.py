@@ -15,7 +15,6 @@ from typing import Iterator
 from kafka_archive import brokers, layout
 from kafka_archive.archive import parsers, slice_writer
 from kafka_archive.config import Config
-from kafka_archive.formats import records
 from kafka_archive.plan.planning import Anomaly, Plan, RetentionGapError
 from kafka_archive.storage import Storage
 
@@ -133,25 +132,37 @@ class SliceWriter:
     def __call__(self, batches: Iterator) -> Iterator:
         import pyarrow as pa
 
+        from kafka_archive.formats.batch import Batch
+
         storage = Storage.from_environment()
         out = None
-        for batch in batches:
-            columns = batch.to_pydict()
-            for i in range(batch.num_rows):
-                topic, partition = columns["topic"][i], columns["partition"][i]
+        for arrow_batch in batches:
+            for topic, partition, start, stop in _runs_of_one_partition(arrow_batch):
                 if out is None or (out.topic, out.partition) != (topic, partition):
                     if out is not None:
                         yield _row_batch(pa, out.finish(storage))
                     s = self.slices[(topic, partition)]
                     out = slice_writer.OpenSlice(self.targets[topic], partition, s.start, s.end,
                                             s.max_bytes)
-                if out.cut:
-                    continue
-                out.add(records.Record(columns["offset"][i], columns["key"][i], columns["value"][i],
-                                       columns["timestamp_ms"][i],
-                                       [(h["key"], h["value"]) for h in columns["headers"][i] or ()]))
+                out.add_batch(Batch.from_arrow(arrow_batch.slice(start, stop - start)))
         if out is not None:
             yield _row_batch(pa, out.finish(storage))
+
+
+def _runs_of_one_partition(batch) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, start, stop) of each run of rows from one Kafka partition. A Spark
+    partition of the Kafka source reads one Kafka partition, so a batch is usually one run."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    topics, partitions = batch.column("topic"), batch.column("partition")
+    if not batch.num_rows:
+        return []
+    changes = np.flatnonzero(
+        pc.or_(pc.not_equal(topics[1:], topics[:-1]),
+               pc.not_equal(partitions[1:], partitions[:-1])).to_numpy(zero_copy_only=False)) + 1
+    bounds = [0, *changes.tolist(), batch.num_rows]
+    return [(topics[a].as_py(), partitions[a].as_py(), a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:

@@ -64,6 +64,12 @@ class SequenceFileRecordWriter:
     def append(self, r: Record) -> None:
         self._file.append_record(r.offset if self.legacy_key else encode_key(r), r.value or b"")
 
+    def append_batch(self, b) -> None:
+        """Records as Arrow columns (a formats.batch.Batch): the bytes of append() for each."""
+        from kafka_archive.formats import batch  # numpy and pyarrow: only the Spark job
+
+        self._file.append_batch(b.offset if self.legacy_key else batch.msgpack_keys(b), b.value)
+
     def close(self) -> None:
         self._file.close()
 

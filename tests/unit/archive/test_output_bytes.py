@@ -19,6 +19,16 @@ def test_job_writes_the_golden_bytes(tmp_path, name):
     assert written["rows"] == GOLDEN[name]["rows"]
 
 
+@pytest.mark.parametrize("name", ["seq-msgpack-none", "seq-msgpack-default", "seq-offset-none"])
+@pytest.mark.parametrize("rows_per_batch", [7, 1000])
+def test_how_spark_cuts_batches_does_not_change_the_bytes(tmp_path, name, rows_per_batch):
+    # block and sync-point state, max_bytes cuts and gaps carry across batch boundaries
+    rows = archive_golden.records()
+    written = archive_golden.write(tmp_path, archive_golden.FORMATS[name],
+                                   archive_golden.arrow_batches(rows, rows_per_batch))
+    assert written == GOLDEN[name]
+
+
 def test_the_golden_records_cover_the_encodings_edge_cases():
     rows = archive_golden.records()
     values = [r["value"] for r in rows]
