@@ -19,6 +19,8 @@ spark = (SparkSession.builder.appName("kafka-archive")
          # Spark 4.1 sizes each Arrow batch row by row, quadratic in the list-typed
          # headers column; batches stay capped at maxRecordsPerBatch rows anyway
          .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
+         # a batch job nobody browses: no web UI to start (the Airflow task log has it all)
+         .config("spark.ui.enabled", "false")
          .getOrCreate())
 try:
     job.run(spark, config.load(args.config), args.plan)

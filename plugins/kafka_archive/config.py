@@ -45,6 +45,7 @@ class FormatSpec:
     key: str = "msgpack"          # msgpack map (lossless, replayable) | offset (Secor legacy)
     compression: str = "default"  # none | default (DefaultCodec) | gzip; text: none | gzip
     escape_newlines: bool = False  # text: escape newlines (and backslashes), don't refuse them
+    level: int = 6                # sequencefile default|gzip: zlib level (1 fastest, 9 smallest)
 
 
 @dataclass(frozen=True)
@@ -207,9 +208,14 @@ def _group(doc: _Doc, name: str) -> Group:
 def _format(doc: _Doc) -> FormatSpec:
     kind = doc.choice("format.kind", tuple(formats.FORMATS), "sequencefile")
     if kind == "sequencefile":
+        level = doc.int("format.level", FormatSpec.level, minimum=1)
+        if level > 9:
+            raise ConfigError(f"{doc.path}: '{doc._name('format.level')}' is a zlib level, "
+                              f"1 (fastest) to 9 (smallest), got {level}")
         return FormatSpec(kind, key=doc.choice("format.key", ("msgpack", "offset"), "msgpack"),
                           compression=doc.choice("format.compression",
-                                                 ("none", "default", "gzip"), "default"))
+                                                 ("none", "default", "gzip"), "default"),
+                          level=level)
     allowed = {"text": {"kind", "compression", "escape_newlines"}, "baldr": {"kind"}}[kind]
     _no_other_keys(doc, "format", allowed, f"format kind {kind}")
     if kind == "baldr":

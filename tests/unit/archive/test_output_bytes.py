@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import archive_golden
+from kafka_archive import formats
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_output.json").read_text())
 
@@ -27,6 +28,24 @@ def test_how_spark_cuts_batches_does_not_change_the_bytes(tmp_path, name, rows_p
     written = archive_golden.write(tmp_path, archive_golden.FORMATS[name],
                                    archive_golden.arrow_batches(rows, rows_per_batch))
     assert written == GOLDEN[name]
+
+
+def test_level_1_is_the_only_change_a_faster_zlib_level_makes(tmp_path):
+    fast = {**archive_golden.FORMATS["seq-msgpack-default"], "level": 1}
+    written = archive_golden.write(tmp_path, fast)
+    golden = GOLDEN["seq-msgpack-default"]
+    assert set(written["files"]) == set(golden["files"])
+    assert all(written["files"][f]["sha256"] != golden["files"][f]["sha256"] for f in golden["files"])
+    for row in written["rows"] + golden["rows"]:
+        for name in ("bytes", "sha256", "url", "files"):
+            row.pop(name)
+    assert written["rows"] == golden["rows"]
+    with open(tmp_path / written_name(golden), "rb") as f:
+        assert [r.offset for r in formats.read(f, written_name(golden))][:3] == [0, 6, 7]
+
+
+def written_name(golden):
+    return sorted(golden["files"])[0]
 
 
 def test_the_golden_records_cover_the_encodings_edge_cases():
