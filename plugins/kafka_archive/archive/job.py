@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
-from kafka_archive import brokers, layout
+# kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
+# the files import this module and should not pay for it
+from kafka_archive import layout
 from kafka_archive.archive import parsers, slice_writer
 from kafka_archive.config import Config
 from kafka_archive.plan.planning import Anomaly, Plan, RetentionGapError
@@ -34,6 +36,8 @@ def _arrow_schema(pa):
 
 
 def run(spark, config: Config, plan_url: str) -> dict:
+    from kafka_archive import brokers
+
     storage = Storage.from_environment()
     plan = Plan.from_json(storage.get_bytes(plan_url))
     to_read = [s for s in plan.slices if s.end > s.start]
@@ -67,6 +71,8 @@ def run(spark, config: Config, plan_url: str) -> dict:
 
 
 def _existing_partitions(config: Config, topics: set[str]) -> set[tuple[str, int]]:
+    from kafka_archive import brokers
+
     consumer = brokers.consumer(config)
     try:
         existing = consumer.topics()
@@ -108,6 +114,8 @@ def _fail_on_retention_loss(config: Config, slices, rows: list[dict]) -> None:
     if not suspects:
         return
     from kafka import TopicPartition
+
+    from kafka_archive import brokers
 
     consumer = brokers.consumer(config)
     try:
