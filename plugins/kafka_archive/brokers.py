@@ -15,9 +15,11 @@ from kafka_archive.errors import TransientError
 
 
 def python_client_settings(config: Config) -> dict:
-    """Java property names (security.protocol) as kafka-python arguments (security_protocol)."""
+    """Java property names (security.protocol) as kafka-python arguments (security_protocol);
+    numbers as numbers (the config keeps every property as text, as Spark wants them)."""
     return {"bootstrap_servers": config.bootstrap_servers,
-            **{k.replace(".", "_"): v for k, v in config.kafka_properties.items()}}
+            **{k.replace(".", "_"): int(v) if v.isdigit() else v
+               for k, v in config.kafka_properties.items()}}
 
 
 def consumer(config: Config) -> KafkaConsumer:

@@ -5,6 +5,7 @@ one so a test can stop between them, as a crash would."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import textwrap
@@ -15,7 +16,7 @@ from conftest import airflow
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
-from kafka_archive import formats, spark
+from kafka_archive import config, formats, spark
 from kafka_archive.airflow import tasks
 from kafka_archive.airflow.operators import s3_environment
 from kafka_archive.tokens import LocalTokenStore
@@ -25,9 +26,11 @@ GROUP = "backup"
 
 class Pipeline:
     def __init__(self, env: dict[str, str], kafka: str, s3, prefix: str, tmp_path: Path,
-                 policy: str = "", group_extra: str = "", name: str = "main", extra: str = ""):
+                 policy: str = "", group_extra: str = "", name: str = "main", extra: str = "",
+                 kafka_properties: dict | None = None):
         """Topics are named <prefix>-*; `name` tells apart archives of the same topics;
-        `extra` is YAML added at the config's top level (e.g. an `audit:` section)."""
+        `extra` is YAML added at the config's top level (e.g. an `audit:` or `spark:`
+        section); `kafka_properties`: the config's kafka.properties (Java names)."""
         self.kafka, self.s3, self.prefix = kafka, s3, prefix
         self.root_key = f"{prefix}/{name}"
         self.root = f"s3://{s3.bucket}/{self.root_key}"
@@ -35,7 +38,7 @@ class Pipeline:
         self.config_path = tmp_path / name / "kafka-archive.yaml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(textwrap.dedent(f"""\
-            kafka: {{bootstrap_servers: "{kafka}"}}
+            kafka: {{bootstrap_servers: "{kafka}", properties: {json.dumps(kafka_properties or {})}}}
             archive_root: {self.root}
             token_root: {self.token_root}
             """) + extra + textwrap.dedent(f"""\
@@ -82,18 +85,20 @@ class Pipeline:
     def plan(self, run_id: str) -> str | None:
         return tasks.plan(GROUP, run_id)
 
-    def archive(self, plan_url: str) -> subprocess.Popen:
-        """Start the Spark job as the archive task would; its output goes to job.log (a
-        pipe nobody reads would fill up and stall the job)."""
+    def archive(self, plan_url: str, master: str | None = None) -> subprocess.Popen:
+        """Start the Spark job as the archive task would (on `master`, else the config's or
+        local[2]); its output goes to job.log (a pipe nobody reads would fill up and stall
+        the job)."""
         env = {**os.environ, **spark.submit_env(), **s3_environment("kafka_archive_s3")}
         self.job_log = self.config_path.parent / "job.log"
+        command = spark.archive_command(config.load(self.config_path), plan_url, master)
         with open(self.job_log, "ab") as log:
-            return subprocess.Popen(spark.archive_command(str(self.config_path), plan_url),
+            return subprocess.Popen(command,
                                     env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
 
-    def archive_to_end(self, plan_url: str) -> None:
-        job = self.archive(plan_url)
+    def archive_to_end(self, plan_url: str, master: str | None = None) -> None:
+        job = self.archive(plan_url, master)
         assert job.wait(timeout=600) == 0, self.job_log.read_text()[-3000:]
 
     def commit(self, plan_url: str) -> dict:

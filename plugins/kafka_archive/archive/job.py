@@ -138,6 +138,14 @@ class SliceWriter:
         self.targets = {t: target(config, plan, t) for t in plan.topics()}
 
     def __call__(self, batches: Iterator) -> Iterator:
+        self.open_slice = None
+        try:
+            yield from self._write(batches)
+        finally:  # a failed or cancelled task leaves no temp file behind
+            if self.open_slice is not None:
+                self.open_slice.discard()
+
+    def _write(self, batches: Iterator) -> Iterator:
         import pyarrow as pa
 
         from kafka_archive.formats.batch import Batch
@@ -150,8 +158,8 @@ class SliceWriter:
                     if out is not None:
                         yield _row_batch(pa, out.finish(storage))
                     s = self.slices[(topic, partition)]
-                    out = slice_writer.OpenSlice(self.targets[topic], partition, s.start, s.end,
-                                            s.max_bytes)
+                    out = self.open_slice = slice_writer.OpenSlice(
+                        self.targets[topic], partition, s.start, s.end, s.max_bytes)
                 out.add_batch(Batch.from_arrow(arrow_batch.slice(start, stop - start)))
         if out is not None:
             yield _row_batch(pa, out.finish(storage))

@@ -42,8 +42,11 @@ class Batch:
     @classmethod
     def from_arrow(cls, batch: pa.RecordBatch) -> Batch:
         column = batch.column
+        headers = column("headers")
+        if pa.types.is_null(headers.type):  # a batch built without Spark's schema
+            headers = headers.cast(HEADER_TYPE)
         return cls(_int64(column("offset")), _binary(column("key")), _binary(column("value")),
-                   _int64(column("timestamp_ms")), column("headers"))
+                   _int64(column("timestamp_ms")), headers)
 
     def __len__(self) -> int:
         return len(self.offset)
