@@ -415,7 +415,9 @@ def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: 
     from kafka_archive import config, spark
     from kafka_archive.airflow import operators
 
-    command = spark.archive_command(config.load(config_path), plan_url, master, extra=spark_args)
+    # the job runs Spark at WARN; the figures below come from Spark's INFO lines
+    command = spark.archive_command(config.load(config_path), plan_url, master,
+                                    extra=["--conf", "spark.log.level=INFO", *spark_args])
     env = {**os.environ, **spark.submit_env(), **operators.s3_environment(s3_conn_id)}
     return sampled_spark_submit(command, env, log_path)
 
