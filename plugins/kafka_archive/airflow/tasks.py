@@ -68,8 +68,8 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
         return None
     alerting.on_plan(cfg, made, run_id)  # mails each anomaly once (held topics, skipped ranges)
     if not made.slices:
-        if held(made):  # nothing else to archive: the run fails here
-            raise HeldTopicsError(group, run_id, held(made))
+        if held(made.anomalies):  # nothing else to archive: the run fails here
+            raise HeldTopicsError(group, run_id, held(made.anomalies))
         return None
     return layout.run_file(cfg.archive_root, group, made.run_id, "plan.json")
 
