@@ -20,8 +20,8 @@ parser.add_argument("--plan", required=True)
 args = parser.parse_args()
 
 started = time.monotonic()
-# Spark's own INFO lines would bury the job's (a --conf spark.log.level=INFO brings them back)
-quiet = SparkConf().setIfMissing("spark.log.level", progress.SPARK_LOG_LEVEL)
+# Spark's own INFO lines would bury the job's (the level: progress.SPARK_LOG_LEVEL)
+quiet = SparkConf().set("spark.log.level", progress.SPARK_LOG_LEVEL)
 spark = (SparkSession.builder.appName("kafka-archive").config(conf=quiet)
          # Spark 4.1 sizes each Arrow batch row by row, quadratic in the list-typed
          # headers column; batches stay capped at maxRecordsPerBatch rows anyway

@@ -1,6 +1,6 @@
 """What the archive job tells its log (the Airflow task's, through spark-submit's output):
 one line per slice and one summary, instead of Spark's own INFO chatter (the job runs
-Spark at WARN unless `spark.log.level` says otherwise). Pure functions of the manifest.
+Spark at SPARK_LOG_LEVEL through `spark.log.level`). Pure functions of the manifest.
 """
 
 from __future__ import annotations
