@@ -5,6 +5,7 @@ one so a test can stop between them, as a crash would."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import textwrap
@@ -25,17 +26,21 @@ GROUP = "backup"
 
 class Pipeline:
     def __init__(self, env: dict[str, str], kafka: str, s3, prefix: str, tmp_path: Path,
-                 policy: str = "", group_extra: str = "", name: str = "main", extra: str = ""):
+                 policy: str = "", group_extra: str = "", name: str = "main", extra: str = "",
+                 kafka_config: dict | None = None):
         """Topics are named <prefix>-*; `name` tells apart archives of the same topics;
-        `extra` is YAML added at the config's top level (e.g. an `audit:` section)."""
+        `extra` is YAML added at the config's top level (e.g. an `audit:` section);
+        `kafka_config` replaces the config's `kafka:` section (the archive's own
+        connection: another listener, `properties`); the test's own clients use `kafka`."""
         self.kafka, self.s3, self.prefix = kafka, s3, prefix
         self.root_key = f"{prefix}/{name}"
         self.root = f"s3://{s3.bucket}/{self.root_key}"
         self.token_root = tmp_path / name / "tokens"
         self.config_path = tmp_path / name / "kafka-archive.yaml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        kafka_config = kafka_config or {"bootstrap_servers": kafka}
         self.config_path.write_text(textwrap.dedent(f"""\
-            kafka: {{bootstrap_servers: "{kafka}"}}
+            kafka: {json.dumps(kafka_config)}
             archive_root: {self.root}
             token_root: {self.token_root}
             """) + extra + textwrap.dedent(f"""\
