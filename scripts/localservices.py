@@ -1,7 +1,7 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python scripts/localservices.py start [kafka s3 smtp airflow]
-    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp airflow]
+    .venv/bin/python scripts/localservices.py start [kafka s3 smtp toxiproxy airflow]
+    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp toxiproxy airflow]
     .venv/bin/python scripts/localservices.py status
     eval "$(.venv/bin/python scripts/localservices.py env)"  # point Airflow/CLI at them
     .venv/bin/python scripts/localservices.py leftovers [--baseline FILE]
@@ -11,8 +11,9 @@ Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
 from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY}_PORT; credentials from
 .cache/local.env (made by scripts/install) or the environment. `start` and `stop` without names mean kafka, s3 and
-smtp; `airflow` (api-server, scheduler, dag-processor and triggerer, about half a minute to
-start) only runs when named, and `stop` without names stops it too.
+smtp; `toxiproxy` (the fault tests' proxy) and `airflow` (api-server, scheduler,
+dag-processor and triggerer, about half a minute to start) only run when named, and `stop`
+without names stops them too.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def local_env() -> dict[str, str]:
         "KAFKA_ARCHIVE_S3_PORT": "19000",
         "KAFKA_ARCHIVE_SMTP_PORT": "12525",
         "KAFKA_ARCHIVE_AIRFLOW_PORT": "18080",
+        "KAFKA_ARCHIVE_TOXIPROXY_PORT": "18474",
+        "KAFKA_ARCHIVE_PROXY_PORT": "19100",  # the first port of the proxies tests create
         "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
     }
     env_file = CACHE / "local.env"
@@ -382,6 +385,27 @@ SMTP = Service(
 )
 
 
+# --- Toxiproxy: a TCP proxy that injects faults (resets, latency, cut connections) ------
+
+def toxiproxy_url(env: dict[str, str]) -> str:
+    """Toxiproxy's HTTP API; the proxies themselves are made by whoever needs them."""
+    return f"http://127.0.0.1:{env['KAFKA_ARCHIVE_TOXIPROXY_PORT']}"
+
+
+def _toxiproxy_ready(env: dict[str, str]) -> None:
+    with urllib.request.urlopen(f"{toxiproxy_url(env)}/version", timeout=2) as r:
+        if r.status != 200:
+            raise NotReady(f"/version answered {r.status}")
+
+
+TOXIPROXY = Service(
+    name="toxiproxy",
+    command=lambda env, home: [str(CACHE / "bin" / "toxiproxy-server"), "-host", "127.0.0.1",
+                               "-port", env["KAFKA_ARCHIVE_TOXIPROXY_PORT"]],
+    ready=_toxiproxy_ready,
+)
+
+
 # --- Airflow: api-server, scheduler, dag-processor and triggerer -------------------------
 
 def airflow_url(env: dict[str, str]) -> str:
@@ -512,7 +536,7 @@ AIRFLOW = Service(
     start_timeout_s=240,
 )
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, AIRFLOW)}
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, AIRFLOW)}
 DEFAULT_SERVICES = ("kafka", "s3", "smtp")  # what `start` without names starts
 
 
