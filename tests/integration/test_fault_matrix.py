@@ -20,7 +20,7 @@ S3 faults and how they are made:
   Toxiproxy works on TCP and cannot answer with an HTTP status, hence this proxy.
 - `reset_peer`: Toxiproxy's reset_peer toxic: half the connections (toxicity 0.5) get a
   TCP RST a random 50..1500 ms after they open, wherever the request stream is then.
-- `cut_mid_upload`: Toxiproxy's limit_data toxic on the client-to-S3 direction: half the
+- `cut_mid_upload`: Toxiproxy's limit_data toxic on the client-to-S3 direction: 80% of the
   connections are closed after a random 2..60 KB, mostly inside a PUT body.
 - `latency`: Toxiproxy's latency toxic on the S3-to-client direction, 150 ms +- 100 ms.
 """
@@ -46,7 +46,7 @@ from kafka_archive.archive import job
 from pipeline import GROUP, Pipeline
 
 RUNS_PER_FAULT = 5
-PARTITIONS = 3
+PARTITIONS = 2
 SEED = int(os.environ.get("KAFKA_ARCHIVE_FAULT_SEED", time.time_ns() % 1_000_000))
 RESULTS: list[str] = []
 
@@ -186,7 +186,7 @@ def _toxic(faults: FaultRuns, fault: str) -> tuple[str, dict, str, float]:
     rng = faults.rng
     return {
         "reset_peer": ("reset_peer", {"timeout": rng.randrange(50, 1500)}, "upstream", 0.5),
-        "cut_mid_upload": ("limit_data", {"bytes": rng.randrange(2_000, 60_000)}, "upstream", 0.5),
+        "cut_mid_upload": ("limit_data", {"bytes": rng.randrange(2_000, 60_000)}, "upstream", 0.8),
         "latency": ("latency", {"latency": 150, "jitter": 100}, "downstream", 1.0),
     }[fault]
 
@@ -195,7 +195,7 @@ def _toxic(faults: FaultRuns, fault: str) -> tuple[str, dict, str, float]:
                                    "cut_mid_upload", "latency"])
 def test_s3_fault(faults, bench, fault):
     for n in range(RUNS_PER_FAULT):
-        faults.produce(faults.rng.randrange(6, 15))
+        faults.produce(faults.rng.randrange(4, 10))
         if fault in ("slowdown_503", "internal_500"):
             status = 503 if fault == "slowdown_503" else 500
             first, count = faults.rng.randrange(1, 17), faults.rng.randrange(1, 13)
@@ -228,7 +228,7 @@ def _restart_kafka(service_env) -> None:
 
 
 def test_broker_stopped_and_restarted_during_the_spark_job(faults, bench, service_env):
-    faults.produce(60)
+    faults.produce(40)
     # slow uploads (latency on S3) stretch the job over several seconds, so the broker
     # goes down after its first file is written and before its last slice is read
     name = bench["toxiproxy"].add_toxic("s3", "latency", {"latency": 400}, "downstream")
