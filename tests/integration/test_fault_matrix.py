@@ -31,6 +31,7 @@ import io
 import json
 import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -74,11 +75,13 @@ def bench(service_env, airflow_env, kafka, s3, toxiproxy, sc):
 class FaultRuns:
     """One topic, its producer's acks and its pipeline, with S3 reached through `endpoint`."""
 
-    def __init__(self, bench, airflow_env, kafka, s3, tmp_path, monkeypatch, unique):
+    def __init__(self, bench, airflow_env, kafka, s3, tmp_path, monkeypatch, unique,
+                 partitions: int):
         self.b, self.s3, self.monkeypatch = bench, s3, monkeypatch
         self.pipeline = Pipeline(airflow_env, kafka, s3, f"fault{unique}", tmp_path)
         self.pipeline.in_env(monkeypatch)
-        self.topic = self.pipeline.create_topic("t", PARTITIONS)
+        self.topic = self.pipeline.create_topic("t", partitions)
+        self.partitions = partitions
         self.acked: set[tuple[int, int]] = set()
         self.producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
         self.rng = random.Random(f"{SEED}-{unique}")
@@ -95,7 +98,7 @@ class FaultRuns:
 
     def produce(self, count: int) -> None:
         for _ in range(count):
-            partition = self.rng.randrange(PARTITIONS)
+            partition = self.rng.randrange(self.partitions)
             value = self.rng.randbytes(self.rng.randrange(500, 4000))
             sent = self.producer.send(self.topic, value=value, partition=partition).get(timeout=60)
             self.acked.add((sent.partition, sent.offset))
@@ -178,8 +181,9 @@ def _capture(failure: list, fn, *args) -> None:
 
 
 @pytest.fixture
-def faults(bench, airflow_env, kafka, s3, tmp_path, monkeypatch, unique) -> FaultRuns:
-    return FaultRuns(bench, airflow_env, kafka, s3, tmp_path, monkeypatch, unique)
+def faults(request, bench, airflow_env, kafka, s3, tmp_path, monkeypatch, unique) -> FaultRuns:
+    partitions = getattr(request, "param", PARTITIONS)
+    return FaultRuns(bench, airflow_env, kafka, s3, tmp_path, monkeypatch, unique, partitions)
 
 
 def _toxic(faults: FaultRuns, fault: str) -> tuple[str, dict, str, float]:
@@ -222,31 +226,34 @@ def test_s3_fault(faults, bench, fault):
     faults.finish_clean(fault)
 
 
-def _restart_kafka(service_env) -> None:
-    assert localservices.KAFKA.stop(), "the broker was not running"
-    localservices.KAFKA.start(service_env)
-
-
+@pytest.mark.parametrize("faults", [6], indirect=True)  # six slices, read one after another
 def test_broker_stopped_and_restarted_during_the_spark_job(faults, bench, service_env):
     faults.produce(40)
-    # slow uploads (latency on S3) stretch the job over several seconds, so the broker
-    # goes down after its first file is written and before its last slice is read
+    # slow S3 answers (latency) stretch the job's stage over its slices, so the broker
+    # stops while the stage runs and its later slices must reach Kafka after that
     name = bench["toxiproxy"].add_toxic("s3", "latency", {"latency": 400}, "downstream")
     faults.through(bench["toxiproxy_endpoint"])
-    before = set(faults.archived())
+    tracker = bench["spark"].sparkContext.statusTracker()
+    killed_mid_stage = []
 
-    def stop_after_first_file():
+    def stop_broker_mid_stage():
         deadline = time.monotonic() + 120
-        while set(faults.archived()) == before:
-            assert time.monotonic() < deadline, "the job wrote no file within 120 s"
-            time.sleep(0.05)
-        _restart_kafka(service_env)
+        while not tracker.getActiveStageIds():
+            assert time.monotonic() < deadline, "the job started no stage within 120 s"
+            time.sleep(0.02)
+        # SIGTERM: the broker stops at once (a SIGKILL leaves its port in TIME_WAIT, and
+        # Kafka then cannot bind it again for a minute)
+        os.kill(localservices.KAFKA.pid(), signal.SIGTERM)
+        killed_mid_stage.append(bool(tracker.getActiveStageIds()))
+        localservices.KAFKA.stop()  # waits until it is gone
+        localservices.KAFKA.start(service_env)
 
     try:
-        outcome = faults.run("broker-during-job", during_job=stop_after_first_file)
+        outcome = faults.run("broker-during-job", during_job=stop_broker_mid_stage)
     finally:
         bench["toxiproxy"].remove_toxic("s3", name)
-    print(f"broker stopped during the job: {outcome}")
+    print(f"broker stopped during the job's stage ({killed_mid_stage}): {outcome}")
+    assert killed_mid_stage == [True], "the stage ended before the broker went down"
     faults.outcomes[outcome.split(" (")[0]] += 1
     faults.assert_no_token_ahead_of_files("broker-during-job")
     faults.finish_clean("broker_in_job")
