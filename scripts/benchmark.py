@@ -3,7 +3,7 @@ consumer on the same data?
 
     .venv/bin/python scripts/benchmark.py [--gigabytes 2.0] [--partitions 8]
         [--message-bytes 1024] [--driver-memory 2g] [--conf KEY=VALUE ...] [--partitioned]
-        [--skip-tiny] [--keep]
+        [--skip-tiny] [--keep] [--master spark://127.0.0.1:17077]
 
 What it does, against the local services (it starts Kafka and S3 with
 scripts/localservices.py if they are not running, and stops only what it started):
@@ -39,7 +39,14 @@ scripts/localservices.py if they are not running, and stops only what it started
 With --partitioned, also the partitioned group (JSON parser on each line's `ts`, hourly
 event-time layout, default codec) on the same topic, reported next to the backup job with
 the default codec (target: at least 0.7 of its throughput).
-6. Deletes its S3 objects and topics unless --keep.
+6. With --master (a Spark master URL), the default-codec run once more on that cluster, same
+   topic, printed next to the local[2] run: seconds, throughput, tasks per executor and the
+   per-task skew (from both runs' Spark event logs), and whether both wrote the same bytes
+   (the manifests' sha256). For the local standalone cluster of scripts/localservices.py
+   (`start spark`) it starts the cluster if needed and gives the job its executors' Python;
+   for another cluster, pass what its executors need with --conf. Memory figures there cover
+   only the driver (the executors are the workers' children, not spark-submit's).
+7. Deletes its S3 objects and topics unless --keep.
 
 Units: "MiB" is 2**20 bytes, which is what Kafka's tools call "MB". Throughput counts message
 payload (key + value bytes; keys are null here), not the size of the files written.
@@ -387,17 +394,17 @@ class SparkRun:
 
 
 def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: list[str],
-                 log_path: Path) -> SparkRun:
-    """spark-submit of spark_jobs/archive.py: the command line ArchiveOperator.execute builds
-    through SparkSubmitHook (spark.archive_command: master local[2] as the kafka_archive_spark
-    connection says, --name, --jars) and the same environment (spark.submit_env() and the S3
-    credentials of the Airflow connection). spark_args: what --driver-memory and --conf of
-    this script add (nothing by default)."""
-    from kafka_archive import spark
+                 log_path: Path, master: str | None = None) -> SparkRun:
+    """spark-submit of spark_jobs/archive.py: the settings ArchiveOperator.execute passes
+    through SparkSubmitHook (spark.archive_submit: master local[2] as the kafka_archive_spark
+    connection says, or `master`; --name, --jars, --py-files, --files, the config's spark
+    conf) and the same environment (spark.submit_env() and the S3 credentials of the Airflow
+    connection). spark_args: what --driver-memory and --conf of this script add (nothing by
+    default)."""
+    from kafka_archive import config, spark
     from kafka_archive.airflow import operators
 
-    binary, *options = spark.archive_command(str(config_path), plan_url)
-    command = [binary, *spark_args, *options]
+    command = spark.archive_command(config.load(config_path), plan_url, master, extra=spark_args)
     env = {**os.environ, **spark.submit_env(), **operators.s3_environment(s3_conn_id)}
     services_before = service_cpu_s()
     with open(log_path, "wb") as log:
@@ -420,9 +427,9 @@ def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: 
 # --- one archive run ------------------------------------------------------------------------
 
 def write_config(folder: Path, topic: str, archive_root: str, compression: str,
-                 group: str = GROUP) -> Path:
+                 group: str = GROUP, spark_conf: dict | None = None) -> Path:
     """group PARTITIONED: the event-time layout, by hour, with the JSON parser on the log
-    lines' `ts` (ISO-8601 text)."""
+    lines' `ts` (ISO-8601 text). spark_conf: the config's spark.conf."""
     event_time = ({"layout": {"kind": "event_time", "granularity": "hour"},
                    "parser": {"kind": "json", "field": "ts", "unit": "iso8601"}}
                   if group == PARTITIONED else {})
@@ -442,6 +449,7 @@ def write_config(folder: Path, topic: str, archive_root: str, compression: str,
             "policy": {"max_records": 100_000_000, "max_bytes": 100_000_000_000,
                        "min_records": 1, "max_delay": 0},
         }},
+        **({"spark": {"conf": spark_conf}} if spark_conf else {}),
     }
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kafka-archive.yaml"
@@ -460,6 +468,7 @@ class ArchiveRun:
     output_bytes: int
     idle_plan_warm_s: list[float] = field(default_factory=list)
     idle_plan_cold_s: float | None = None
+    plan_url: str = ""
 
     @property
     def total_s(self) -> float:
@@ -473,7 +482,8 @@ def timed(fn, *args):
 
 
 def archive_run(label: str, config_path: Path, expected_records: int, spark_args: list[str],
-                work: Path, measure_idle: bool = False, group: str = GROUP) -> ArchiveRun:
+                work: Path, measure_idle: bool = False, group: str = GROUP,
+                master: str | None = None) -> ArchiveRun:
     """plan, spark-submit, commit, as the DAG runs them; then optionally plan again with
     nothing left to archive."""
     from kafka_archive import config as config_module
@@ -486,7 +496,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     if plan_url is None:
         raise RuntimeError(f"{label}: the plan found nothing to archive")
     spark_run = spark_submit(config_path, plan_url, cfg.s3_conn_id, spark_args,
-                             work / f"spark-{label}.log")
+                             work / f"spark-{label}.log", master)
     summary, commit_s = timed(tasks.commit, plan_url)
     if summary["records"] != expected_records:
         raise RuntimeError(f"{label}: committed {summary['records']} records, "
@@ -497,7 +507,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     storage = connections.storage(cfg.s3_conn_id)
     output = sum(size for _, size in storage.list(f"{cfg.archive_root}/{group}"))
     run = ArchiveRun(label, plan_s, spark_run, commit_s, summary["records"], summary["files"],
-                     output)
+                     output, plan_url=plan_url)
     if measure_idle:
         for i in range(3):
             again, seconds = timed(tasks.plan, GROUP, f"{run_id}__idle{i}")
@@ -511,7 +521,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
 def cold_plan(config_path: Path, run_id: str) -> float:
     """tasks.plan in a fresh interpreter, as a task process would run it (minus Airflow's
     own task runner): imports included."""
-    code = ("import sys; from kafka_archive import tasks; "
+    code = ("import sys; from kafka_archive.airflow import tasks; "
             f"sys.exit(0 if tasks.plan({GROUP!r}, {run_id!r}) is None else 3)")
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -659,6 +669,83 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
         describe_partitioned(runs[PARTITIONED], runs["default"], mib, messages)
 
 
+# --- the same run on a cluster -----------------------------------------------------------
+
+def event_log_conf(folder: Path) -> dict[str, str]:
+    """An uncompressed, single-file event log: where the per-task figures come from."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{folder}",
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+
+
+@dataclass
+class TaskSpread:
+    """The archive stage's tasks as Spark's event log records them."""
+    executors: dict[str, list[float]]  # executor id -> its successful tasks' seconds
+    failed: int
+
+    @classmethod
+    def read(cls, folder: Path) -> TaskSpread:
+        executors, failed = {}, 0
+        for path in folder.glob("[!.]*"):  # app-<id> on a cluster, local-<id> in local mode
+            for line in path.read_text().splitlines():
+                event = json.loads(line)
+                if event["Event"] != "SparkListenerTaskEnd":
+                    continue
+                info = event["Task Info"]
+                if event["Task End Reason"]["Reason"] != "Success":
+                    failed += 1
+                    continue
+                executors.setdefault(info["Executor ID"], []).append(
+                    (info["Finish Time"] - info["Launch Time"]) / 1000)
+        return cls(executors, failed)
+
+    @property
+    def durations(self) -> list[float]:
+        return sorted(d for ds in self.executors.values() for d in ds)
+
+    def describe(self) -> str:
+        d = self.durations
+        if not d:
+            return "no task in the event log"
+        median = statistics.median(d)
+        busy = {ex: sum(ds) for ex, ds in sorted(self.executors.items())}
+        return (f"{len(d)} tasks: " + ", ".join(f"executor {ex} {len(self.executors[ex])} "
+                                                 f"({busy[ex]:.1f} s busy)" for ex in busy)
+                + f"; task seconds min {d[0]:.1f} / median {median:.1f} / max {d[-1]:.1f}, "
+                  f"skew max/median {d[-1] / median:.2f}; executors' busy time max/min "
+                  f"{max(busy.values()) / max(min(busy.values()), 1e-9):.2f}"
+                + (f"; {self.failed} failed attempts" if self.failed else ""))
+
+
+def manifest_files(s3, plan_url: str, archive_root: str) -> dict[str, str]:
+    """A run's files (path below its archive root) and their sha256, from its manifest."""
+    bucket, key = plan_url[len("s3://"):].split("/", 1)
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=key.replace("plan.json", "manifest.json"))
+                          ["Body"].read())
+    return {f["url"][len(archive_root) + 1:]: f["sha256"]
+            for row in manifest["slices"] for f in row["files"]}
+
+
+def describe_cluster(master: str, local: ArchiveRun, cluster: ArchiveRun, spreads: dict,
+                     same_bytes: bool, mib: float, messages: int) -> None:
+    say()
+    say(f"  cluster ({master}) vs local[2], both default codec, same topic:")
+    row("", "local[2]", "cluster")
+    for name, value in (("spark-submit alone", lambda r: r.spark.seconds),
+                        ("Spark job without start-up", lambda r: r.spark.log.job_s)):
+        a, b = value(local), value(cluster)
+        if a and b:
+            row(f"{name}: seconds", f"{a:,.1f}", f"{b:,.1f}")
+            row(f"{name}: MiB/s", f"{mib / a:,.1f}", f"{mib / b:,.1f}")
+            row(f"{name}: messages/s", f"{messages / a:,.0f}", f"{messages / b:,.0f}")
+    row("files written", str(local.files), str(cluster.files))
+    for label in ("local[2]", "cluster"):
+        say(f"  tasks, {label}: {spreads[label].describe()}")
+    say(f"  the cluster wrote the same bytes as local[2] (manifest sha256 of every file): "
+        f"{'yes' if same_bytes else 'NO'}")
+
+
 def describe_partitioned(part: ArchiveRun, backup: ArchiveRun, mib: float, messages: int) -> None:
     """The partitioned job (JSON parser, hourly event-time layout) next to the backup job,
     both with the default codec, on the same topic."""
@@ -700,12 +787,17 @@ def main() -> int:
                         help="skip the one-message run that measures Spark start-up")
     parser.add_argument("--keep", action="store_true",
                         help="keep the topics and the S3 objects (printed at the end)")
+    parser.add_argument("--master", default=None,
+                        help="also run the default-codec archive on this Spark master (e.g. the "
+                             "local standalone cluster, spark://127.0.0.1:17077) and print it "
+                             "next to local[2], with the per-task skew")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
 
     service_env = localservices.local_env()
-    started_services = [name for name in ("kafka", "s3")
-                        if localservices.SERVICES[name].start(service_env)]
+    local_cluster = args.master == localservices.spark_master_url(service_env)
+    wanted = ["kafka", "s3"] + ([s.name for s in localservices.SPARK_SERVICES] if local_cluster else [])
+    started_services = [name for name in wanted if localservices.SERVICES[name].start(service_env)]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     work = Path(tempfile.mkdtemp(prefix=f"kafka-archive-bench-{stamp}-"))
     # Airflow connections and config references, as the local Airflow gets them; set before
@@ -755,12 +847,25 @@ def main() -> int:
 
         runs = {}
         for compression in ("none", "default"):
+            # the default-codec run is the cluster's reference: its tasks are logged too
+            events = event_log_conf(work / "events-local") if args.master and compression == "default" else None
             config_path = write_config(work / compression, topic,
-                                       f"s3://{bucket}/{prefix}{compression}", compression)
+                                       f"s3://{bucket}/{prefix}{compression}", compression,
+                                       spark_conf=events)
             say(f"archive, compression={compression}:")
             runs[compression] = archive_run(compression, config_path, messages, spark_args,
                                             work, measure_idle=compression == "none")
             describe_spark(runs[compression], payload)
+
+        if args.master:
+            say(f"archive, default codec, on {args.master}:")
+            conf = {**(localservices.spark_cluster_conf(service_env) if local_cluster else {}),
+                    **event_log_conf(work / "events-cluster")}
+            runs["cluster"] = archive_run(
+                "cluster", write_config(work / "cluster", topic, f"s3://{bucket}/{prefix}cluster",
+                                        "default", spark_conf=conf),
+                messages, spark_args, work, master=args.master)
+            describe_spark(runs["cluster"], payload)
 
         if args.partitioned:
             say("archive, partitioned group (JSON parser), default codec:")
@@ -790,6 +895,13 @@ def main() -> int:
             describe_spark(tiny, args.message_bytes)
 
         report(args, topic, messages, payload, produced, consumers, runs, tiny)
+        if args.master:
+            same = (manifest_files(s3, runs["default"].plan_url, f"s3://{bucket}/{prefix}default")
+                    == manifest_files(s3, runs["cluster"].plan_url, f"s3://{bucket}/{prefix}cluster"))
+            describe_cluster(args.master, runs["default"], runs["cluster"],
+                             {"local[2]": TaskSpread.read(work / "events-local"),
+                              "cluster": TaskSpread.read(work / "events-cluster")},
+                             same, payload / MIB, messages)
         finished = True
     finally:
         if args.keep:

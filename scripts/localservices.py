@@ -1,7 +1,7 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python scripts/localservices.py start [kafka s3 smtp toxiproxy airflow]
-    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp toxiproxy airflow]
+    .venv/bin/python scripts/localservices.py start [kafka s3 smtp toxiproxy airflow spark]
+    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp toxiproxy airflow spark]
     .venv/bin/python scripts/localservices.py status
     eval "$(.venv/bin/python scripts/localservices.py env)"  # point Airflow/CLI at them
     .venv/bin/python scripts/localservices.py leftovers [--baseline FILE]
@@ -10,10 +10,13 @@ Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
 from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY}_PORT; credentials from
-.cache/local.env (made by scripts/install) or the environment. `start` and `stop` without names mean kafka, s3 and
-smtp; `toxiproxy` (the fault tests' proxy) and `airflow` (api-server, scheduler,
-dag-processor and triggerer, about half a minute to start) only run when named, and `stop`
-without names stops them too.
+.cache/local.env (made by scripts/install) or the environment. `start` and `stop` without
+names mean kafka, s3 and smtp; `airflow` (api-server, scheduler, dag-processor and
+triggerer, about half a minute to start) only runs when named, and `stop` without names
+stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy) and `spark`: a
+standalone Spark cluster (services spark-master, spark-worker-1, spark-worker-2; ports from
+KAFKA_ARCHIVE_SPARK_{MASTER,WORKER}_PORT) whose executors run .cache/executor-venv's Python,
+with no copy of the project and no AWS_* variables in their environment.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def local_env() -> dict[str, str]:
         "KAFKA_ARCHIVE_AIRFLOW_PORT": "18080",
         "KAFKA_ARCHIVE_TOXIPROXY_PORT": "18474",
         "KAFKA_ARCHIVE_PROXY_PORT": "19100",  # the first port of the proxies tests create
+        "KAFKA_ARCHIVE_SPARK_MASTER_PORT": "17077",  # its web UI: the next port
+        "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
         "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
     }
     env_file = CACHE / "local.env"
@@ -85,6 +90,7 @@ class Service:
     after_ready: Callable[[dict[str, str]], None] = lambda env: None
     process_env: Callable[[dict[str, str]], dict[str, str]] = lambda env: {}
     start_timeout_s: int = START_TIMEOUT_S
+    inherit_env: bool = True  # False: process_env is the whole environment
 
     @property
     def home(self) -> Path:
@@ -123,7 +129,8 @@ class Service:
             proc = subprocess.Popen(
                 self.command(env, self.home),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.home, env={**os.environ, **self.process_env(env)},
+                cwd=self.home, env={**(os.environ if self.inherit_env else {}),
+                                    **self.process_env(env)},
                 start_new_session=True,  # own session: stop() ends it whole
             )
         self.pid_file.write_text(str(proc.pid))
@@ -536,8 +543,115 @@ AIRFLOW = Service(
     start_timeout_s=240,
 )
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, AIRFLOW)}
+# --- Spark: a standalone cluster of pyspark's own distribution, a master and two workers --
+
+SPARK_WORKERS = 2
+SPARK_WORKER_MEMORY = "1g"  # one executor of Spark's default 1g each
+# what workers (and so executors) may inherit: no AWS_*, no Airflow connection, no PYTHONPATH
+_SPARK_INHERITED = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "JAVA_HOME", "TMPDIR")
+
+
+def spark_master_url(env: dict[str, str]) -> str:
+    return f"spark://127.0.0.1:{env['KAFKA_ARCHIVE_SPARK_MASTER_PORT']}"
+
+
+def spark_master_ui(env: dict[str, str]) -> str:
+    return f"http://127.0.0.1:{int(env['KAFKA_ARCHIVE_SPARK_MASTER_PORT']) + 1}"
+
+
+def spark_worker_ports(env: dict[str, str], n: int) -> tuple[int, int]:
+    """(port, web UI port) of worker n (1-based)."""
+    port = int(env["KAFKA_ARCHIVE_SPARK_WORKER_PORT"]) + 2 * (n - 1)
+    return port, port + 1
+
+
+def executor_python() -> Path:
+    """The executors' interpreter: scripts/install's small venv without the project."""
+    return CACHE / "executor-venv" / "bin" / "python"
+
+
+def spark_cluster_conf(env: dict[str, str]) -> dict[str, str]:
+    """Spark conf a job needs on this cluster: its executors' Python (Spark takes the
+    executors' interpreter from the driver's settings, not from the workers)."""
+    return {"spark.pyspark.python": str(executor_python())}
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _spark_process_env(home: Path) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k in _SPARK_INHERITED},
+            "SPARK_HOME": str(_spark_home()),
+            "SPARK_CONF_DIR": str(home / "conf"),   # empty: no stray spark-defaults.conf
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_DIRS": str(home / "local"),  # executors' scratch space (slice files)
+            "SPARK_WORKER_DIR": str(home / "work"),  # executors' logs, shipped files
+            "SPARK_DAEMON_MEMORY": "256m",
+            # finished applications' folders (their copies of the jars) go after a day
+            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true "
+                                 "-Dspark.worker.cleanup.appDataTtl=86400",
+            "PYSPARK_PYTHON": str(executor_python())}
+
+
+def _spark_prepare(env: dict[str, str], home: Path) -> None:
+    for sub in ("conf", "local", "work"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    if not executor_python().exists():
+        raise ServiceError(f"{executor_python()} is missing: run scripts/install")
+
+
+def _spark_json(url: str) -> dict:
+    with urllib.request.urlopen(f"{url}/json/", timeout=5) as r:
+        return json.load(r)
+
+
+def _spark_master_ready(env: dict[str, str]) -> None:
+    if (status := _spark_json(spark_master_ui(env)).get("status")) != "ALIVE":
+        raise NotReady(f"master status {status}")
+
+
+def spark_alive_workers(env: dict[str, str]) -> dict[int, dict]:
+    """The master's live workers, by port."""
+    return {w["port"]: w for w in _spark_json(spark_master_ui(env)).get("workers", [])
+            if w.get("state") == "ALIVE"}
+
+
+def _spark_worker(n: int) -> Service:
+    def command(env: dict[str, str], home: Path) -> list[str]:
+        port, ui = spark_worker_ports(env, n)
+        return [str(_spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+                spark_master_url(env), "--host", "127.0.0.1", "--port", str(port),
+                "--webui-port", str(ui), "--cores", "1", "--memory", SPARK_WORKER_MEMORY,
+                "--work-dir", str(home / "work")]
+
+    def ready(env: dict[str, str]) -> None:
+        if spark_worker_ports(env, n)[0] not in spark_alive_workers(env):
+            raise NotReady(f"worker {n} not registered with the master yet")
+
+    return Service(name=f"spark-worker-{n}", command=command, ready=ready, prepare=_spark_prepare,
+                   process_env=lambda env: _spark_process_env(SERVICES_DIR / f"spark-worker-{n}"),
+                   inherit_env=False)
+
+
+SPARK_MASTER = Service(
+    name="spark-master",
+    command=lambda env, home: [
+        str(_spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+        "--host", "127.0.0.1", "--port", env["KAFKA_ARCHIVE_SPARK_MASTER_PORT"],
+        "--webui-port", str(int(env["KAFKA_ARCHIVE_SPARK_MASTER_PORT"]) + 1)],
+    ready=_spark_master_ready,
+    prepare=_spark_prepare,
+    process_env=lambda env: _spark_process_env(SERVICES_DIR / "spark-master"),
+    inherit_env=False,
+)
+SPARK_SERVICES = (SPARK_MASTER, *(_spark_worker(n) for n in range(1, SPARK_WORKERS + 1)))
+
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, AIRFLOW, *SPARK_SERVICES)}
 DEFAULT_SERVICES = ("kafka", "s3", "smtp")  # what `start` without names starts
+ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers
 
 
 def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
@@ -657,6 +771,7 @@ def main(argv: list[str]) -> int:
         for pid, cmd in left.items():
             print(f"leftover process {pid}: {cmd[:300]}", file=sys.stderr)
         return 1 if left else 0
+    names = [n for name in names for n in ALIASES.get(name, [name])]
     unknown = set(names) - set(SERVICES)
     if unknown:
         print(f"unknown service(s): {', '.join(sorted(unknown))}; known: {', '.join(SERVICES)}",

@@ -23,14 +23,15 @@ _JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
 
 def python_client_settings(config: Config) -> dict:
     """Java property names (security.protocol) as kafka-python arguments
-    (security_protocol); a PLAIN or SCRAM `sasl.jaas.config` as kafka-python's
+    (security_protocol), numbers as numbers (the config keeps every property as text, as
+    Spark wants them); a PLAIN or SCRAM `sasl.jaas.config` as kafka-python's
     sasl_plain_username and sasl_plain_password."""
     settings = {"bootstrap_servers": config.bootstrap_servers}
     for name, value in config.kafka_properties.items():
         if name == "sasl.jaas.config":
             settings.update(_jaas_credentials(config, value))
         else:
-            settings[name.replace(".", "_")] = value
+            settings[name.replace(".", "_")] = int(value) if value.isdigit() else value
     return settings
 
 

@@ -122,7 +122,7 @@ def disk_full(exc: OSError, path: str, what: str) -> DiskFullError:
     except OSError:
         space = "free space unknown"
     return DiskFullError(f"{what}: {path}: no space left ({space}; {exc.strerror}); "
-                         "free space there or point TMPDIR elsewhere, then re-run")
+                         "free space there (or give Spark another spark.local.dir), then re-run")
 
 
 def is_disk_full(exc: BaseException) -> bool:

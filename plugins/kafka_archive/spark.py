@@ -1,14 +1,36 @@
 """How kafka-archive launches Spark: pyspark's own spark-submit, Spark's Kafka source jars
-from the install cache, and this interpreter for the Python workers."""
+from the install cache, the library shipped to the executors as a zip (`--py-files`), the
+config as a file (`--files`), and S3 credentials handed from the driver to the executors
+without any command line holding them.
+
+Every launcher (ArchiveOperator, `archive_command` for the benchmark and tests) takes what
+it passes to spark-submit from `archive_submit`, so a job runs alike on `local[2]` and on
+a cluster whose executors have only a plain Python (README, "Running on a cluster").
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from kafka_archive.config import Config
+
 REPO = Path(__file__).resolve().parents[2]
+LIBRARY = Path(__file__).resolve().parent  # the kafka_archive package
+APPLICATION = REPO / "spark_jobs" / "archive.py"
 DEFAULT_JARS_DIR = REPO / ".cache" / "jars" / "spark-kafka"
+DEFAULT_PY_FILES_DIR = REPO / ".cache" / "py-files"
+DEFAULT_MASTER = "local[2]"
+# Spark's default plus access_key (the key id): what its UI, event log and logs show redacted
+REDACTION_REGEX = r"(?i)secret|password|token|access[._]?key"
+# boto3's variables the executors need to reach S3 as the driver does
+EXECUTOR_S3_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                         "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: no build time in the bytes
 
 
 def spark_home() -> Path:
@@ -28,21 +50,131 @@ def kafka_source_jars() -> list[str]:
     return jars
 
 
-def submit_env() -> dict[str, str]:
-    """Environment for spark-submit. Without SPARK_HOME, pyspark's launcher asks whatever
-    `python3` is first on PATH to find Spark, which outside the venv finds nothing."""
+def library_zip(folder: Path | None = None) -> Path:
+    """The kafka_archive package as a zip for `--py-files`: its .py files in name order with
+    fixed times and modes, so the same sources give the same bytes. Named by the hash of
+    its content and built only when no zip of that content exists yet
+    ($KAFKA_ARCHIVE_PY_FILES_DIR, default .cache/py-files/)."""
+    folder = Path(folder or os.environ.get("KAFKA_ARCHIVE_PY_FILES_DIR", DEFAULT_PY_FILES_DIR))
+    sources = sorted((p.relative_to(LIBRARY.parent).as_posix(), p)
+                     for p in LIBRARY.rglob("*.py") if "__pycache__" not in p.parts)
+    contents = [(name, path.read_bytes()) for name, path in sources]
+    digest = hashlib.sha256()
+    for name, data in contents:
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    target = folder / f"kafka_archive-{digest.hexdigest()[:16]}.zip"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{target.name}.{os.getpid()}"
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in contents:
+            entry = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+            entry.external_attr = 0o644 << 16
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(entry, data)
+    os.replace(partial, target)  # concurrent builders write the same bytes
+    return target
+
+
+@dataclass(frozen=True)
+class Submit:
+    """What a launcher passes to spark-submit for the archive job."""
+    master: str
+    deploy_mode: str | None
+    conf: dict[str, str]
+    jars: list[str]
+    py_files: list[str]
+    files: list[str]
+
+    @property
+    def client_mode(self) -> bool:
+        return self.deploy_mode != "cluster"
+
+    def takes_credentials(self) -> bool:
+        """Whether the driver may hand the S3 credentials of spark-submit's environment
+        to the executors: only where spark-submit's own process runs the driver (local,
+        or a standalone cluster in client mode). On YARN and Kubernetes the Spark
+        provider would put environment variables on spark-submit's command line; there
+        the cluster's own credentials serve (instance profiles, IRSA)."""
+        return self.client_mode and self.master.startswith(("local", "spark://"))
+
+
+def archive_submit(config: Config, master: str | None = None) -> Submit:
+    """spark-submit settings of the archive job: the master (argument, else the config's
+    `spark.master`, else local[2]), deploy mode and extra conf from the config's `spark:`
+    section, the Kafka source jars, the library zip, the config file."""
+    master = master or config.spark.master or DEFAULT_MASTER
+    deploy_mode = config.spark.deploy_mode
+    if master.startswith("spark://") and deploy_mode == "cluster":
+        raise ValueError(f"{config.path}: Spark standalone ({master}) runs Python jobs in client "
+                         "mode only: set spark.deploy_mode to client or leave it out")
+    conf = {"spark.redaction.regex": REDACTION_REGEX, **dict(config.spark.conf)}
+    if deploy_mode != "cluster" and "spark.pyspark.python" in conf:
+        # that setting names the executors' Python; the driver here keeps this one
+        conf.setdefault("spark.pyspark.driver.python", sys.executable)
+    return Submit(master=master, deploy_mode=deploy_mode, conf=conf, jars=kafka_source_jars(),
+                  py_files=[str(library_zip())], files=[str(config.path)])
+
+
+def launcher_env() -> dict[str, str]:
+    """What pyspark's own spark-submit needs to start. Without SPARK_HOME, its launcher asks
+    whatever `python3` is first on PATH to find Spark, which outside the venv finds nothing;
+    the Spark provider runs a bare `spark-submit`: PATH makes it pyspark's own."""
     bin_dir = str(spark_home() / "bin")
-    return {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            # the driver and its web UI bind here (the UI's default is every interface)
-            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-            # the Spark provider runs a bare `spark-submit`: make it pyspark's own
+    return {"SPARK_HOME": str(spark_home()),
             "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
 
 
-def archive_command(config_path: str, plan_url: str, master: str = "local[2]") -> list[str]:
-    """The archive job's spark-submit command line, for running it outside Airflow (CLI,
-    tests, benchmark); ArchiveOperator builds the same through the Spark provider."""
-    return [str(spark_home() / "bin" / "spark-submit"), "--master", master,
-            "--name", "kafka-archive", "--jars", ",".join(kafka_source_jars()),
-            str(REPO / "spark_jobs" / "archive.py"), "--config", config_path, "--plan", plan_url]
+def submit_env() -> dict[str, str]:
+    """Environment for spark-submit running the driver here (local, or client mode): this
+    interpreter for the driver (and, unless spark.pyspark.python says otherwise, for the
+    executors)."""
+    return {**launcher_env(), "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # the driver and its web UI bind here (the UI's default is every interface)
+            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+
+
+def archive_command(config: Config, plan_url: str, master: str | None = None,
+                    extra: list[str] = ()) -> list[str]:
+    """The archive job's spark-submit command line, for running it outside Airflow
+    (benchmark, tests); ArchiveOperator passes the same `archive_submit` settings through
+    the Spark provider. `extra`: more spark-submit options (--driver-memory ...)."""
+    s = archive_submit(config, master)
+    command = [str(spark_home() / "bin" / "spark-submit"), "--master", s.master]
+    if s.deploy_mode:
+        command += ["--deploy-mode", s.deploy_mode]
+    for key, value in sorted(s.conf.items()):
+        command += ["--conf", f"{key}={value}"]
+    return [*command, *extra, "--name", "kafka-archive", "--jars", ",".join(s.jars),
+            "--py-files", ",".join(s.py_files), "--files", ",".join(s.files),
+            str(APPLICATION), "--config", str(config.path), "--plan", plan_url]
+
+
+# --- inside the job (spark_jobs/archive.py) ----------------------------------------------
+
+def executor_env_conf(environ: dict[str, str]) -> dict[str, str]:
+    """spark.executorEnv.* handing the driver's S3 credentials and endpoint (from
+    spark-submit's environment) to the executors, whose workers have none. Set from
+    inside the driver, so no command line holds them; Spark shows the values redacted
+    (spark.redaction.regex). Nothing when the environment has none (instance roles)."""
+    return {f"spark.executorEnv.{name}": environ[name]
+            for name in EXECUTOR_S3_VARIABLES if environ.get(name)}
+
+
+def shipped_file(path: str) -> str:
+    """A file spark-submit shipped with --files: at its path where the driver runs beside
+    the launcher (client mode), else the driver's copy (cluster mode)."""
+    if Path(path).exists():
+        return path
+    from pyspark import SparkFiles
+
+    return SparkFiles.get(Path(path).name)
+
+
+def local_dir() -> str | None:
+    """A scratch folder of Spark's own (spark.local.dir, which Spark hands its Python
+    workers as SPARK_LOCAL_DIRS, and removes with the application); None outside Spark."""
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
+    return dirs[0] if dirs else None

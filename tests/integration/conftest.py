@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,29 @@ def toxiproxy(service_env) -> str:
     """The URL of Toxiproxy's HTTP API (drive it with fault_proxies.Toxiproxy)."""
     with running("toxiproxy", service_env):
         yield localservices.toxiproxy_url(service_env)
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    """The local standalone cluster: a master and two one-core workers whose executors run
+    .cache/executor-venv's Python (no project) with no AWS_* variables."""
+    master: str                 # spark://127.0.0.1:port
+    master_ui: str              # http://127.0.0.1:port (its /json/ lists the workers)
+    worker_uis: dict[str, str]  # service name (spark-worker-n) -> its web UI
+    conf: dict[str, str]        # what a job needs on it (the executors' Python)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(service_env) -> SparkCluster:
+    names = [s.name for s in localservices.SPARK_SERVICES]
+    with contextlib.ExitStack() as stack:
+        for name in names:  # the master first: workers register with it
+            stack.enter_context(running(name, service_env))
+        yield SparkCluster(
+            localservices.spark_master_url(service_env), localservices.spark_master_ui(service_env),
+            {name: f"http://127.0.0.1:{localservices.spark_worker_ports(service_env, n)[1]}"
+             for n, name in enumerate(names[1:], start=1)},
+            localservices.spark_cluster_conf(service_env))
 
 
 @pytest.fixture

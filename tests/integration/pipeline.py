@@ -16,7 +16,7 @@ from conftest import airflow
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
-from kafka_archive import formats, spark
+from kafka_archive import config, formats, spark
 from kafka_archive.airflow import tasks
 from kafka_archive.airflow.operators import s3_environment
 from kafka_archive.tokens import LocalTokenStore
@@ -27,20 +27,19 @@ GROUP = "backup"
 class Pipeline:
     def __init__(self, env: dict[str, str], kafka: str, s3, prefix: str, tmp_path: Path,
                  policy: str = "", group_extra: str = "", name: str = "main", extra: str = "",
-                 kafka_config: dict | None = None):
+                 kafka_properties: dict | None = None, bootstrap: str | None = None):
         """Topics are named <prefix>-*; `name` tells apart archives of the same topics;
-        `extra` is YAML added at the config's top level (e.g. an `audit:` section);
-        `kafka_config` replaces the config's `kafka:` section (the archive's own
-        connection: another listener, `properties`); the test's own clients use `kafka`."""
+        `extra` is YAML added at the config's top level (e.g. an `audit:` or `spark:`
+        section); `kafka_properties`: the config's kafka.properties (Java names);
+        `bootstrap`: the archive's own listener, if not `kafka` (the test's clients use `kafka`)."""
         self.kafka, self.s3, self.prefix = kafka, s3, prefix
         self.root_key = f"{prefix}/{name}"
         self.root = f"s3://{s3.bucket}/{self.root_key}"
         self.token_root = tmp_path / name / "tokens"
         self.config_path = tmp_path / name / "kafka-archive.yaml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
-        kafka_config = kafka_config or {"bootstrap_servers": kafka}
         self.config_path.write_text(textwrap.dedent(f"""\
-            kafka: {json.dumps(kafka_config)}
+            kafka: {{bootstrap_servers: "{bootstrap or kafka}", properties: {json.dumps(kafka_properties or {})}}}
             archive_root: {self.root}
             token_root: {self.token_root}
             """) + extra + textwrap.dedent(f"""\
@@ -87,18 +86,20 @@ class Pipeline:
     def plan(self, run_id: str) -> str | None:
         return tasks.plan(GROUP, run_id)
 
-    def archive(self, plan_url: str) -> subprocess.Popen:
-        """Start the Spark job as the archive task would; its output goes to job.log (a
-        pipe nobody reads would fill up and stall the job)."""
+    def archive(self, plan_url: str, master: str | None = None) -> subprocess.Popen:
+        """Start the Spark job as the archive task would (on `master`, else the config's or
+        local[2]); its output goes to job.log (a pipe nobody reads would fill up and stall
+        the job)."""
         env = {**os.environ, **spark.submit_env(), **s3_environment("kafka_archive_s3")}
         self.job_log = self.config_path.parent / "job.log"
+        command = spark.archive_command(config.load(self.config_path), plan_url, master)
         with open(self.job_log, "ab") as log:
-            return subprocess.Popen(spark.archive_command(str(self.config_path), plan_url),
+            return subprocess.Popen(command,
                                     env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
 
-    def archive_to_end(self, plan_url: str) -> None:
-        job = self.archive(plan_url)
+    def archive_to_end(self, plan_url: str, master: str | None = None) -> None:
+        job = self.archive(plan_url, master)
         assert job.wait(timeout=600) == 0, self.job_log.read_text()[-3000:]
 
     def commit(self, plan_url: str) -> dict:

@@ -1,5 +1,5 @@
-"""A full local disk: the Spark job writes each slice to a local temp file (TMPDIR) before
-uploading it. On a real, nearly full filesystem (a 1 MiB tmpfs) the job fails naming the
+"""A full local disk: the Spark job writes each slice to a local temp file (in Spark's local
+dir, spark.local.dir or SPARK_LOCAL_DIRS) before uploading it. On a real, nearly full filesystem (a 1 MiB tmpfs) the job fails naming the
 file and the space left, nothing is committed, and once space is freed the next run
 completes the same plan with every message archived exactly once."""
 
@@ -50,7 +50,7 @@ def test_full_disk_fails_naming_path_and_space_commits_nothing_then_completes(
     topic = pipeline.create_topic("big", 1)
     values = [os.urandom(SIZE) for _ in range(MESSAGES)]
     pipeline.produce([(topic, 0, None, v, None) for v in values])
-    monkeypatch.setenv("TMPDIR", str(mount))  # where the job's slice files go
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(mount))  # Spark's scratch: the slice files
 
     plan_url = pipeline.plan("full-disk-run")
     job = pipeline.archive(plan_url)
@@ -58,7 +58,7 @@ def test_full_disk_fails_naming_path_and_space_commits_nothing_then_completes(
     log = pipeline.job_log.read_text(errors="replace")
     assert "DiskFullError" in log and "no space left" in log, log[-3000:]
     failure = next(line for line in log.splitlines() if "DiskFullError: writing" in line)
-    assert f"to local {mount}/kafka-archive-" in failure           # the local file
+    assert f"to local {mount}/" in failure and "/kafka-archive-" in failure  # the local file
     assert f"s3://{s3.bucket}/{pipeline.root_key}/{GROUP}/{topic}/partition=0/" in failure
     assert "bytes free of" in failure                               # the space left
     free = int(failure.split(" bytes free of")[0].rsplit("(", 1)[1])
@@ -71,7 +71,7 @@ def test_full_disk_fails_naming_path_and_space_commits_nothing_then_completes(
         pipeline.commit(plan_url)                  # nothing to commit: no manifest
     assert pipeline.tokens.topics(GROUP) == []     # no token moved
     assert pipeline.data_files() == {}             # no slice file reached S3
-    assert list(mount.glob("kafka-archive-*")) == []  # the partial temp file was removed
+    assert list(mount.rglob("kafka-archive-*")) == []  # the partial temp file was removed
 
     filler.unlink()                                # space freed: the same plan completes
     assert pipeline.plan("next-run") == plan_url   # the plan in flight, re-executed

@@ -34,8 +34,8 @@ def sasl_pipeline(airflow_env, kafka, s3, smtp_maildir, service_env, unique, tmp
     made = Pipeline(airflow_env, kafka, s3, f"sasl{unique}", tmp_path,
                     policy="max_records: 5, freshness: 1m",
                     extra=f"alerts: {{email_to: sasl-{unique}@localhost}}\n",
-                    kafka_config={"bootstrap_servers": localservices.kafka_sasl_bootstrap(service_env),
-                                  "properties": SASL_PROPERTIES})
+                    bootstrap=localservices.kafka_sasl_bootstrap(service_env),
+                    kafka_properties=SASL_PROPERTIES)
     made.mail_to, made.maildir = f"sasl-{unique}@localhost", smtp_maildir
     made.password = service_env["KAFKA_ARCHIVE_KAFKA_PASSWORD"]
     return made

@@ -1,18 +1,21 @@
 """ArchiveOperator: SparkSubmitOperator running spark_jobs/archive.py on one plan.
 
 Everything environment-specific is resolved when the task runs, not when the DAG is
-parsed: the Kafka source jars, and the S3 credentials, which reach the job through its
-process environment (boto3's AWS_* variables) and never through a templated field,
-a command line or a log.
+parsed: the Spark master and deploy mode (the Spark connection), the config's `spark:`
+settings, the library zip and the Kafka source jars (kafka_archive.spark.archive_submit),
+and the S3 credentials, which reach the driver through spark-submit's process
+environment (boto3's AWS_* variables) and the executors through the driver
+(spark.executorEnv, set inside the job): never through a templated field, a command line
+or a log.
 """
 
 from __future__ import annotations
 
+import os
+
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from kafka_archive import spark
-
-APPLICATION = str(spark.REPO / "spark_jobs" / "archive.py")
+from kafka_archive import config, spark
 
 
 def s3_environment(conn_id: str) -> dict[str, str]:
@@ -35,13 +38,35 @@ class ArchiveOperator(SparkSubmitOperator):
     template_fields = (*SparkSubmitOperator.template_fields, "plan_url")
 
     def __init__(self, *, plan_url: str, config_path: str, s3_conn_id: str, **kwargs):
-        super().__init__(application=APPLICATION, name="kafka-archive", **kwargs)
+        super().__init__(application=str(spark.APPLICATION), name="kafka-archive", **kwargs)
         self.plan_url = plan_url
         self.config_path = config_path
         self.s3_conn_id = s3_conn_id
 
     def execute(self, context):
-        self.jars = ",".join(spark.kafka_source_jars())
-        self.application_args = ["--config", self.config_path, "--plan", self.plan_url]
-        self.env_vars = {**spark.submit_env(), **s3_environment(self.s3_conn_id)}
+        cfg = config.load(self.config_path)
+        master = self._get_hook()._connection["master"]  # the Spark connection's
+        if cfg.spark.master and cfg.spark.master != master:
+            raise ValueError(f"{cfg.path}: spark.master is {cfg.spark.master} but the Spark "
+                             f"connection {self._conn_id} says {master}: in Airflow the "
+                             "connection decides; make them agree or drop spark.master")
+        submit = spark.archive_submit(cfg, master)
+        self.jars = ",".join(submit.jars)
+        self.py_files = ",".join(submit.py_files)
+        self.files = ",".join(submit.files)
+        self.conf = {**submit.conf, **(self.conf or {})}
+        self._deploy_mode = submit.deploy_mode or self._deploy_mode
+        self.application_args = ["--config", str(cfg.path), "--plan", self.plan_url]
+        if submit.takes_credentials():
+            self.env_vars = {**spark.submit_env(), **s3_environment(self.s3_conn_id)}
+        else:
+            # the provider would hand env_vars to the driver's node (spark.yarn.appMasterEnv,
+            # spark.kubernetes.driverEnv), on the command line: spark-submit alone gets what
+            # it needs, through this task process's environment
+            self.env_vars = None
+            os.environ.update(spark.launcher_env())
+            self.log.info("Spark master %s: the driver and executors use the cluster's own "
+                          "S3 credentials (instance profile, IRSA), none from %s",
+                          master, self.s3_conn_id)
+        self._hook = None  # built again by execute with the settings above
         return super().execute(context)

@@ -131,6 +131,14 @@ class SliceWriter:
         self.targets = {t: target(config, plan, t) for t in plan.topics()}
 
     def __call__(self, batches: Iterator) -> Iterator:
+        self.open_slice = None
+        try:
+            yield from self._write(batches)
+        finally:  # a failed or cancelled task leaves no temp file behind
+            if self.open_slice is not None:
+                self.open_slice.discard()
+
+    def _write(self, batches: Iterator) -> Iterator:
         import pyarrow as pa
 
         storage = Storage.from_environment()
@@ -143,8 +151,8 @@ class SliceWriter:
                     if out is not None:
                         yield _row_batch(pa, out.finish(storage))
                     s = self.slices[(topic, partition)]
-                    out = slice_writer.OpenSlice(self.targets[topic], partition, s.start, s.end,
-                                            s.max_bytes)
+                    out = self.open_slice = slice_writer.OpenSlice(
+                        self.targets[topic], partition, s.start, s.end, s.max_bytes)
                 if out.cut:
                     continue
                 out.add(records.Record(columns["offset"][i], columns["key"][i], columns["value"][i],

@@ -12,8 +12,9 @@ archive), so the same messages under the same config always give the same files.
   final when the run was planned (`Target.finalized_ms`) goes to `_late/<time partition>/`,
   so a finalized partition's files never change. Nothing is dropped.
 
-Each file streams to a local temp file, hashed on the way, and is uploaded when the slice
-is complete; `finish` returns the slice's manifest row.
+Each file streams to a local temp file (in Spark's local dirs on an executor), hashed on
+the way, and is uploaded when the slice is complete; `finish` returns the slice's manifest
+row, `discard` drops the temp files of a slice that failed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_archive import formats, layout, retries
+from kafka_archive import formats, layout, retries, spark
 from kafka_archive.archive import parsers
 from kafka_archive.audit import reconcile
 from kafka_archive.errors import ArchiveError
@@ -132,8 +133,7 @@ class OpenSlice:
             for out in self.files.values():
                 written.append(out.finish(storage))
         finally:
-            for out in self.files.values():
-                out.discard()
+            self.discard()
         written.sort(key=lambda f: f["url"])
         single = written[0] if len(written) == 1 and not self.event_time else None
         return {"topic": self.topic, "partition": self.partition, "start": self.start,
@@ -149,6 +149,12 @@ class OpenSlice:
                                            for (source, window), n in self.audit_counts.items()))}
 
 
+    def discard(self) -> None:
+        """Remove the slice's temp files (after upload, or when the slice failed)."""
+        for out in self.files.values():
+            out.discard()
+
+
 def _final(time_path: str, t: Target) -> bool:
     return layout.time_partition_range(time_path, t.layout)[1] <= t.finalized_ms
 
@@ -156,7 +162,8 @@ def _final(time_path: str, t: Target) -> bool:
 class _OpenFile:
     def __init__(self, url: str, fmt: dict):
         self.url, self.count = url, 0
-        fd, self.tmp_path = tempfile.mkstemp(prefix="kafka-archive-", suffix=".part")
+        fd, self.tmp_path = tempfile.mkstemp(prefix="kafka-archive-", suffix=".part",
+                                             dir=spark.local_dir())
         self.file = _HashingFile(os.fdopen(fd, "wb"))
         self.writer = formats.open_writer(self.file, fmt, url.rsplit("/", 1)[-1])
 
@@ -177,6 +184,7 @@ class _OpenFile:
                 "sha256": self.file.sha256.hexdigest()}
 
     def discard(self) -> None:
+        self.file.raw.close()  # a failed slice's file is still open
         if os.path.exists(self.tmp_path):
             os.unlink(self.tmp_path)
 

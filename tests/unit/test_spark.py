@@ -1,0 +1,121 @@
+"""How every launcher submits the archive job: the library zip, the spark-submit settings,
+the executors' credentials and scratch space. No Spark runs here."""
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from kafka_archive import config, spark
+
+
+def load(tmp_path, spark_section=""):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text("kafka: {bootstrap_servers: b:9092}\narchive_root: s3://bucket/p\n"
+                    + spark_section)
+    return config.load(path)
+
+
+def test_library_zip_is_the_same_bytes_wherever_and_whenever_it_is_built(tmp_path):
+    first, second = spark.library_zip(tmp_path / "a"), spark.library_zip(tmp_path / "b")
+    assert first.name == second.name and first.read_bytes() == second.read_bytes()
+    with zipfile.ZipFile(first) as z:
+        names = z.namelist()
+        assert names == sorted(names) and "kafka_archive/spark.py" in names
+        assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
+        assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+        assert z.read("kafka_archive/spark.py") == (spark.LIBRARY / "spark.py").read_bytes()
+
+
+def test_library_zip_is_built_once_per_content(tmp_path):
+    built = spark.library_zip(tmp_path)
+    built.write_bytes(b"marker")  # a rebuild would overwrite it
+    assert spark.library_zip(tmp_path) == built and built.read_bytes() == b"marker"
+    assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no partial file left
+
+
+def test_library_zip_alone_provides_the_package(tmp_path):
+    """What an executor without the project sees: the package comes from the zip."""
+    built = spark.library_zip(tmp_path)
+    code = f"import sys; sys.path.insert(0, {str(built)!r}); import kafka_archive.errors as e; print(e.__file__)"
+    result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{built}/kafka_archive/errors.py"
+
+
+def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_path, monkeypatch):
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-sql-kafka.jar").write_bytes(b"")
+    monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_JARS_DIR", str(jars))
+    monkeypatch.setenv("KAFKA_ARCHIVE_PY_FILES_DIR", str(tmp_path / "py"))
+    cfg = load(tmp_path, "spark:\n  master: spark://h:7077\n  conf:\n"
+                         "    spark.pyspark.python: /opt/py/bin/python\n"
+                         "    spark.eventLog.enabled: true\n")
+    s = spark.archive_submit(cfg)
+    assert (s.master, s.deploy_mode) == ("spark://h:7077", None)
+    assert s.conf == {"spark.redaction.regex": spark.REDACTION_REGEX,
+                      "spark.pyspark.python": "/opt/py/bin/python",
+                      "spark.eventLog.enabled": "true",
+                      # the executors' Python is not the driver's
+                      "spark.pyspark.driver.python": sys.executable}
+    assert s.py_files == [str(spark.library_zip(tmp_path / "py"))]
+    assert s.files == [str(cfg.path)] and s.jars == [str(jars / "spark-sql-kafka.jar")]
+    assert spark.archive_submit(cfg, master="local[2]").master == "local[2]"  # the caller's
+    assert spark.archive_submit(load(tmp_path)).master == "local[2]"  # the default
+
+    command = spark.archive_command(cfg, "s3://bucket/p/_runs/backup/r/plan.json",
+                                    extra=["--driver-memory", "2g"])
+    assert command[1:3] == ["--master", "spark://h:7077"]
+    assert "--conf" in command and "spark.eventLog.enabled=true" in command
+    assert command[command.index("--py-files") + 1] == s.py_files[0]
+    assert command[command.index("--files") + 1] == str(cfg.path)
+    assert command[command.index("--driver-memory") + 1] == "2g"
+    assert command[-5:] == [str(spark.APPLICATION), "--config", str(cfg.path),
+                            "--plan", "s3://bucket/p/_runs/backup/r/plan.json"]
+
+
+def test_standalone_cluster_mode_is_refused_for_a_python_job(tmp_path):
+    cfg = load(tmp_path, "spark: {master: 'spark://h:7077', deploy_mode: cluster}\n")
+    with pytest.raises(ValueError, match="client mode only"):
+        spark.archive_submit(cfg)
+
+
+@pytest.mark.parametrize("master, deploy_mode, takes", [
+    ("local[2]", None, True), ("spark://h:7077", "client", True), ("yarn", None, False),
+    ("yarn", "cluster", False), ("k8s://https://api:6443", "cluster", False)])
+def test_credentials_go_to_spark_submit_only_where_it_runs_the_driver(master, deploy_mode, takes):
+    s = spark.Submit(master, deploy_mode, {}, [], [], [])
+    assert s.takes_credentials() is takes
+
+
+def test_executors_get_exactly_the_s3_variables_the_driver_has():
+    environ = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "s3cret",
+               "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000", "HOME": "/root", "AWS_PROFILE": "x"}
+    assert spark.executor_env_conf(environ) == {
+        "spark.executorEnv.AWS_ACCESS_KEY_ID": "id",
+        "spark.executorEnv.AWS_SECRET_ACCESS_KEY": "s3cret",
+        "spark.executorEnv.AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000"}
+    assert spark.executor_env_conf({"HOME": "/root"}) == {}  # instance roles: nothing to hand on
+
+
+def test_redaction_covers_every_credential_setting():
+    import re
+
+    hidden = [n for n in spark.EXECUTOR_S3_VARIABLES if re.search(spark.REDACTION_REGEX, f"spark.executorEnv.{n}")]
+    assert hidden == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"]
+
+
+def test_scratch_space_is_sparks_local_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path}/a,{tmp_path}/b")
+    assert spark.local_dir() == f"{tmp_path}/a"
+    monkeypatch.delenv("SPARK_LOCAL_DIRS")
+    assert spark.local_dir() is None  # outside Spark (backfill): the system's temp dir
+
+
+def test_shipped_config_is_found_where_the_driver_runs(tmp_path):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text("")
+    assert spark.shipped_file(str(path)) == str(path)
