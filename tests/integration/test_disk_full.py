@@ -1,5 +1,5 @@
 """A full local disk: the Spark job writes each slice to a local temp file (in Spark's local
-dir, spark.local.dir or SPARK_LOCAL_DIRS) before uploading it. On a real, nearly full filesystem (a 1 MiB tmpfs) the job fails naming the
+dir, spark.local.dir or SPARK_LOCAL_DIRS) before uploading it. On a real, nearly full filesystem (a 64 MiB tmpfs) the job fails naming the
 file and the space left, nothing is committed, and once space is freed the next run
 completes the same plan with every message archived exactly once."""
 
@@ -8,15 +8,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from kafka_archive import layout
+from kafka_archive import layout, spark
 from kafka_archive.airflow import connections
 from kafka_archive.errors import TerminalError
 from pipeline import GROUP, Pipeline
 
-MESSAGES, SIZE = 48, 4096  # ~192 KiB of incompressible values; 64 KiB will be free
+MESSAGES, SIZE = 320, 64 * 1024  # 20 MiB of incompressible values, more than is left
 
 
 def _as_root(*command: str) -> None:
@@ -29,28 +30,38 @@ def _as_root(*command: str) -> None:
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 1 MiB tmpfs with all but 64 KiB taken by a filler file; unmounted afterwards."""
+    """A 64 MiB tmpfs, unmounted afterwards."""
     mount = tmp_path / "small-disk"
     mount.mkdir()
-    _as_root("mount", "-t", "tmpfs", "-o", "size=1m,mode=1777", "tmpfs", str(mount))
+    _as_root("mount", "-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", str(mount))
     try:
-        filler = mount / "filler"
-        with open(filler, "wb") as f:
-            f.write(b"\0" * (shutil.disk_usage(mount).free - 64 * 1024))
-        yield mount, filler
+        yield mount
     finally:
         _as_root("umount", str(mount))
 
 
+def fill(mount, leave: int):
+    """A filler file taking all but `leave` bytes of the filesystem."""
+    filler = mount / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * (shutil.disk_usage(mount).free - leave))
+    return filler
+
+
 def test_full_disk_fails_naming_path_and_space_commits_nothing_then_completes(
         small_disk, airflow_env, kafka, s3, tmp_path, monkeypatch, unique):
-    mount, filler = small_disk
+    mount = small_disk
     pipeline = Pipeline(airflow_env, kafka, s3, f"full{unique}", tmp_path)
     pipeline.in_env(monkeypatch)
     topic = pipeline.create_topic("big", 1)
     values = [os.urandom(SIZE) for _ in range(MESSAGES)]
     pipeline.produce([(topic, 0, None, v, None) for v in values])
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(mount))  # Spark's scratch: the slice files
+    # Spark copies what it ships (Kafka source jars, library zip, config) there, once for
+    # the driver and once for the executor; then at most 1 MiB is left for the slice
+    shipped = (sum(p.stat().st_size for p in map(Path, spark.kafka_source_jars()))
+               + spark.library_zip().stat().st_size + pipeline.config_path.stat().st_size)
+    filler = fill(mount, 2 * shipped + 1024 * 1024)
 
     plan_url = pipeline.plan("full-disk-run")
     job = pipeline.archive(plan_url)
@@ -62,7 +73,7 @@ def test_full_disk_fails_naming_path_and_space_commits_nothing_then_completes(
     assert f"s3://{s3.bucket}/{pipeline.root_key}/{GROUP}/{topic}/partition=0/" in failure
     assert "bytes free of" in failure                               # the space left
     free = int(failure.split(" bytes free of")[0].rsplit("(", 1)[1])
-    assert free < SIZE * 2
+    assert free < MESSAGES * SIZE
 
     storage = connections.storage("kafka_archive_s3")
     assert storage.get_or_none(layout.run_file(pipeline.root, GROUP, "full-disk-run",
