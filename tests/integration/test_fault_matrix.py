@@ -15,7 +15,7 @@ producer got an ack for is archived exactly once.
 S3 faults and how they are made:
 - `slowdown_503`, `internal_500`: HttpStatusFaults (tests/integration/fault_proxies.py), a
   real HTTP proxy in front of MinIO, answers requests k .. k+n-1 of the run (k random in
-  1..16, n random in 1..12) with S3's own 503 SlowDown / 500 InternalError body; botocore's
+  1..6, n random in 1..12) with S3's own 503 SlowDown / 500 InternalError body; botocore's
   bounded retries (kafka_archive.retries) absorb short bursts, longer ones fail the run.
   Toxiproxy works on TCP and cannot answer with an HTTP status, hence this proxy.
 - `reset_peer`: Toxiproxy's reset_peer toxic: half the connections (toxicity 0.5) get a
@@ -202,7 +202,7 @@ def test_s3_fault(faults, bench, fault):
         faults.produce(faults.rng.randrange(4, 10))
         if fault in ("slowdown_503", "internal_500"):
             status = 503 if fault == "slowdown_503" else 500
-            first, count = faults.rng.randrange(1, 17), faults.rng.randrange(1, 13)
+            first, count = faults.rng.randrange(1, 7), faults.rng.randrange(1, 13)
             bench["statuses"].arm(status, first, count)
             faults.through(bench["statuses"].endpoint)
             outcome = faults.run(f"{fault}-{n}")
