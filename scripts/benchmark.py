@@ -3,7 +3,8 @@ consumer on the same data?
 
     .venv/bin/python scripts/benchmark.py [--gigabytes 2.0] [--partitions 8]
         [--message-bytes 1024] [--driver-memory 2g] [--conf KEY=VALUE ...] [--partitioned]
-        [--skip-tiny] [--keep] [--master spark://127.0.0.1:17077]
+        [--level N] [--plan-partitions N] [--skip-peer] [--skip-tiny] [--keep]
+        [--master spark://127.0.0.1:17077]
 
 What it does, against the local services (it starts Kafka and S3 with
 scripts/localservices.py if they are not running, and stops only what it started):
@@ -31,11 +32,17 @@ scripts/localservices.py if they are not running, and stops only what it started
    (it returns None, so the DAG skips archive and commit), in this process (warm) and in a
    fresh Python process (cold: interpreter, library and Airflow imports included).
    Spark start-up overhead: a full run on a one-message topic.
+   The peer (issue 14) runs right after each: the Structured Streaming query a user would
+   write instead (scripts/benchmark_peer.py, availableNow, same master and jars) on the same
+   topic, to local text after compression `none`, to parquet (Spark's default codec) after
+   `default`.
 5. Prints a table: throughput of spark-submit alone, of the Spark job without its start-up
    (the job's duration from Spark's own log) and of plan+archive+commit, in MiB/s and
-   messages/s; the ratios archive/consumer and whether the target (archive/consumer >= 0.4
-   with compression off) holds; output size, peak memory, and CPU seconds of the JVM, of
-   Python, of the broker and MinIO, and of everything else on the machine (the noise).
+   messages/s; the ratios archive/consumer and archive/peer and whether the targets hold
+   (archive/peer text >= 1.0, archive/peer parquet >= 1.5, a run archiving one message
+   <= 10 s); output size, peak memory, and CPU seconds of the JVM, of Python, of the broker
+   and MinIO, and of everything else on the machine (the noise); `uptime` with each figure.
+   --plan-partitions N: planning N partitions from synthetic offsets (target < 5 s).
 With --partitioned, also the partitioned group (JSON parser on each line's `ts`, hourly
 event-time layout, default codec) on the same topic, reported next to the backup job with
 the default codec (target: at least 0.7 of its throughput).
@@ -85,7 +92,11 @@ PARTITIONED = "partitioned"
 TARGET_PARTITIONED_RATIO = 0.7  # partitioned job's throughput / the backup job's
 MIB = 1 << 20
 POOL_SIZE = 50_000
-TARGET_RATIO = 0.4
+# issue 14: the bar is the Structured Streaming query a user would write instead
+TARGET_PEER_TEXT = 1.0       # archive (compression none) / peer writing text
+TARGET_PEER_PARQUET = 1.5    # archive (default codec) / peer writing parquet
+TARGET_FIXED_COST_S = 10.0   # a whole run archiving one message, idle machine
+TARGET_PLAN_S = 5.0          # planning --plan-partitions partitions
 SAMPLE_EVERY_S = 0.2
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -404,8 +415,15 @@ def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: 
     from kafka_archive import config, spark
     from kafka_archive.airflow import operators
 
-    command = spark.archive_command(config.load(config_path), plan_url, master, extra=spark_args)
+    # the job runs Spark at WARN; the figures below come from Spark's INFO lines
+    command = spark.archive_command(config.load(config_path), plan_url, master,
+                                    extra=["--conf", "spark.log.level=INFO", *spark_args])
     env = {**os.environ, **spark.submit_env(), **operators.s3_environment(s3_conn_id)}
+    return sampled_spark_submit(command, env, log_path)
+
+
+def sampled_spark_submit(command: list[str], env: dict[str, str], log_path: Path) -> SparkRun:
+    """Run a spark-submit command line, sampling its process tree; fail with its log's tail."""
     services_before = service_cpu_s()
     with open(log_path, "wb") as log:
         started = time.perf_counter()
@@ -424,10 +442,55 @@ def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: 
     return SparkRun(seconds, memory, services, SparkLog.parse(text))
 
 
+# --- the peer: the Structured Streaming query users would write instead ----------------------
+
+@dataclass
+class PeerRun:
+    sink: str          # parquet | text
+    spark: SparkRun
+    query_s: float     # from the query's start() to its end: without Spark's start-up
+    output_bytes: int
+    load: str          # `uptime` when it finished
+
+
+def peer_run(sink: str, bootstrap: str, topic: str, expected_records: int,
+             spark_args: list[str], work: Path) -> PeerRun:
+    """scripts/benchmark_peer.py: an availableNow Structured Streaming query from the topic
+    to local files, with the archive job's master, jars, environment and spark_args."""
+    from kafka_archive import spark
+
+    output = work / f"peer-{sink}"
+    command = [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
+               "--name", f"kafka-archive-peer-{sink}", *spark_args,
+               "--jars", ",".join(spark.kafka_source_jars()), str(ROOT / "scripts" / "benchmark_peer.py"),
+               "--bootstrap", bootstrap, "--topic", topic, "--sink", sink, "--output", str(output)]
+    run = sampled_spark_submit(command, {**os.environ, **spark.submit_env()},
+                               work / f"spark-peer-{sink}.log")
+    text = (work / f"spark-peer-{sink}.log").read_text(errors="replace")
+    result = json.loads(re.search(r"^peer-result (.*)$", text, re.M)[1])
+    if result["rows"] != expected_records:
+        raise RuntimeError(f"peer {sink} read {result['rows']} rows, expected {expected_records}")
+    size = sum(f.stat().st_size for f in output.rglob("*") if f.is_file())
+    shutil.rmtree(output, ignore_errors=True)
+    shutil.rmtree(f"{output}-checkpoint", ignore_errors=True)
+    return PeerRun(sink, run, result["query_s"], size, uptime())
+
+
+def describe_peer(peer: PeerRun, payload_bytes: int) -> None:
+    s, m = peer.spark, peer.spark.memory
+    cpu = ", ".join(f"{k} {v:,.1f}" for k, v in sorted(m.cpu_s.items()) if v >= 0.05)
+    say(f"  spark-submit {s.seconds:6.1f} s ({payload_bytes / MIB / s.seconds:,.1f} MiB/s); the "
+        f"query without start-up {peer.query_s:.1f} s ({payload_bytes / MIB / peer.query_s:,.1f} "
+        f"MiB/s); {peer.output_bytes / MIB:,.1f} MiB written; peak RSS {m.peak_total_mib:,.0f} MiB; "
+        f"CPU seconds {cpu}, broker {s.services_cpu_s.get('kafka', 0.0):,.1f}, everything else "
+        f"{other_cpu_s(s):,.1f}; uptime: {peer.load}")
+
+
 # --- one archive run ------------------------------------------------------------------------
 
 def write_config(folder: Path, topic: str, archive_root: str, compression: str,
-                 group: str = GROUP, spark_conf: dict | None = None) -> Path:
+                 group: str = GROUP, spark_conf: dict | None = None,
+                 level: int | None = None) -> Path:
     """group PARTITIONED: the event-time layout, by hour, with the JSON parser on the log
     lines' `ts` (ISO-8601 text). spark_conf: the config's spark.conf."""
     event_time = ({"layout": {"kind": "event_time", "granularity": "hour"},
@@ -444,7 +507,8 @@ def write_config(folder: Path, topic: str, archive_root: str, compression: str,
             **event_time,
             "topics": {"include": [re.escape(topic)], "exclude": []},
             "start_from": "earliest",
-            "format": {"kind": "sequencefile", "key": "msgpack", "compression": compression},
+            "format": {"kind": "sequencefile", "key": "msgpack", "compression": compression,
+                       **({"level": level} if level is not None else {})},
             # everything in one run: no per-run cap reached, no waiting for more data
             "policy": {"max_records": 100_000_000, "max_bytes": 100_000_000_000,
                        "min_records": 1, "max_delay": 0},
@@ -469,6 +533,7 @@ class ArchiveRun:
     idle_plan_warm_s: list[float] = field(default_factory=list)
     idle_plan_cold_s: float | None = None
     plan_url: str = ""
+    load: str = ""  # `uptime` right after spark-submit
 
     @property
     def total_s(self) -> float:
@@ -497,6 +562,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
         raise RuntimeError(f"{label}: the plan found nothing to archive")
     spark_run = spark_submit(config_path, plan_url, cfg.s3_conn_id, spark_args,
                              work / f"spark-{label}.log", master)
+    load = uptime()
     summary, commit_s = timed(tasks.commit, plan_url)
     if summary["records"] != expected_records:
         raise RuntimeError(f"{label}: committed {summary['records']} records, "
@@ -507,7 +573,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     storage = connections.storage(cfg.s3_conn_id)
     output = sum(size for _, size in storage.list(f"{cfg.archive_root}/{group}"))
     run = ArchiveRun(label, plan_s, spark_run, commit_s, summary["records"], summary["files"],
-                     output, plan_url=plan_url)
+                     output, plan_url=plan_url, load=load)
     if measure_idle:
         for i in range(3):
             again, seconds = timed(tasks.plan, GROUP, f"{run_id}__idle{i}")
@@ -529,6 +595,52 @@ def cold_plan(config_path: Path, run_id: str) -> float:
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         raise RuntimeError(f"cold plan exited {result.returncode}:\n{result.stderr[-2000:]}")
+    return seconds
+
+
+# --- planning many partitions --------------------------------------------------------------
+
+def plan_benchmark(partitions: int, work: Path) -> float:
+    """Seconds to plan `partitions` partitions (20 per topic) from synthetic offsets and
+    tokens, with the pure steps of a plan task and of the job's set-up: the group's topic
+    selection, planning.decide, the plan to JSON and back, the Kafka source's offset options."""
+    from kafka_archive import config as config_module
+    from kafka_archive.archive import job
+    from kafka_archive.plan import planning
+
+    rng = random.Random(partitions)
+    topics = [f"events.service-{i:05d}" for i in range(max(partitions // 20, 1))]
+    states = [planning.PartitionState(t, p, e, e + rng.randrange(1, 1_000_000))
+              for t in topics for p in range(20)
+              for e in [rng.randrange(1 << 40)]][:partitions]
+    tokens: dict[str, dict[int, int]] = {}
+    for s in states:
+        if rng.random() < 0.95:  # a few partitions are new: no token yet
+            tokens.setdefault(s.topic, {})[s.partition] = rng.randrange(s.earliest, s.latest)
+    path = work / "plan-bench.yaml"
+    path.write_text(json.dumps({"kafka": {"bootstrap_servers": "127.0.0.1:9"},
+                                "archive_root": "s3://b/bench", "token_root": str(work),
+                                "groups": {GROUP: {"topics": {"include": [r"events\.service-\d+"]},
+                                                   "policy": {"min_records": 1}}}}))
+    group = config_module.load(path).group(GROUP)
+    started = time.perf_counter()
+    selected = [s for s in states if group.selects(s.topic)]
+    slices, anomalies, waiting = planning.decide(group, selected, tokens, 0, lambda *a: None)
+    plan = planning.Plan(group=GROUP, run_id="bench", created_at="", bootstrap="b",
+                         generation=1, format=group.format.__dict__, slices=tuple(slices),
+                         token_versions={t: None for t in topics},
+                         base_offsets={t: {str(p): o for p, o in tokens.get(t, {}).items()}
+                                       for t in topics})
+    again = planning.Plan.from_json(plan.to_json())
+    options = job._offset_ranges(again.slices)
+    seconds = time.perf_counter() - started
+    if len(slices) != len(states) or len(json.loads(options["assign"])) != len(topics):
+        raise RuntimeError(f"planned {len(slices)} slices of {len(states)} partitions")
+    say(f"planning {len(states):,} partitions ({len(topics):,} topics x 20): {seconds:.2f} s "
+        f"(select, decide, plan JSON {len(plan.to_json()) / MIB:,.1f} MiB out and back, "
+        f"Kafka source options)")
+    verdict(f"planning {len(states):,} partitions, seconds", seconds, TARGET_PLAN_S,
+            higher_is_better=False)
     return seconds
 
 
@@ -557,6 +669,12 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
+def uptime() -> str:
+    """`uptime`'s line: the load beside every figure, since the machine is shared."""
+    result = subprocess.run(["uptime"], capture_output=True, text=True)
+    return result.stdout.strip() or f"load average {os.getloadavg()}"
+
+
 def describe_spark(run: ArchiveRun, payload_bytes: int) -> None:
     s, m = run.spark, run.spark.memory
     say(f"  plan {run.plan_s:6.2f} s | spark-submit {s.seconds:6.1f} s | commit "
@@ -580,6 +698,7 @@ def describe_spark(run: ArchiveRun, payload_bytes: int) -> None:
     say(f"  CPU seconds during spark-submit: {cpu}; broker {services['broker']:,.1f}, MinIO "
         f"{services['MinIO']:,.1f}; everything else on the machine {other_cpu_s(s):,.1f} "
         f"(of {os.cpu_count()} cores x {s.seconds:.1f} s = {os.cpu_count() * s.seconds:,.0f})")
+    say(f"  uptime: {run.load}")
 
 
 def other_cpu_s(run: SparkRun) -> float:
@@ -602,7 +721,7 @@ def describe_consumer(i: int, c: ConsumerRun) -> None:
 
 def report(args, topic: str, messages: int, payload: int, produced: Throughput,
            consumers: list[ConsumerRun], runs: dict[str, ArchiveRun],
-           tiny: ArchiveRun | None) -> None:
+           tiny: ArchiveRun | None, peers: dict[str, PeerRun]) -> None:
     best = max(consumers, key=lambda c: c.mib_s)
     mib = payload / MIB
     say()
@@ -651,6 +770,11 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
     ]
     for name, value in rows:
         row(name, *(value(r) for r in order))
+    if peers:
+        peer_rows(peers, runs, mib, best)
+    row("uptime after spark-submit", "")
+    for r in order:
+        say(f"    {r.label}: {r.load}")
     warm = runs["none"].idle_plan_warm_s
     say(f"  fixed cost of a run with nothing to archive (plan returns None; archive and commit "
         f"are skipped): {statistics.median(warm):.2f} s in a warm process (median of "
@@ -660,13 +784,54 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
         say(f"  Spark start-up overhead (a run archiving 1 message): spark-submit "
             f"{tiny.spark.seconds:.1f} s ({sum(tiny.spark.memory.cpu_s.values()):.1f} CPU-s), "
             f"plan {tiny.plan_s:.2f} s, commit {tiny.commit_s:.2f} s; "
-            f"peak RSS {tiny.spark.memory.peak_total_mib:,.0f} MiB")
-    ratio = mib / runs["none"].spark.seconds / best.mib_s
-    say(f"  target archive/consumer >= {TARGET_RATIO} with compression off: "
-        f"{'MET' if ratio >= TARGET_RATIO else 'NOT MET'} ({ratio:.3f}: spark-submit alone "
-        f"against the faster consumer run)")
+            f"peak RSS {tiny.spark.memory.peak_total_mib:,.0f} MiB; uptime: {tiny.load}")
+        verdict("fixed cost of a whole run archiving one message (plan + spark-submit + "
+                "commit), seconds", tiny.total_s, TARGET_FIXED_COST_S, higher_is_better=False)
+    for peer_sink, label, target in (("text", "none", TARGET_PEER_TEXT),
+                                     ("parquet", "default", TARGET_PEER_PARQUET)):
+        if peer_sink in peers:
+            verdict(f"archive ({label}) / peer ({peer_sink}) throughput, spark-submit alone",
+                    peers[peer_sink].spark.seconds / runs[label].spark.seconds, target)
+            if runs[label].spark.log.job_s:
+                verdict(f"archive ({label}) / peer ({peer_sink}) throughput, without start-up",
+                        peers[peer_sink].query_s / runs[label].spark.log.job_s, target)
     if PARTITIONED in runs:
         describe_partitioned(runs[PARTITIONED], runs["default"], mib, messages)
+
+
+def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float,
+              best: ConsumerRun) -> None:
+    """The peer beside each archive run: text beside compression none, parquet (Spark's
+    default codec, snappy) beside the default codec."""
+    pairs = [(runs["none"], peers.get("text")), (runs["default"], peers.get("parquet"))]
+    rows = [
+        ("peer (Structured Streaming availableNow) sink", lambda r, p: p.sink),
+        ("peer, spark-submit alone: seconds", lambda r, p: f"{p.spark.seconds:,.1f}"),
+        ("peer, spark-submit alone: MiB/s", lambda r, p: f"{mib / p.spark.seconds:,.1f}"),
+        ("peer, query without start-up: MiB/s", lambda r, p: f"{mib / p.query_s:,.1f}"),
+        ("ratio peer/consumer, spark-submit alone",
+         lambda r, p: f"{mib / p.spark.seconds / best.mib_s:.3f}"),
+        ("ratio archive/peer, spark-submit alone",
+         lambda r, p: f"{p.spark.seconds / r.spark.seconds:.3f}"),
+        ("ratio archive/peer, without start-up",
+         lambda r, p: f"{p.query_s / r.spark.log.job_s:.3f}" if r.spark.log.job_s else "?"),
+        ("peer: written locally, MiB", lambda r, p: f"{p.output_bytes / MIB:,.1f}"),
+        ("peer: peak RSS, process tree, MiB", lambda r, p: f"{p.spark.memory.peak_total_mib:,.0f}"),
+        ("peer: CPU seconds, Spark JVM", lambda r, p: f"{p.spark.memory.cpu_s.get('jvm', 0):,.1f}"),
+        ("peer: CPU seconds, broker", lambda r, p: f"{p.spark.services_cpu_s.get('kafka', 0):,.1f}"),
+    ]
+    for name, value in rows:
+        row(name, *(value(r, p) if p else "-" for r, p in pairs))
+    row("uptime after the peer's spark-submit", "")
+    for _, p in pairs:
+        if p:
+            say(f"    {p.sink}: {p.load}")
+
+
+def verdict(what: str, value: float, target: float, higher_is_better: bool = True) -> None:
+    met = value >= target if higher_is_better else value <= target
+    say(f"  target {what} {'>=' if higher_is_better else '<='} {target}: "
+        f"{'MET' if met else 'NOT MET'} ({value:.3f}); uptime: {uptime()}")
 
 
 # --- the same run on a cluster -----------------------------------------------------------
@@ -783,6 +948,14 @@ def main() -> int:
                         help="also run the partitioned group (JSON parser on the log lines' ts, "
                              "hourly event-time layout, default codec) on the same topic and "
                              "report its throughput next to the backup job's")
+    parser.add_argument("--skip-peer", action="store_true",
+                        help="skip the Structured Streaming peer (text and parquet)")
+    parser.add_argument("--level", type=int, default=None,
+                        help="format.level of the default codec's zlib (default: the config's "
+                             "default, 6)")
+    parser.add_argument("--plan-partitions", type=int, default=None, metavar="N",
+                        help="also time planning N partitions (20 per topic) from synthetic "
+                             "offsets; with --gigabytes 0, only that")
     parser.add_argument("--skip-tiny", action="store_true",
                         help="skip the one-message run that measures Spark start-up")
     parser.add_argument("--keep", action="store_true",
@@ -794,6 +967,11 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
 
+    if args.plan_partitions:
+        with tempfile.TemporaryDirectory() as scratch:
+            plan_benchmark(args.plan_partitions, Path(scratch))
+        if not args.gigabytes:
+            return 0
     service_env = localservices.local_env()
     local_cluster = args.master == localservices.spark_master_url(service_env)
     wanted = ["kafka", "s3"] + ([s.name for s in localservices.SPARK_SERVICES] if local_cluster else [])
@@ -845,17 +1023,23 @@ def main() -> int:
         consumers = [consumer_perf(bootstrap, topic, messages)]
         describe_consumer(1, consumers[0])
 
-        runs = {}
-        for compression in ("none", "default"):
+        runs, peers = {}, {}
+        # each archive run and its peer back to back, so both see the same machine
+        for compression, peer_sink in (("none", "text"), ("default", "parquet")):
             # the default-codec run is the cluster's reference: its tasks are logged too
             events = event_log_conf(work / "events-local") if args.master and compression == "default" else None
             config_path = write_config(work / compression, topic,
                                        f"s3://{bucket}/{prefix}{compression}", compression,
-                                       spark_conf=events)
+                                       spark_conf=events, level=args.level)
             say(f"archive, compression={compression}:")
             runs[compression] = archive_run(compression, config_path, messages, spark_args,
                                             work, measure_idle=compression == "none")
             describe_spark(runs[compression], payload)
+            if not args.skip_peer:
+                say(f"peer, Structured Streaming availableNow -> {peer_sink}:")
+                peers[peer_sink] = peer_run(peer_sink, bootstrap, topic, messages, spark_args,
+                                            work)
+                describe_peer(peers[peer_sink], payload)
 
         if args.master:
             say(f"archive, default codec, on {args.master}:")
@@ -894,7 +1078,7 @@ def main() -> int:
                                1, spark_args, work)
             describe_spark(tiny, args.message_bytes)
 
-        report(args, topic, messages, payload, produced, consumers, runs, tiny)
+        report(args, topic, messages, payload, produced, consumers, runs, tiny, peers)
         if args.master:
             same = (manifest_files(s3, runs["default"].plan_url, f"s3://{bucket}/{prefix}default")
                     == manifest_files(s3, runs["cluster"].plan_url, f"s3://{bucket}/{prefix}cluster"))

@@ -45,6 +45,7 @@ class FormatSpec:
     key: str = "msgpack"          # msgpack map (lossless, replayable) | offset (Secor legacy)
     compression: str = "default"  # none | default (DefaultCodec) | gzip; text: none | gzip
     escape_newlines: bool = False  # text: escape newlines (and backslashes), don't refuse them
+    level: int = 6                # sequencefile default|gzip: zlib level (1 fastest, 9 smallest)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ def _format(doc: schema.Format) -> FormatSpec:
     default_compression = {"sequencefile": "default", "text": "none", "baldr": "gzip"}
     return FormatSpec(doc.kind, key=doc.key or FormatSpec.key,
                       compression=doc.compression or default_compression.get(doc.kind, "none"),
-                      escape_newlines=bool(doc.escape_newlines))
+                      escape_newlines=bool(doc.escape_newlines),
+                      level=doc.level or FormatSpec.level)
 
 
 def _policy(doc: schema.Policy, base: Policy) -> Policy:

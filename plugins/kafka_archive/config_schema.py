@@ -125,6 +125,7 @@ class Format(Section):
     key: Literal["msgpack", "offset"] | None = None
     compression: str | None = None
     escape_newlines: bool | None = None
+    level: Annotated[int, BeforeValidator(_integer), Field(ge=1, le=9)] | None = None  # zlib
 
     @field_validator("kind")
     @classmethod
@@ -135,7 +136,8 @@ class Format(Section):
 
     @model_validator(mode="after")
     def _fits_kind(self) -> Format:
-        takes = {"sequencefile": {"key", "compression"}, "text": {"compression", "escape_newlines"},
+        takes = {"sequencefile": {"key", "compression", "level"},
+                 "text": {"compression", "escape_newlines"},
                  "baldr": set()}[self.kind]
         for key in sorted(self.model_fields_set - takes - {"kind"}):
             raise problem(f"format kind {self.kind} does not take {key} (it takes "

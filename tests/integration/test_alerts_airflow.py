@@ -127,8 +127,9 @@ def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp
     make_topic(kafka, topic, 1, 3)
     token = f"{cfg.token_root}/backup/{topic}.token"
     Path(token).parent.mkdir(parents=True, exist_ok=True)
-    Path(token).write_text(f"# group: backup\n# topic: {topic}\n{cfg.bootstrap_servers} "
-                           f"{topic} 0 not-a-number\n")
+    # a token of another cluster fails the whole group (a malformed one only holds its topic)
+    Path(token).write_text(f"# group: backup\n# topic: {topic}\nother-cluster:9092 "
+                           f"{topic} 0 7\n")
     airflow_stack.unpause(DAG)
 
     try:
@@ -142,7 +143,8 @@ def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp
 
     assert run["state"] == "failed"
     html = html_of(message)
-    for expected in ("MalformedTokenError", token, "line 3", "No plan was made",
+    for expected in ("TerminalError", f"token backup/{topic} was written for Kafka at "
+                     "other-cluster:9092", "No plan was made",
                      f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}/tasks/plan"):
         assert expected in html, expected
     assert_no_secret_in(airflow_stack, run_id, message)

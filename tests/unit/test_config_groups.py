@@ -60,6 +60,7 @@ def test_partitioned_group_with_per_topic_parsers(tmp_path):
     ("{kind: baldr}", FormatSpec("baldr", compression="gzip")),
     ("{kind: sequencefile, key: offset, compression: gzip}",
      FormatSpec("sequencefile", "offset", "gzip")),
+    ("{kind: sequencefile, level: 1}", FormatSpec("sequencefile", level=1)),
 ])
 def test_format_kinds(tmp_path, fmt, expected):
     assert load(tmp_path, f"format: {fmt}\n")[0].format == expected
@@ -74,6 +75,9 @@ EVENT_TIME = "layout: event_time\n"
      r"groups.g.format.compression: must be one of none, gzip"),
     ("format: {kind: text, key: offset}", r"groups.g.format.key: format kind text does not take key"),
     ("format: {kind: baldr, compression: none}", r"groups.g.format.compression: format kind baldr does not take"),
+    ("format: {kind: sequencefile, level: 10}", r"groups.g.format.level: .*less than or equal to 9"),
+    ("format: {kind: sequencefile, level: 0}", r"groups.g.format.level: .*greater than or equal to 1"),
+    ("format: {kind: text, level: 1}", r"groups.g.format.level: format kind text does not take level"),
     ("format: {kind: text, escape_newlines: maybe}",
      r"groups.g.format.escape_newlines: must be a valid boolean"),
     ("layout: sideways", r"groups.g.layout.kind: must be 'partition' or 'event_time'"),

@@ -68,8 +68,8 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
         return None
     alerting.on_plan(cfg, made, run_id)  # mails each anomaly once (held topics, skipped ranges)
     if not made.slices:
-        if held(made):  # nothing else to archive: the run fails here
-            raise HeldTopicsError(group, run_id, held(made))
+        if held(made.anomalies):  # nothing else to archive: the run fails here
+            raise HeldTopicsError(group, run_id, held(made.anomalies))
         return None
     return layout.run_file(cfg.archive_root, group, made.run_id, "plan.json")
 
@@ -79,8 +79,8 @@ def check_held(plan_url: str) -> None:
     other topics are committed by then), so the run shows failed in the UI."""
     cfg = config_module.load()
     made = Plan.from_json(connections.storage(cfg.s3_conn_id).get_bytes(plan_url))
-    if held(made):
-        raise HeldTopicsError(made.group, made.run_id, held(made))
+    if held(made.anomalies):
+        raise HeldTopicsError(made.group, made.run_id, held(made.anomalies))
     log.info("no topic was left out of run %s", made.run_id)
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
-from kafka_archive import brokers, layout
+# kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
+# the files import this module and should not pay for it
+from kafka_archive import layout
 from kafka_archive.archive import parsers, slice_writer
 from kafka_archive.config import Config
-from kafka_archive.formats import records
 from kafka_archive.plan.planning import Anomaly, Plan, RetentionGapError
 from kafka_archive.storage import Storage
 
@@ -35,6 +36,8 @@ def _arrow_schema(pa):
 
 
 def run(spark, config: Config, plan_url: str) -> dict:
+    from kafka_archive import brokers
+
     storage = Storage.from_environment()
     plan = Plan.from_json(storage.get_bytes(plan_url))
     to_read = [s for s in plan.slices if s.end > s.start]
@@ -68,6 +71,8 @@ def run(spark, config: Config, plan_url: str) -> dict:
 
 
 def _existing_partitions(config: Config, topics: set[str]) -> set[tuple[str, int]]:
+    from kafka_archive import brokers
+
     consumer = brokers.consumer(config)
     try:
         existing = consumer.topics()
@@ -110,6 +115,8 @@ def _fail_on_retention_loss(config: Config, slices, rows: list[dict]) -> None:
         return
     from kafka import TopicPartition
 
+    from kafka_archive import brokers
+
     consumer = brokers.consumer(config)
     try:
         earliest = consumer.beginning_offsets([TopicPartition(t, p) for t, p in suspects])
@@ -141,25 +148,37 @@ class SliceWriter:
     def _write(self, batches: Iterator) -> Iterator:
         import pyarrow as pa
 
+        from kafka_archive.formats.batch import Batch
+
         storage = Storage.from_environment()
         out = None
-        for batch in batches:
-            columns = batch.to_pydict()
-            for i in range(batch.num_rows):
-                topic, partition = columns["topic"][i], columns["partition"][i]
+        for arrow_batch in batches:
+            for topic, partition, start, stop in _runs_of_one_partition(arrow_batch):
                 if out is None or (out.topic, out.partition) != (topic, partition):
                     if out is not None:
                         yield _row_batch(pa, out.finish(storage))
                     s = self.slices[(topic, partition)]
                     out = self.open_slice = slice_writer.OpenSlice(
                         self.targets[topic], partition, s.start, s.end, s.max_bytes)
-                if out.cut:
-                    continue
-                out.add(records.Record(columns["offset"][i], columns["key"][i], columns["value"][i],
-                                       columns["timestamp_ms"][i],
-                                       [(h["key"], h["value"]) for h in columns["headers"][i] or ()]))
+                out.add_batch(Batch.from_arrow(arrow_batch.slice(start, stop - start)))
         if out is not None:
             yield _row_batch(pa, out.finish(storage))
+
+
+def _runs_of_one_partition(batch) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, start, stop) of each run of rows from one Kafka partition. A Spark
+    partition of the Kafka source reads one Kafka partition, so a batch is usually one run."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    topics, partitions = batch.column("topic"), batch.column("partition")
+    if not batch.num_rows:
+        return []
+    changes = np.flatnonzero(
+        pc.or_(pc.not_equal(topics[1:], topics[:-1]),
+               pc.not_equal(partitions[1:], partitions[:-1])).to_numpy(zero_copy_only=False)) + 1
+    bounds = [0, *changes.tolist(), batch.num_rows]
+    return [(topics[a].as_py(), partitions[a].as_py(), a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:

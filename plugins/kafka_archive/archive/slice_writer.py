@@ -25,6 +25,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kafka_archive import formats, layout, retries, spark
 from kafka_archive.archive import parsers
@@ -33,6 +34,9 @@ from kafka_archive.errors import ArchiveError
 from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.storage import Storage
+
+if TYPE_CHECKING:  # numpy and pyarrow only where batches are written: the Spark job
+    from kafka_archive.formats.batch import Batch
 
 MAX_REPORTED_ERRORS = 10  # parse errors listed in a manifest row (all are in the file)
 
@@ -89,14 +93,71 @@ class OpenSlice:
         self.min_ts = r.timestamp_ms if self.min_ts is None else min(self.min_ts, r.timestamp_ms)
         self.max_ts = r.timestamp_ms if self.max_ts is None else max(self.max_ts, r.timestamp_ms)
 
+    def add_batch(self, b: Batch) -> None:
+        """The next messages of the slice, as Arrow columns: the same files, bytes and row
+        as add() for each in turn, without a Python object per message where the layout
+        (one file per slice) and the format's writer allow it."""
+        writer = None if self.event_time else self._slice_file().writer
+        if not hasattr(writer, "append_batch"):
+            for r in b.records():
+                if self.cut:
+                    return
+                self.add(r)
+            return
+        if self.cut or not len(b):
+            return
+        import numpy as np
+
+        sizes = b.payload_sizes()
+        over = self.payload + np.cumsum(sizes) > self.max_bytes
+        over[0] &= self.count > 0  # a slice's first message is kept whatever its size
+        cut_at = int(np.argmax(over)) if over.any() else None
+        if cut_at is not None:
+            b, sizes = b.slice(0, cut_at), sizes[:cut_at]
+        if len(b):
+            self._append_batch(b, int(sizes.sum()))
+        if cut_at is not None:
+            self.cut, self.end = True, self.next_offset
+
+    def _append_batch(self, b: Batch, payload: int) -> None:
+        import numpy as np
+
+        from kafka_archive.formats import batch
+
+        offsets, ts = b.offset, b.timestamp_ms
+        expected = np.concatenate([[self.next_offset], offsets[:-1] + 1])
+        self.gaps += [[int(s), int(e)] for s, e in zip(expected[offsets > expected],
+                                                       offsets[offsets > expected])]
+        out = self._slice_file()
+        try:
+            out.writer.append_batch(b)
+        except OSError as exc:
+            raise TransientError(f"writing {out.url} ({self.topic} partition {self.partition}) "
+                                 f"at offsets {offsets[0]} to {offsets[-1]} to local "
+                                 f"{out.tmp_path} failed: {exc}") from exc
+        out.count += len(b)
+        self.count += len(b)
+        self.payload += payload
+        values, codes = batch.first_header_values(b, self.target.audit_header)
+        reconcile.count_archived_batch(self.audit_counts, [reconcile.source_named(v) for v in values],
+                                       codes, ts, self.target.audit_window_ms)
+        self.next_offset = int(offsets[-1]) + 1
+        low, high = int(ts.min()), int(ts.max())
+        self.min_ts = low if self.min_ts is None else min(self.min_ts, low)
+        self.max_ts = high if self.max_ts is None else max(self.max_ts, high)
+
+    def _slice_file(self) -> _OpenFile:
+        """The one file of a slice in the partition layout."""
+        t = self.target
+        return self._open(layout.partition_dir(t.root, t.group, t.topic, self.partition),
+                          lambda: layout.data_file(t.root, t.group, t.topic, self.partition,
+                                                   t.generation, self.start, t.format), t.format)
+
     def _file_for(self, r: Record) -> tuple[_OpenFile, Record]:
         """The file a message goes to, and the record to write (with its parse error)."""
         t = self.target
         if not self.event_time:
-            return self._open(layout.partition_dir(t.root, t.group, t.topic, self.partition),
-                              lambda: layout.data_file(t.root, t.group, t.topic, self.partition,
-                                                       t.generation, self.start, t.format),
-                              t.format), r
+            return self._slice_file(), r
         try:
             ms = parsers.event_time_ms(t.parser, t.topic, r)
             time_path = layout.time_partition(ms, t.layout)

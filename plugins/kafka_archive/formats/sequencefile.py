@@ -45,7 +45,7 @@ SYNC_INTERVAL = 5 * 1024 * (4 + SYNC_SIZE)  # as the Hadoop 3 bundled with pyspa
 
 # zlib's window bits: 15 = zlib header (DefaultCodec, like java.util.zip.Deflater), 31 = gzip.
 _WBITS = {DEFAULT_CODEC: 15, GZIP_CODEC: 31}
-_COMPRESSION_LEVEL = 6  # zlib's default, which Hadoop's codecs use
+DEFAULT_LEVEL = 6  # zlib's default, which Hadoop's codecs use
 
 Key = bytes | int  # bytes for BytesWritable keys, int for LongWritable keys
 
@@ -150,6 +150,18 @@ class _Block:
         self.value_lengths += encode_vlong(len(value))
         self.values += value
 
+    def add_many(self, count: int, key_lengths, keys, value_lengths, values) -> None:
+        """`count` records whose four sections are already encoded."""
+        self.count += count
+        self.key_lengths += key_lengths
+        self.keys += keys
+        self.value_lengths += value_lengths
+        self.values += values
+
+    def size(self) -> int:
+        # Hadoop measures a block by its keys and values, not by their length vints
+        return len(self.keys) + len(self.values)
+
     def sections(self) -> tuple[bytearray, ...]:
         return self.key_lengths, self.keys, self.value_lengths, self.values
 
@@ -161,7 +173,7 @@ class SequenceFileWriter:
 
     def __init__(self, fileobj: BinaryIO, key_class: str, value_class: str, compression: str,
                  sync_marker: bytes, block_size: int = 1_000_000,
-                 sync_interval: int = SYNC_INTERVAL) -> None:
+                 sync_interval: int = SYNC_INTERVAL, level: int = DEFAULT_LEVEL) -> None:
         if key_class not in KEY_CLASSES:
             raise ValueError(f"key class must be one of {KEY_CLASSES}, got {key_class!r}")
         if value_class != BYTES_WRITABLE:
@@ -171,6 +183,8 @@ class SequenceFileWriter:
                              f"got {compression!r}")
         if len(sync_marker) != SYNC_SIZE:
             raise ValueError(f"sync marker must be {SYNC_SIZE} bytes, got {len(sync_marker)}")
+        if not 0 <= level <= 9:
+            raise ValueError(f"compression level must be 0 to 9, got {level!r}")
         self.key_class = key_class
         self.value_class = value_class
         self.records = 0
@@ -179,6 +193,7 @@ class SequenceFileWriter:
         self._codec = COMPRESSIONS[compression]
         self._sync_marker = bytes(sync_marker)
         self._block_size = block_size
+        self._level = level
         self._sync_interval = sync_interval  # uncompressed files only, as in Hadoop
         self._block = _Block()
         self._last_sync = 0  # Hadoop counts the first interval from the start of the file
@@ -195,10 +210,79 @@ class SequenceFileWriter:
             self._write_record(key_bytes, value_bytes)
         else:
             self._block.add(key_bytes, value_bytes)
-            # Hadoop measures a block by its keys and values, not by their length vints.
-            if len(self._block.keys) + len(self._block.values) >= self._block_size:
+            if self._block.size() >= self._block_size:
                 self._write_block()
         self.records += 1
+
+    def append_batch(self, keys, values) -> None:
+        """Append records given as columns, with the bytes append_record would write for
+        each in turn: `keys` a binary Arrow array (BytesWritable) or an int64 numpy array
+        (LongWritable), `values` a binary Arrow array (null: empty)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        from kafka_archive.formats import batch
+
+        if self._closed:
+            raise ValueError("append_batch on a closed SequenceFileWriter")
+        count = len(values)
+        if self.key_class == LONG_WRITABLE:
+            key_bytes, key_sizes = batch.be64(np.asarray(keys, np.int64)), np.full(count, 8)
+        else:
+            if keys.null_count:
+                raise TypeError("BytesWritable needs bytes, got None")
+            key_sizes = batch.lengths(keys)
+            key_bytes, key_sizes = batch.be32_prefixed(keys, key_sizes), key_sizes + 4
+        value_sizes = batch.lengths(values)
+        value_bytes = batch.be32_prefixed(pc.fill_null(values, b""), value_sizes)
+        value_sizes = value_sizes + 4
+        if self._codec is None:
+            self._write_records(batch.concat(batch.be32_pairs(key_sizes + value_sizes, key_sizes),
+                                             key_bytes, value_bytes),
+                                8 + key_sizes + value_sizes)
+        else:
+            self._add_to_blocks(key_bytes, key_sizes, value_bytes, value_sizes)
+        self.records += count
+
+    def _write_records(self, encoded, sizes) -> None:
+        """Uncompressed records, each already laid out, with a sync point before a record
+        wherever _write_record would put one."""
+        import numpy as np
+
+        from kafka_archive.formats.batch import data_bytes
+
+        ends = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=ends[1:])
+        done = 0
+        while done < len(sizes):
+            if self.bytes_written >= self._last_sync + self._sync_interval:
+                self._write_sync()
+            # the first later record that starts past the next sync point, if any
+            due = self._last_sync + self._sync_interval - self.bytes_written + ends[done]
+            stop = min(max(int(np.searchsorted(ends, due, side="left")), done + 1), len(sizes))
+            self._write(data_bytes(encoded, done, stop))
+            done = stop
+
+    def _add_to_blocks(self, key_bytes, key_sizes, value_bytes, value_sizes) -> None:
+        """Fill blocks as append_record does: a block is written right after the record
+        that brings it to block_size."""
+        import numpy as np
+
+        from kafka_archive.formats.batch import data_bytes, vlongs
+
+        ends = np.zeros(len(key_sizes) + 1, np.int64)
+        np.cumsum(key_sizes + value_sizes, out=ends[1:])
+        done = 0
+        while done < len(key_sizes):
+            full = int(np.searchsorted(ends, ends[done] + self._block_size - self._block.size(),
+                                       side="left"))
+            stop = min(full, len(key_sizes))
+            self._block.add_many(stop - done, vlongs(key_sizes[done:stop]),
+                                 data_bytes(key_bytes, done, stop), vlongs(value_sizes[done:stop]),
+                                 data_bytes(value_bytes, done, stop))
+            if full <= len(key_sizes):
+                self._write_block()
+            done = stop
 
     def close(self) -> None:
         """Write the buffered block, if any, and flush. Closing twice is harmless."""
@@ -235,7 +319,7 @@ class SequenceFileWriter:
         self._write_sync()
         parts = [encode_vlong(self._block.count)]
         for section in self._block.sections():
-            compressed = zlib.compress(section, _COMPRESSION_LEVEL, _WBITS[self._codec])
+            compressed = zlib.compress(section, self._level, _WBITS[self._codec])
             parts += [encode_vlong(len(compressed)), compressed]
         self._write(b"".join(parts))
         self._block = _Block()

@@ -12,9 +12,6 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
-from kafka import TopicPartition
-
-from kafka_archive import brokers
 from kafka_archive.config import Group, Policy
 from kafka_archive.errors import TerminalError
 
@@ -216,6 +213,8 @@ def only_topics(states: list[PartitionState], topics: tuple[str, ...], group: Gr
 def observe(consumer, group: Group) -> list[PartitionState]:
     """Every partition of every topic the group selects, with its retained offset range.
     Topics and partitions are discovered afresh on every run."""
+    from kafka import TopicPartition  # kafka-python: not on the job's Python workers
+
     topics = sorted(t for t in consumer.topics() if group.selects(t))
     partitions = [TopicPartition(t, p) for t in topics
                   for p in sorted(consumer.partitions_for_topic(t) or ())]
@@ -229,6 +228,10 @@ def observe(consumer, group: Group) -> list[PartitionState]:
 def oldest_pending_reader(consumer) -> Callable[[str, int, int], int | None]:
     """Reads the timestamp of the first message at or after an offset (None: there is
     none); used for the max_delay policy, freshness and status."""
+    from kafka import TopicPartition
+
+    from kafka_archive import brokers
+
     def read(topic: str, partition: int, offset: int) -> int | None:
         tp = TopicPartition(topic, partition)
         return brokers.timestamps_at(consumer, {tp: offset}).get(tp)

@@ -1,0 +1,86 @@
+"""Whole-batch encodings (formats.batch) give exactly the per-record bytes: msgpack keys,
+Hadoop vints, SequenceFile records, blocks and sync points, audit sources."""
+
+import io
+import sys
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kafka_archive.audit import reconcile
+from kafka_archive.formats import batch, records, sequencefile as seq
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "archive"))
+import archive_golden  # noqa: E402  the golden records, every encoding's edge cases
+
+INTS = [0, 1, 31, 127, 128, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63 - 1, -1, -32,
+        -33, -128, -129, -32_768, -32_769, -(2**31), -(2**31) - 1, -(2**63)]
+
+
+def golden_batches(rows_per_batch=None):
+    rows = archive_golden.records()
+    return [batch.Batch.from_arrow(b)
+            for b in archive_golden.arrow_batches(rows, rows_per_batch or archive_golden.BATCH_ROWS)]
+
+
+def test_msgpack_integers_take_msgpack_pythons_smallest_encoding():
+    rows, keep = batch._msgpack_ints(np.array(INTS, np.int64))
+    assert batch._compact(rows, keep).to_pylist() == [msgpack.packb(i) for i in INTS]
+
+
+def test_vlongs_are_hadoops():
+    lengths = [0, 1, 127, 128, 255, 256, 65_535, 65_536, 2**24, 2**31 - 1, 2**32, 2**40]
+    assert batch.vlongs(np.array(lengths)) == b"".join(seq.encode_vlong(n) for n in lengths)
+    with pytest.raises(ValueError, match="never negative"):
+        batch.vlongs(np.array([3, -1]))
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_msgpack_keys_are_encode_key_of_each_record(start):
+    for b in golden_batches():
+        part = b.slice(start, len(b))  # a sliced batch: Arrow offsets not at zero
+        assert batch.msgpack_keys(part).to_pylist() == [records.encode_key(r) for r in part.records()]
+
+
+def test_first_header_values_are_the_audit_sources():
+    for b in golden_batches():
+        part = b.slice(3, len(b))
+        values, codes = batch.first_header_values(part, archive_golden.AUDIT_HEADER)
+        headers = part.headers.to_pylist()
+        assert [reconcile.source_named(values[c]) for c in codes] == \
+            [reconcile.source_of(h, archive_golden.AUDIT_HEADER) for h in headers]
+
+
+@pytest.mark.parametrize("compression", list(seq.COMPRESSIONS))
+@pytest.mark.parametrize("key_class", seq.KEY_CLASSES)
+@pytest.mark.parametrize("block_size, sync_interval", [(1_000_000, seq.SYNC_INTERVAL), (5_000, 3_000),
+                                                       (1, 1)])
+def test_append_batch_writes_the_bytes_of_append_record(compression, key_class, block_size,
+                                                        sync_interval):
+    def writer(out):
+        return seq.SequenceFileWriter(out, key_class, seq.BYTES_WRITABLE, compression, b"m" * 16,
+                                      block_size, sync_interval)
+
+    legacy = key_class == seq.LONG_WRITABLE
+    one, many = io.BytesIO(), io.BytesIO()
+    by_record, by_batch = writer(one), writer(many)
+    for b in golden_batches(rows_per_batch=97):
+        for r in b.records():
+            by_record.append_record(r.offset if legacy else records.encode_key(r), r.value or b"")
+        by_batch.append_batch(b.offset if legacy else batch.msgpack_keys(b), b.value)
+    by_record.close()
+    by_batch.close()
+    assert by_batch.records == by_record.records
+    assert many.getvalue() == one.getvalue()
+
+
+def test_append_batch_refuses_null_bytes_keys_and_a_closed_file():
+    w = seq.SequenceFileWriter(io.BytesIO(), seq.BYTES_WRITABLE, seq.BYTES_WRITABLE, "none", b"m" * 16)
+    with pytest.raises(TypeError, match="BytesWritable needs bytes"):
+        w.append_batch(pa.array([b"k", None]), pa.array([b"v", b"w"]))
+    w.close()
+    with pytest.raises(ValueError, match="closed"):
+        w.append_batch(pa.array([b"k"]), pa.array([b"v"]))
