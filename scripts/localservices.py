@@ -1,7 +1,7 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python scripts/localservices.py start [kafka s3 smtp airflow spark]
-    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp airflow spark]
+    .venv/bin/python scripts/localservices.py start [kafka s3 smtp toxiproxy airflow spark]
+    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp toxiproxy airflow spark]
     .venv/bin/python scripts/localservices.py status
     eval "$(.venv/bin/python scripts/localservices.py env)"  # point Airflow/CLI at them
     .venv/bin/python scripts/localservices.py leftovers [--baseline FILE]
@@ -9,10 +9,11 @@
 Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
-from KAFKA_ARCHIVE_{KAFKA,S3,SMTP,AIRFLOW}_PORT; credentials from .cache/local.env (made by
-scripts/install) or the environment. `start` and `stop` without names mean kafka, s3 and
-smtp; `airflow` (api-server, scheduler, dag-processor and triggerer, about half a minute to
-start) only runs when named, and `stop` without names stops it too. So does `spark`: a
+from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY}_PORT; credentials from
+.cache/local.env (made by scripts/install) or the environment. `start` and `stop` without
+names mean kafka, s3 and smtp; `airflow` (api-server, scheduler, dag-processor and
+triggerer, about half a minute to start) only runs when named, and `stop` without names
+stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy) and `spark`: a
 standalone Spark cluster (services spark-master, spark-worker-1, spark-worker-2; ports from
 KAFKA_ARCHIVE_SPARK_{MASTER,WORKER}_PORT) whose executors run .cache/executor-venv's Python,
 with no copy of the project and no AWS_* variables in their environment.
@@ -60,9 +61,12 @@ def local_env() -> dict[str, str]:
     """Settings of the local services: .cache/local.env overlaid by the environment."""
     env = {
         "KAFKA_ARCHIVE_KAFKA_PORT": "19092",
+        "KAFKA_ARCHIVE_KAFKA_SASL_PORT": "19094",
         "KAFKA_ARCHIVE_S3_PORT": "19000",
         "KAFKA_ARCHIVE_SMTP_PORT": "12525",
         "KAFKA_ARCHIVE_AIRFLOW_PORT": "18080",
+        "KAFKA_ARCHIVE_TOXIPROXY_PORT": "18474",
+        "KAFKA_ARCHIVE_PROXY_PORT": "19100",  # the first port of the proxies tests create
         "KAFKA_ARCHIVE_SPARK_MASTER_PORT": "17077",  # its web UI: the next port
         "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
         "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
@@ -169,16 +173,23 @@ class Service:
 
 def _kafka_properties(env: dict[str, str], home: Path) -> Path:
     port = int(env["KAFKA_ARCHIVE_KAFKA_PORT"])
+    sasl = kafka_sasl_bootstrap(env)
     props = home / "server.properties"
     props.write_text("\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{port + 1}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{port + 1}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{port + 1},"
+        f"SASL_PLAINTEXT://{sasl}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://{sasl}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+        "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        # the authenticated listener: SCRAM users only (_kafka_scram_user makes ours)
+        "sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         f"log.dirs={home / 'data'}",
         # topics are created on purpose; a typo should not create one
         "auto.create.topics.enable=false",
@@ -242,11 +253,68 @@ def kafka_bootstrap(env: dict[str, str]) -> str:
     return f"127.0.0.1:{env['KAFKA_ARCHIVE_KAFKA_PORT']}"
 
 
+def kafka_sasl_bootstrap(env: dict[str, str]) -> str:
+    """The SASL_PLAINTEXT listener (SCRAM-SHA-512) of the same broker."""
+    return f"127.0.0.1:{env['KAFKA_ARCHIVE_KAFKA_SASL_PORT']}"
+
+
+def kafka_sasl_credentials(env: dict[str, str]) -> tuple[str, str]:
+    try:
+        return env["KAFKA_ARCHIVE_KAFKA_USER"], env["KAFKA_ARCHIVE_KAFKA_PASSWORD"]
+    except KeyError as missing:
+        raise ServiceError(f"{missing} is not set: run scripts/install (it writes "
+                           ".cache/local.env) or export it") from None
+
+
+def _kafka_sasl_login(env: dict[str, str]) -> bool:
+    """Whether our SCRAM user can log in on the SASL listener."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    user, password = kafka_sasl_credentials(env)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=kafka_sasl_bootstrap(env),
+                                 security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user,
+                                 sasl_plain_password=password, request_timeout_ms=3000,
+                                 bootstrap_timeout_ms=3000)
+    except KafkaError:
+        return False
+    admin.close()
+    return True
+
+
+def _kafka_scram_user(env: dict[str, str]) -> None:
+    """Create the SCRAM user of .cache/local.env (or reset its password) unless it can
+    log in already; through the plain listener, with Kafka's admin API."""
+    if _kafka_sasl_login(env):
+        return
+    from kafka import KafkaAdminClient
+    from kafka.admin import UserScramCredentialUpsertion
+
+    user, password = kafka_sasl_credentials(env)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(env))
+    try:
+        errors = admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(user, "SCRAM-SHA-512", password, iterations=8192)])
+    finally:
+        admin.close()
+    if errors.get(user):
+        raise ServiceError(f"creating the SCRAM user {user} failed: {errors[user]}")
+    deadline = time.monotonic() + START_TIMEOUT_S  # the broker applies it from its metadata log
+    while not _kafka_sasl_login(env):
+        if time.monotonic() > deadline:
+            raise ServiceError(f"SCRAM user {user} still cannot log in on "
+                               f"{kafka_sasl_bootstrap(env)} after {START_TIMEOUT_S}s")
+        time.sleep(0.25)
+
+
 KAFKA = Service(
     name="kafka",
     prepare=_kafka_prepare,
     command=lambda env, home: _kafka_java(home, "kafka.Kafka") + [str(home / "server.properties")],
     ready=_kafka_ready,
+    after_ready=_kafka_scram_user,
 )
 
 
@@ -321,6 +389,27 @@ SMTP = Service(
         sys.executable, str(ROOT / "scripts" / "smtp_capture.py"),
         "--port", env["KAFKA_ARCHIVE_SMTP_PORT"], "--maildir", str(smtp_maildir())],
     ready=_smtp_ready,
+)
+
+
+# --- Toxiproxy: a TCP proxy that injects faults (resets, latency, cut connections) ------
+
+def toxiproxy_url(env: dict[str, str]) -> str:
+    """Toxiproxy's HTTP API; the proxies themselves are made by whoever needs them."""
+    return f"http://127.0.0.1:{env['KAFKA_ARCHIVE_TOXIPROXY_PORT']}"
+
+
+def _toxiproxy_ready(env: dict[str, str]) -> None:
+    with urllib.request.urlopen(f"{toxiproxy_url(env)}/version", timeout=2) as r:
+        if r.status != 200:
+            raise NotReady(f"/version answered {r.status}")
+
+
+TOXIPROXY = Service(
+    name="toxiproxy",
+    command=lambda env, home: [str(CACHE / "bin" / "toxiproxy-server"), "-host", "127.0.0.1",
+                               "-port", env["KAFKA_ARCHIVE_TOXIPROXY_PORT"]],
+    ready=_toxiproxy_ready,
 )
 
 
@@ -560,7 +649,7 @@ SPARK_MASTER = Service(
 )
 SPARK_SERVICES = (SPARK_MASTER, *(_spark_worker(n) for n in range(1, SPARK_WORKERS + 1)))
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, AIRFLOW, *SPARK_SERVICES)}
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, AIRFLOW, *SPARK_SERVICES)}
 DEFAULT_SERVICES = ("kafka", "s3", "smtp")  # what `start` without names starts
 ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers
 
@@ -575,7 +664,11 @@ def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
     smtp_conn = {"conn_type": "smtp", "host": "127.0.0.1", "port": int(env["KAFKA_ARCHIVE_SMTP_PORT"]),
                  "extra": {"disable_tls": True, "disable_ssl": True,
                            "from_email": "kafka-archive@localhost"}}
+    # the SASL listener's SCRAM user, for configs that log in with ${KAFKA_ARCHIVE_KAFKA_*}
+    kafka_user = {k: env[k] for k in ("KAFKA_ARCHIVE_KAFKA_USER", "KAFKA_ARCHIVE_KAFKA_PASSWORD")
+                  if k in env}
     return {
+        **kafka_user,
         "KAFKA_ARCHIVE_BOOTSTRAP": kafka_bootstrap(env),
         "KAFKA_ARCHIVE_ROOT": f"s3://{env['KAFKA_ARCHIVE_S3_BUCKET']}/archive",
         "AIRFLOW_CONN_KAFKA_ARCHIVE_S3": json.dumps(s3_conn),

@@ -1,35 +1,64 @@
 """Kafka clients from config: kafka-python for Airflow tasks, options for Spark's source.
-Both get the same bootstrap servers and extra client properties (security settings)."""
+Both get the same bootstrap servers and extra client properties (security settings),
+written once in the config with Java's names (`kafka.properties`)."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Iterator
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.errors import KafkaError
 
+from kafka_archive import retries
 from kafka_archive.config import Config
-from kafka_archive.errors import TransientError
+from kafka_archive.errors import ConfigError, TransientError
+
+# username="..." and password="..." in a JAAS line (Java string escapes allowed)
+_JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "org.apache.kafka.common.security.scram.ScramLoginModule")
 
 
 def python_client_settings(config: Config) -> dict:
-    """Java property names (security.protocol) as kafka-python arguments (security_protocol);
-    numbers as numbers (the config keeps every property as text, as Spark wants them)."""
-    return {"bootstrap_servers": config.bootstrap_servers,
-            **{k.replace(".", "_"): int(v) if v.isdigit() else v
-               for k, v in config.kafka_properties.items()}}
+    """Java property names (security.protocol) as kafka-python arguments
+    (security_protocol), numbers as numbers (the config keeps every property as text, as
+    Spark wants them); a PLAIN or SCRAM `sasl.jaas.config` as kafka-python's
+    sasl_plain_username and sasl_plain_password."""
+    settings = {"bootstrap_servers": config.bootstrap_servers}
+    for name, value in config.kafka_properties.items():
+        if name == "sasl.jaas.config":
+            settings.update(_jaas_credentials(config, value))
+        else:
+            settings[name.replace(".", "_")] = int(value) if value.isdigit() else value
+    return settings
+
+
+def _jaas_credentials(config: Config, jaas: str) -> dict[str, str]:
+    found = dict(_JAAS_CREDENTIAL.findall(jaas))
+    module = jaas.split(None, 1)[0] if jaas.strip() else ""
+    if module not in _JAAS_MODULES or set(found) != {"username", "password"}:
+        # the value holds a password: name the key and the expected form, never the value
+        raise ConfigError(f"{config.path}: 'kafka.properties.sasl.jaas.config' must be "
+                          f"'<PlainLoginModule or ScramLoginModule class> required "
+                          f'username="..." password="...";\' (kafka-python supports only these)')
+    return {"sasl_plain_username": _unescape(found["username"]),
+            "sasl_plain_password": _unescape(found["password"])}
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", r"\1", value)
 
 
 def consumer(config: Config) -> KafkaConsumer:
     """A consumer for metadata and offset look-ups; it joins no consumer group and commits
-    nothing: progress lives in token files only."""
-    try:
-        return KafkaConsumer(group_id=None, enable_auto_commit=False,
-                             request_timeout_ms=30000, **python_client_settings(config))
-    except KafkaError as exc:
-        raise TransientError(f"Kafka at {config.bootstrap_servers} is unreachable: {exc!r}") from exc
+    nothing: progress lives in token files only. Reaching the broker is retried a few
+    times (a broker restarting); then the run fails as transient."""
+    return retries.call(
+        lambda: KafkaConsumer(group_id=None, enable_auto_commit=False, request_timeout_ms=30000,
+                              **python_client_settings(config)),
+        f"Kafka at {config.bootstrap_servers} is unreachable")
 
 
 def spark_options(config: Config) -> dict[str, str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 from urllib.parse import urlparse
 
+from kafka_archive import retries
 from kafka_archive.errors import TerminalError
 
 
@@ -51,7 +52,7 @@ class Storage:
     def from_environment(cls) -> Storage:
         import boto3
 
-        return cls(lambda: boto3.client("s3"))
+        return cls(lambda: boto3.client("s3", config=retries.s3_config()))
 
     @property
     def s3(self):
@@ -97,7 +98,7 @@ class Storage:
         except FileNotFoundError:
             return None
         except Exception as exc:  # botocore's NoSuchKey is generated per client
-            if _is_missing(exc):
+            if retries.is_missing(exc):
                 return None
             raise
 
@@ -108,7 +109,7 @@ class Storage:
             try:
                 return self.s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
             except Exception as exc:
-                if _is_missing(exc):
+                if retries.is_missing(exc):
                     return None
                 raise
         path = local_path(url)
@@ -165,7 +166,7 @@ class Storage:
             try:
                 response = self.s3.get_object(Bucket=bucket, Key=key)
             except Exception as exc:
-                if _is_missing(exc):
+                if retries.is_missing(exc):
                     return None, None
                 raise
             return response["Body"].read(), response["ETag"]
@@ -236,17 +237,6 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
-# S3 error codes for a failed precondition: AWS and MinIO say 412 PreconditionFailed; AWS
-# says 409 ConditionalRequestConflict when a concurrent conditional write wins meanwhile.
-CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
-
-
-def _is_missing(exc: Exception) -> bool:
-    response = getattr(exc, "response", None) or {}
-    return response.get("Error", {}).get("Code") in MISSING_CODES
-
-
 # --- compare-and-swap --------------------------------------------------------------------
 
 class VersionConflict(TerminalError):
@@ -296,9 +286,8 @@ def s3_compare_and_swap(client: Any, url: str, data: bytes, expected_version: st
         response = client.put_object(Bucket=bucket, Key=key, Body=data,
                                      ContentType=content_type, **condition)
     except Exception as exc:
-        code = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code", ""))
         # If-Match on an object deleted meanwhile fails as missing: also a lost race
-        if code in CONFLICT_CODES or (expected_version is not None and code in MISSING_CODES):
+        if retries.is_conflict(exc) or (expected_version is not None and retries.is_missing(exc)):
             try:  # the version that won, for the message; best effort
                 found = client.head_object(Bucket=bucket, Key=key)["ETag"]
             except Exception:

@@ -19,8 +19,9 @@ from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafka_archive.errors import ArchiveError, TerminalError, TransientError
-from kafka_archive.storage import (MISSING_CODES, VersionConflict, fsync_dir, join,
+from kafka_archive import retries
+from kafka_archive.errors import ArchiveError, TerminalError
+from kafka_archive.storage import (VersionConflict, fsync_dir, join,
                                    local_compare_and_swap, locked, s3_compare_and_swap,
                                    sha256_hex, split_s3_url)
 
@@ -230,7 +231,7 @@ class S3TokenStore:
             response = self.client.get_object(Bucket=bucket, Key=key)
             data = response["Body"].read()
         except ClientError as exc:
-            if _code(exc) in MISSING_CODES:
+            if retries.is_missing(exc):
                 return Versioned(None, None)
             raise _s3_failure("read", url, exc) from exc
         except BotoCoreError as exc:
@@ -269,17 +270,8 @@ class S3TokenStore:
         return sorted(k[len(prefix):].removesuffix(".token") for k in keys if k.endswith(".token"))
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
 def _s3_failure(action: str, url: str, exc: Exception) -> ArchiveError:
-    """Connection trouble and server errors may pass; anything else (access denied, no
-    such bucket) needs a person."""
-    status = (exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500)
-              if isinstance(exc, ClientError) else 500)
-    kind = TransientError if status >= 500 else TerminalError
-    return kind(f"cannot {action} token {url}: {exc}")
+    return retries.classify(exc, f"cannot {action} token {url}")
 
 
 def open_store(token_root: str, s3_client_factory: Callable[[], Any]) -> TokenStore:

@@ -75,6 +75,13 @@ def smtp_maildir(service_env) -> Path:
         yield localservices.smtp_maildir()
 
 
+@pytest.fixture(scope="session")
+def toxiproxy(service_env) -> str:
+    """The URL of Toxiproxy's HTTP API (drive it with fault_proxies.Toxiproxy)."""
+    with running("toxiproxy", service_env):
+        yield localservices.toxiproxy_url(service_env)
+
+
 @dataclass(frozen=True)
 class SparkCluster:
     """The local standalone cluster: a master and two one-core workers whose executors run
@@ -116,7 +123,8 @@ def airflow_env(service_env, tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def sc():
-    """A local SparkContext: Hadoop's own readers, to check what the pipeline wrote."""
+    """A local SparkContext: Hadoop's own readers, to check what the pipeline wrote; with
+    Spark's Kafka source, so a test can also run the archive job in it."""
     from pyspark.sql import SparkSession
 
     from kafka_archive import spark
@@ -125,6 +133,7 @@ def sc():
         for name, value in spark.submit_env().items():
             patch.setenv(name, value)
         session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                   .config("spark.jars", ",".join(spark.kafka_source_jars()))
                    .getOrCreate())
         gateway = session.sparkContext._gateway
         yield session.sparkContext

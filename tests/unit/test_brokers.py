@@ -1,4 +1,44 @@
+from pathlib import Path
+
+import pytest
+
 from kafka_archive import brokers, config
+from kafka_archive.config import Config
+from kafka_archive.errors import ConfigError
+
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+def make_config(properties: dict) -> Config:
+    return Config(path=Path("/etc/ka.yaml"), bootstrap_servers="k:9094",
+                  kafka_properties=properties, archive_root="file:///a", token_root="/t",
+                  s3_conn_id="s3", generation=1, groups={})
+
+
+def test_java_properties_become_kafka_python_settings():
+    settings = brokers.python_client_settings(make_config({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": f'{SCRAM} required username="archiver" password="s3\\"cr=t";'}))
+    assert settings == {"bootstrap_servers": "k:9094", "security_protocol": "SASL_PLAINTEXT",
+                        "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "archiver",
+                        "sasl_plain_password": 's3"cr=t'}
+
+
+def test_spark_gets_the_java_properties_verbatim():
+    jaas = f'{SCRAM} required username="archiver" password="pw";'
+    assert brokers.spark_options(make_config({"sasl.jaas.config": jaas})) == {
+        "kafka.bootstrap.servers": "k:9094", "kafka.sasl.jaas.config": jaas}
+
+
+@pytest.mark.parametrize("jaas", [
+    'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;',
+    f'{SCRAM} required username="archiver";',
+    f"{SCRAM} required username=archiver password=topsecret;",
+])
+def test_unsupported_jaas_is_named_without_its_secret(jaas):
+    with pytest.raises(ConfigError, match="kafka.properties.sasl.jaas.config") as caught:
+        brokers.python_client_settings(make_config({"sasl.jaas.config": jaas}))
+    assert "topsecret" not in str(caught.value) and "/etc/ka.yaml" in str(caught.value)
 
 
 def test_kafka_properties_reach_kafka_python_with_numbers_as_numbers(tmp_path):

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
+from kafka_archive import retries
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore, open_store
 
 
 def s3_client(conn_id: str):
-    return S3Hook(aws_conn_id=conn_id).get_conn()
+    return S3Hook(aws_conn_id=conn_id, config=retries.s3_config()).get_conn()
 
 
 def storage(conn_id: str) -> Storage:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kafka_archive import formats, layout, spark
+from kafka_archive import formats, layout, retries, spark
 from kafka_archive.archive import parsers
 from kafka_archive.audit import reconcile
-from kafka_archive.errors import TransientError
+from kafka_archive.errors import ArchiveError
 from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.storage import Storage
@@ -82,8 +82,8 @@ class OpenSlice:
         try:
             out.writer.append(r)
         except OSError as exc:
-            raise TransientError(f"writing {out.url} ({self.topic} partition {self.partition}) "
-                                 f"at offset {r.offset} to local {out.tmp_path} failed: {exc}") from exc
+            raise out.write_error(exc, f"{self.topic} partition {self.partition} at offset "
+                                       f"{r.offset}") from exc
         out.count += 1
         self.count += 1
         self.payload += size
@@ -228,9 +228,18 @@ class _OpenFile:
         self.file = _HashingFile(os.fdopen(fd, "wb"))
         self.writer = formats.open_writer(self.file, fmt, url.rsplit("/", 1)[-1])
 
+    def write_error(self, exc: OSError, what: str) -> ArchiveError:
+        where = f"writing {self.url} ({what}) to local {self.tmp_path}"
+        if retries.is_disk_full(exc):
+            return retries.disk_full(exc, self.tmp_path, where)
+        return retries.classify(exc, where)
+
     def finish(self, storage: Storage) -> dict:
-        self.writer.close()
-        self.file.close()
+        try:  # buffered and compressed bytes reach the disk only now
+            self.writer.close()
+            self.file.close()
+        except OSError as exc:
+            raise self.write_error(exc, f"{self.count} records, closing") from exc
         storage.upload_file(Path(self.tmp_path), self.url)
         return {"url": self.url, "records": self.count, "bytes": self.file.size,
                 "sha256": self.file.sha256.hexdigest()}

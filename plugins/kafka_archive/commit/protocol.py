@@ -71,8 +71,12 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
 
 def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now: datetime) -> dict:
     root = config.archive_root
-    manifest = json.loads(storage.get_bytes(layout.run_file(root, plan.group, plan.run_id,
-                                                            "manifest.json")))
+    manifest_url = layout.run_file(root, plan.group, plan.run_id, "manifest.json")
+    manifest = storage.get_or_none(manifest_url)
+    if manifest is None:
+        raise ManifestMismatchError(f"run {plan.run_id} cannot commit: no {manifest_url}; the "
+                                    "archive job did not finish, so nothing was committed")
+    manifest = json.loads(manifest)
     ends = verify(plan, manifest, storage.size)
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}

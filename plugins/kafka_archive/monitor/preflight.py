@@ -18,7 +18,7 @@ from typing import Callable
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from kafka_archive import spark
+from kafka_archive import brokers, retries, spark
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.storage import Storage, join
@@ -27,11 +27,13 @@ from kafka_archive.tokens import Token, TokenStore
 PROBE_GROUP, PROBE_TOPIC = "_preflight", "probe"
 
 
-def kafka_topics(bootstrap_servers: str) -> list[str]:
+def kafka_topics(config: Config) -> list[str]:
+    settings = {k: v for k, v in brokers.python_client_settings(config).items()
+                if k in KafkaAdminClient.DEFAULT_CONFIG}
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
+        admin = KafkaAdminClient(**settings, request_timeout_ms=10000)
     except KafkaError as exc:
-        raise TransientError(f"Kafka at {bootstrap_servers} is unreachable: {exc!r}") from exc
+        raise retries.classify(exc, f"Kafka at {config.bootstrap_servers} is unreachable") from exc
     try:
         return sorted(admin.list_topics())
     finally:
@@ -41,7 +43,7 @@ def kafka_topics(bootstrap_servers: str) -> list[str]:
 def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenStore | None = None,
         smtp: Callable[[], str] | None = None) -> dict:
     """`smtp`: opens and closes the alert mail connection, returning what it reached."""
-    topics = kafka_topics(config.bootstrap_servers)
+    topics = kafka_topics(config)
     checks = {"monitoring_topic": lambda: _monitoring_topic(config, topics),
               "spark_kafka_jars": lambda: f"{len(spark.kafka_source_jars())} jars"}
     if tokens is not None:

@@ -1,0 +1,84 @@
+"""Archiving from a broker that wants a login: the local broker's SASL_PLAINTEXT listener
+with SCRAM-SHA-512 (scripts/localservices.py), the user and password from the environment
+through ${...} references in `kafka.properties`, used by the plan (kafka-python) and the
+Spark job (Spark's Kafka source). The password must appear in no task log, Spark log or
+mail; a login with a wrong password is refused by the broker."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
+from test_alerts import html_of, mails_to, run_dag, wait_for_mail
+
+import localservices
+from pipeline import Pipeline
+
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+# as an operator writes it: no secret in the file, ${ENV} references only
+SASL_PROPERTIES = {
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.jaas.config": f'{SCRAM} required username="${{KAFKA_ARCHIVE_KAFKA_USER}}" '
+                        f'password="${{KAFKA_ARCHIVE_KAFKA_PASSWORD}}";',
+}
+
+
+@pytest.fixture
+def sasl_pipeline(airflow_env, kafka, s3, smtp_maildir, service_env, unique, tmp_path):
+    """A pipeline whose archive logs in on the SASL listener; the freshness SLA is short
+    and a run takes 5 messages per partition, so the run also sends a mail."""
+    made = Pipeline(airflow_env, kafka, s3, f"sasl{unique}", tmp_path,
+                    policy="max_records: 5, freshness: 1m",
+                    extra=f"alerts: {{email_to: sasl-{unique}@localhost}}\n",
+                    bootstrap=localservices.kafka_sasl_bootstrap(service_env),
+                    kafka_properties=SASL_PROPERTIES)
+    made.mail_to, made.maildir = f"sasl-{unique}@localhost", smtp_maildir
+    made.password = service_env["KAFKA_ARCHIVE_KAFKA_PASSWORD"]
+    return made
+
+
+def test_archives_through_the_scram_listener_and_never_shows_the_password(sasl_pipeline, kafka):
+    pipeline = sasl_pipeline
+    assert "${KAFKA_ARCHIVE_KAFKA_PASSWORD}" in pipeline.config_path.read_text()
+    assert pipeline.password not in pipeline.config_path.read_text()
+    topic = pipeline.create_topic("secured", 2)
+    old_ms = int(time.time() * 1000) - 30 * 60_000  # a message a minute from 30 min ago
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    for i in range(16):  # 5 of 8 per partition archived: the rest lag past the 1m SLA
+        producer.send(topic, value=f"m{i}".encode(), partition=i % 2,
+                      timestamp_ms=old_ms + i * 60_000)
+    producer.flush()
+    producer.close()
+
+    outcome = run_dag(pipeline)  # fails in its last task only: the freshness SLA is missed
+    assert outcome.returncode == 0 or "AirflowFailException: archive freshness past its SLA" \
+        in pipeline.dag_output, pipeline.dag_output[-3000:]
+    assert pipeline.token_offsets() == {topic: {0: 5, 1: 5}}
+    archived = pipeline.archived_records()
+    assert sorted((p, o, v) for _, p, o, _, v, _, _ in archived) == sorted(
+        (i % 2, i // 2, f"m{i}".encode()) for i in range(16) if i // 2 < 5)
+    _, mail = wait_for_mail(pipeline, "freshness past SLA")  # its figures came over SASL too
+    assert f"{topic}: lag" in html_of(mail)
+
+    # the places a password could leak to; the Spark job's log is part of the task log
+    logs = Path(pipeline.env["AIRFLOW_HOME"]) / "logs"
+    texts = {"dags test output (task logs, spark-submit output)": pipeline.dag_output,
+             **{f"mail {m['Subject']}": m.as_string() + html_of(m) for _, m in mails_to(pipeline)},
+             **{str(p): p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()}}
+    assert "SparkContext" in pipeline.dag_output and "spark-submit" in pipeline.dag_output
+    for where, text in texts.items():
+        assert pipeline.password not in text, f"the Kafka password appears in {where}"
+
+
+def test_the_listener_refuses_a_wrong_password(service_env):
+    """The listener really authenticates: the archive above did not get in by accident."""
+    user, _ = localservices.kafka_sasl_credentials(service_env)
+    with pytest.raises(KafkaError):
+        KafkaConsumer(bootstrap_servers=localservices.kafka_sasl_bootstrap(service_env),
+                      security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
+                      sasl_plain_username=user, sasl_plain_password="not-the-password",
+                      request_timeout_ms=3000, bootstrap_timeout_ms=3000).close()
