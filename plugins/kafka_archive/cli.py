@@ -18,13 +18,15 @@ from kafka.errors import KafkaError
 from kafka_archive import brokers, config as config_module
 from kafka_archive.audit import incremental, reporting
 from kafka_archive.commit import losses
+from kafka_archive.commit.current import current
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError
 from kafka_archive.monitor import preflight, status
 from kafka_archive.plan import params, rewinds
 from kafka_archive.storage import Storage
+from kafka_archive.progress_bars import terminal_bar
 from kafka_archive.tokens import TokenStore, open_store
-from kafka_archive.tools import backfill, verify
+from kafka_archive.tools import backfill, listing, verify
 from kafka_archive.tools.cat import FORMATS, cat_file
 
 
@@ -59,6 +61,11 @@ def run(argv: list[str] | None = None) -> int:
                                                "every file readable, no offset twice, no hole")
     check.add_argument("--group", required=True)
     check.add_argument("--json", action="store_true", help="print JSON instead of a report")
+    files = commands.add_parser("ls", help="the current files of a group (or one topic): "
+                                           "Kafka offsets, records, bytes, URL")
+    files.add_argument("--group", required=True)
+    files.add_argument("--topic", help="only this topic")
+    files.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show = commands.add_parser("status", help="per partition: token, Kafka's end offset, lag "
                                               "in messages and in time, last commit")
     show.add_argument("--group", help="only this group (default: every configured group)")
@@ -136,6 +143,8 @@ def run(argv: list[str] | None = None) -> int:
             cat_file(_storage(config), args.file, args.limit, args.format)
         elif args.command == "verify":
             return verify_group(config, args.group, args.json)
+        elif args.command == "ls":
+            list_files(config, args.group, args.topic, args.json)
         elif args.command == "status":
             show_status(config, args.group, args.json)
         elif args.command == "rewind":
@@ -147,7 +156,7 @@ def run(argv: list[str] | None = None) -> int:
             summary = backfill.backfill(config, _storage(config), args.group, args.topic, run_id,
                                         datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                         args.from_offset, args.to_offset, args.since,
-                                        args.until, args.source)
+                                        args.until, args.source, terminal_bar)
             print(json.dumps({k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")}
                              | {"slices": len(summary["slices"])}, indent=2))
         elif args.command == "audit" and args.audit_command == "list":
@@ -196,9 +205,15 @@ def epoch_ms(text: str) -> int:
 def verify_group(config: Config, group: str, as_json: bool = False) -> int:
     """Print the report; 1 when it found an error."""
     tokens = _tokens(config)
-    report = verify.verify_group(config, group, _storage(config), tokens)
+    report = verify.verify_group(config, group, _storage(config), tokens, terminal_bar)
     print(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     return 1 if report.errors() else 0
+
+
+def list_files(config: Config, group: str, topic: str | None, as_json: bool) -> None:
+    config.group(group)  # an unknown group is an error, not an empty listing
+    files = listing.list_files(current(_storage(config), config.archive_root, group), topic)
+    print(json.dumps(listing.as_json(files), indent=1) if as_json else listing.render(files))
 
 
 def show_status(config: Config, group: str | None, as_json: bool) -> None:
@@ -281,7 +296,8 @@ def audit_group(config: Config, args) -> int:
 
     run_id = "cli__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
     tasks.audit_ingest(run_id)
-    outcome = tasks.audit_reconcile(args.group, run_id, args.since, args.until, args.rescan)
+    outcome = tasks.audit_reconcile(args.group, run_id, args.since, args.until, args.rescan,
+                                    terminal_bar)
     print(json.dumps({k: outcome[k] for k in ("group", "totals", "report", "open",
                                               "acknowledged")}, indent=2))
     alarms = [a for a in incremental.alarms(_storage(config), config, args.group)

@@ -14,6 +14,7 @@ from kafka_archive.commit import finalizing, losses, mirror, protocol as committ
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import rewinds as rewinding, runs
 from kafka_archive.plan.planning import Caps, HeldTopicsError, Plan, held
+from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.tools import backfill as backfilling
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,8 @@ def audit_ingest(run_id: str) -> int:
 
 
 def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
-                    until_ms: int | None = None, rescan: bool = False) -> dict:
+                    until_ms: int | None = None, rescan: bool = False,
+                    track: Track = untracked) -> dict:
     """Fold what was committed and reported since the last audit into the group's
     checkpoint, judge, write the reports. The outcome holds `new` (mismatches not mailed
     nor acknowledged yet: the ones that fail the task), `open` and `acknowledged` (how
@@ -161,7 +163,7 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
     finally:
         consumer.close()
     at = now.isoformat(timespec="seconds")
-    done = incremental.audit(cfg, storage, group, run_id, at, through, rescan)
+    done = incremental.audit(cfg, storage, group, run_id, at, through, rescan, track)
     inside = lambda start: ((since_ms is None or start >= since_ms)  # noqa: E731
                             and (until_ms is None or start < until_ms))
     every = [v for v in done.every if inside(v.window_start_ms)]

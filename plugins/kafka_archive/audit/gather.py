@@ -24,6 +24,7 @@ from kafka_archive.audit import reconcile
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
 from kafka_archive.commit.current import current
 from kafka_archive.config import Config, Group
+from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage, join
 from kafka_archive.tokens import Token, TokenStore
 
@@ -116,12 +117,14 @@ def count_rows(rows, counts: dict | None = None) -> dict:
     return counts
 
 
-def archived_by_rescan(config: Config, storage: Storage, group: str) -> dict:
+def archived_by_rescan(config: Config, storage: Storage, group: str,
+                       track: Track = untracked) -> dict:
     """The same counts, read from every archived file of the group (not the manifests)."""
     window_ms, header = config.audit.window_s * 1000, config.audit.source_header
     root = join(config.archive_root, group)
     counts: dict = defaultdict(int)
-    for url, _ in storage.list(root):
+    urls = [url for url, _ in storage.list(root)]
+    for url in track(urls, f"rescan {group}"):
         parts = url[len(root) + 1:].split("/")
         if any(p.startswith("_") for p in parts) or not layout.parse_file_name(parts[-1]):
             continue

@@ -30,6 +30,7 @@ from kafka_archive.audit.reconcile import Verdict
 from kafka_archive.commit.current import current
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
+from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage, VersionConflict
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,8 @@ def load(storage: Storage, config: Config, group: str) -> Checkpoint:
 
 
 def audit(config: Config, storage: Storage, group: str, run_id: str, at: str,
-          through: Mapping[str, int | None], rescan: bool = False) -> Audit:
+          through: Mapping[str, int | None], rescan: bool = False,
+          track: Track = untracked) -> Audit:
     """Fold in what is new, judge, store the checkpoint; `through` is
     gather.archived_through's (topic -> time up to which it is archived)."""
     def step(cp: Checkpoint) -> Audit:
@@ -69,7 +71,7 @@ def audit(config: Config, storage: Storage, group: str, run_id: str, at: str,
             cp.forget_counts()
         bad = _fold_new_events(config, storage, cp)
         new_runs, recounted = _fold_new_runs(config, storage, group, cp, rescan)
-        archived = gather.archived_by_rescan(config, storage, group) if rescan else cp.archived
+        archived = gather.archived_by_rescan(config, storage, group, track) if rescan else cp.archived
         verdicts = reconcile.reconcile(cp.expected, archived, config.audit.window_s * 1000,
                                        through, config.audit.grace_s * 1000)
         every, judged, resolved = cp.judge(verdicts, run_id, at, rescan)

@@ -29,6 +29,7 @@ from kafka_archive.commit.current import current, row_files
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan.planning import Plan
+from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class BackfillError(TerminalError):
 def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: str, now: str,
              from_offset: int | None = None, to_offset: int | None = None,
              since_ms: int | None = None, until_ms: int | None = None,
-             source: str = "backup") -> dict:
+             source: str = "backup", track: Track = untracked) -> dict:
     """Rebuild the slices of `topic` in the range; a summary of what was replaced."""
     target_group, source_group = config.group(group), config.group(source)
     if target_group.layout.kind != "event_time":
@@ -64,7 +65,7 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
                                                              since_ms, until_ms)]
     backup = _backup_files(config, storage, source, topic)
     new_rows, moved = [], []
-    for row in chosen:
+    for row in track(chosen, f"backfill {group} {topic}"):
         plan = plans[row["_run"]]
         target = job.target(config, _as_plan(config, plan, group, topic), topic)
         out = slice_writer.OpenSlice(target, row["partition"], row["start"], row["end"], UNLIMITED)

@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kafka_archive import formats, layout
 from kafka_archive.commit.current import Contents, current, row_files
+from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage, join
 from kafka_archive.tokens import TokenStore
@@ -278,7 +279,8 @@ def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSumm
         return FileSummary(url, name_offset, problem=f"unreadable: {exc}"), []
 
 
-def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore) -> Report:
+def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore,
+                 track: Track = untracked) -> Report:
     spec = config.group(group).layout  # an unknown group is a config error, not an empty archive
     event_time = spec.kind == "event_time"
     found, ignored = (_event_time_files(storage, join(config.archive_root, group), spec)
@@ -288,7 +290,7 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
     slice_of = _recorded_ranges(contents)
     topics = sorted({topic for topic, _, _ in found} | set(tokens.topics(group)))
     partitions = []
-    for topic in topics:
+    for topic in track(topics, f"verify {group}"):
         token = tokens.read(group, topic).token
         offsets = dict(token.offsets) if token else {}
         keys = {(p, g) for t, p, g in found if t == topic}
