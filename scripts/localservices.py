@@ -249,6 +249,15 @@ def _kafka_ready(env: dict[str, str]) -> None:
         admin.close()
 
 
+def generated(env: dict[str, str], *names: str) -> tuple[str, ...]:
+    """Credentials scripts/install generates into .cache/local.env."""
+    missing = [name for name in names if name not in env]
+    if missing:
+        raise ServiceError(f"{', '.join(missing)} not set: run scripts/install (it writes "
+                           ".cache/local.env) or export it")
+    return tuple(env[name] for name in names)
+
+
 def kafka_bootstrap(env: dict[str, str]) -> str:
     return f"127.0.0.1:{env['KAFKA_ARCHIVE_KAFKA_PORT']}"
 
@@ -259,11 +268,7 @@ def kafka_sasl_bootstrap(env: dict[str, str]) -> str:
 
 
 def kafka_sasl_credentials(env: dict[str, str]) -> tuple[str, str]:
-    try:
-        return env["KAFKA_ARCHIVE_KAFKA_USER"], env["KAFKA_ARCHIVE_KAFKA_PASSWORD"]
-    except KeyError as missing:
-        raise ServiceError(f"{missing} is not set: run scripts/install (it writes "
-                           ".cache/local.env) or export it") from None
+    return generated(env, "KAFKA_ARCHIVE_KAFKA_USER", "KAFKA_ARCHIVE_KAFKA_PASSWORD")
 
 
 def _kafka_sasl_login(env: dict[str, str]) -> bool:
@@ -325,11 +330,7 @@ def s3_endpoint(env: dict[str, str]) -> str:
 
 
 def _s3_credentials(env: dict[str, str]) -> tuple[str, str]:
-    try:
-        return env["KAFKA_ARCHIVE_S3_ACCESS_KEY"], env["KAFKA_ARCHIVE_S3_SECRET_KEY"]
-    except KeyError as missing:
-        raise ServiceError(f"{missing} is not set: run scripts/install (it writes "
-                           ".cache/local.env) or export it") from None
+    return generated(env, "KAFKA_ARCHIVE_S3_ACCESS_KEY", "KAFKA_ARCHIVE_S3_SECRET_KEY")
 
 
 def s3_client(env: dict[str, str]):
@@ -421,11 +422,7 @@ def airflow_url(env: dict[str, str]) -> str:
 
 def airflow_password(env: dict[str, str]) -> str:
     """The password of the Airflow user `admin` (SimpleAuthManager)."""
-    try:
-        return env["KAFKA_ARCHIVE_AIRFLOW_PASSWORD"]
-    except KeyError:
-        raise ServiceError("KAFKA_ARCHIVE_AIRFLOW_PASSWORD is not set: run scripts/install (it "
-                           "writes .cache/local.env) or export it") from None
+    return generated(env, "KAFKA_ARCHIVE_AIRFLOW_PASSWORD")[0]
 
 
 def airflow_config_file() -> Path:
@@ -436,11 +433,7 @@ def airflow_config_file() -> Path:
 def _airflow_process_env(env: dict[str, str]) -> dict[str, str]:
     home = SERVICES_DIR / "airflow"
     url = airflow_url(env)
-    try:
-        jwt_secret = env["KAFKA_ARCHIVE_AIRFLOW_JWT_SECRET"]
-    except KeyError:
-        raise ServiceError("KAFKA_ARCHIVE_AIRFLOW_JWT_SECRET is not set: run scripts/install "
-                           "(it writes .cache/local.env) or export it") from None
+    [jwt_secret] = generated(env, "KAFKA_ARCHIVE_AIRFLOW_JWT_SECRET")
     return {
         **client_env(env, home),
         "KAFKA_ARCHIVE_CONFIG": env.get("KAFKA_ARCHIVE_CONFIG",
