@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import os
+import signal
 import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -15,6 +17,7 @@ from kafka.errors import KafkaError
 
 from kafka_archive import brokers, config as config_module
 from kafka_archive.audit import incremental, reporting
+from kafka_archive.commit import losses
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError
 from kafka_archive.monitor import preflight, status
@@ -22,21 +25,40 @@ from kafka_archive.plan import params, rewinds
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore, open_store
 from kafka_archive.tools import backfill, verify
-from kafka_archive.tools.cat import cat_file
+from kafka_archive.tools.cat import FORMATS, cat_file
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; output piped into a reader that stops early (`| head`) ends it quietly."""
+    try:
+        code = run(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
+        return code
+    except BrokenPipeError:
+        # the reader is gone: point stdout at /dev/null so the interpreter's final flush
+        # has nowhere to fail, and exit as a program killed by SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafka-archive", description=__doc__)
     parser.add_argument("--config", help="config file (default: $KAFKA_ARCHIVE_CONFIG or "
                                          "config/kafka-archive.yaml)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print the library's and Airflow's INFO logs (on stderr)")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("preflight", help="check Kafka and the archive root are reachable")
     cat = commands.add_parser("cat", help="print the records of one archived file")
     cat.add_argument("file", help="s3:// or file:// URL, or a local path")
     cat.add_argument("--limit", type=_count, help="print at most this many records")
+    cat.add_argument("--format", choices=FORMATS, default="text",
+                     help="text: for people; json: one object per line, bytes base64; "
+                          "raw: the values only, one per line")
     check = commands.add_parser("verify", help="check a group's archive against its tokens: "
                                                "every file readable, no offset twice, no hole")
     check.add_argument("--group", required=True)
+    check.add_argument("--json", action="store_true", help="print JSON instead of a report")
     show = commands.add_parser("status", help="per partition: token, Kafka's end offset, lag "
                                               "in messages and in time, last commit")
     show.add_argument("--group", help="only this group (default: every configured group)")
@@ -54,6 +76,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="archive again from the first message at or after this time: "
                          "ISO-8601 (UTC unless it names a zone, e.g. 2026-03-01T12:00:00Z) "
                          "or milliseconds since the epoch")
+    accept = commands.add_parser(
+        "accept-loss", help="accept that retention deleted messages before they were archived: "
+                            "record the lost range (who, when, why) in the archive and move the "
+                            "token past it, so the topic is archived again; verify then lists "
+                            "the range as known loss")
+    accept.add_argument("--group", required=True)
+    accept.add_argument("--topic", required=True)
+    accept.add_argument("--partition", type=_count,
+                        help="only this partition (default: every partition with a gap)")
+    accept.add_argument("--reason", required=True, help="why the loss is acceptable")
+    accept.add_argument("--by", default=_user(), help="who accepts it (default: $USER)")
     audit = commands.add_parser(
         "audit", help="reconcile producers' monitoring counts with what a group archived; "
                       "exits 1 when a window is MISSING or EXCESS")
@@ -90,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                                                      "Kafka timestamp")
     fill.add_argument("--until", type=epoch_ms, help="... and before this one")
     args = parser.parse_args(argv)
+    global _LOG_LEVEL
+    _LOG_LEVEL = "INFO" if args.verbose else "WARNING"
+    logging.basicConfig(level=_LOG_LEVEL, stream=sys.stderr)
     try:
         config = config_module.load(args.config)
         if args.command == "preflight":
@@ -97,13 +133,15 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(preflight.run(config, _storage(config), "manual", _tokens(config),
                                            lambda: _check_smtp(config)), indent=2))
         elif args.command == "cat":
-            cat_file(_storage(config), args.file, args.limit)
+            cat_file(_storage(config), args.file, args.limit, args.format)
         elif args.command == "verify":
-            return verify_group(config, args.group)
+            return verify_group(config, args.group, args.json)
         elif args.command == "status":
             show_status(config, args.group, args.json)
         elif args.command == "rewind":
             rewind(config, args)
+        elif args.command == "accept-loss":
+            accept_loss(config, args)
         elif args.command == "backfill":
             run_id = "backfill__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
             summary = backfill.backfill(config, _storage(config), args.group, args.topic, run_id,
@@ -155,11 +193,11 @@ def epoch_ms(text: str) -> int:
             f"epoch, got {text!r}") from None
 
 
-def verify_group(config: Config, group: str) -> int:
+def verify_group(config: Config, group: str, as_json: bool = False) -> int:
     """Print the report; 1 when it found an error."""
     tokens = _tokens(config)
     report = verify.verify_group(config, group, _storage(config), tokens)
-    print(report.render())
+    print(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     return 1 if report.errors() else 0
 
 
@@ -186,6 +224,19 @@ def rewind(config: Config, args: argparse.Namespace) -> None:
     print("\n".join(changes))
 
 
+def accept_loss(config: Config, args: argparse.Namespace) -> None:
+    consumer = brokers.consumer(config)
+    try:
+        accepted = losses.accept(config, _tokens(config), consumer, _storage(config), args.group,
+                                 args.topic, args.reason, args.by,
+                                 datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 args.partition)
+    finally:
+        consumer.close()
+    print("\n".join(f"accepted: {loss.describe()}; the token moved to {loss.lost_to}"
+                    for loss in accepted))
+
+
 def _storage(config: Config) -> Storage:
     return Storage(lambda: _s3_client(config.s3_conn_id))
 
@@ -208,14 +259,17 @@ def _check_smtp(config: Config) -> str:
     return connections.check_smtp(config.alerts.smtp_conn_id)
 
 
+_LOG_LEVEL = "WARNING"  # INFO with --verbose
+
+
 def _airflow_logs_to_stderr() -> None:
     """Airflow logs to stdout, where its lines would mix with the records and reports this
     command prints: once Airflow is imported (which configures logging for stdout),
-    configure it again for stderr."""
+    configure it again for stderr, and at WARNING unless --verbose."""
     import airflow  # noqa: F401
     from airflow.sdk.log import configure_logging
 
-    configure_logging(output=sys.stderr)
+    configure_logging(output=sys.stderr, log_level=_LOG_LEVEL)
 
 
 def audit_group(config: Config, args) -> int:

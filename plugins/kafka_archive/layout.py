@@ -218,6 +218,16 @@ def inflight_marker(root: str, group: str) -> str:
     return join(runs_dir(root, group), "_inflight.json")
 
 
+def accepted_loss(root: str, group: str, topic: str, partition: int, lost_from: int) -> str:
+    """The record of one range lost to retention and accepted (who, when, why)."""
+    return join(runs_dir(root, group), "_accepted_loss", topic, f"{partition}_{lost_from:020d}.json")
+
+
+def anomalies_mailed(root: str, group: str) -> str:
+    """Which open anomalies of a group were mailed already: each is mailed once."""
+    return join(runs_dir(root, group), "_anomalies_mailed.json")
+
+
 def superseded(root: str, run_id: str, url: str) -> str:
     """Where a file moved aside by a rewind goes: same relative path, under _superseded."""
     relative = url[len(root.rstrip("/")) + 1:]

@@ -43,14 +43,14 @@ def test_unset_reference_without_default_names_the_variable(tmp_path, monkeypatc
 
 def test_missing_key_is_named_with_the_file(tmp_path):
     path = write(tmp_path, "archive_root: s3://b/p\n")
-    with pytest.raises(ConfigError, match=rf"{path}: missing required key 'kafka.bootstrap_servers'"):
+    with pytest.raises(ConfigError, match=rf"{path}: kafka.bootstrap_servers: missing required key"):
         config.load(path)
 
 
 @pytest.mark.parametrize("root", ["relative/path", "s3://", "http://host/x", ""])
 def test_bad_archive_root_is_refused(tmp_path, root):
     text = MINIMAL.replace("s3://archive-bucket/prefix", repr(root))
-    with pytest.raises(ConfigError, match="'archive_root'"):
+    with pytest.raises(ConfigError, match=r": archive_root: must be s3://bucket/prefix or file:///absolute/path"):
         config.load(write(tmp_path, text))
 
 
@@ -91,7 +91,7 @@ groups:
                                           ("deadline: soon", "groups.backup.deadline"),
                                           ("policy: {freshness: 0s}", "groups.backup.policy.freshness")])
 def test_bad_deadline_or_freshness_names_the_key(tmp_path, setting, key):
-    with pytest.raises(ConfigError, match=rf"'{key}' must be"):
+    with pytest.raises(ConfigError, match=rf": {key}: must be"):
         config.load(write(tmp_path, MINIMAL + f"groups:\n  backup:\n    {setting}\n"))
 
 
@@ -109,9 +109,9 @@ spark:
 
 
 @pytest.mark.parametrize("section, message", [
-    ("spark: {masters: x}", r"'spark' has masters"),
-    ("spark: {deploy_mode: remote}", r"'spark.deploy_mode' must be one of client, cluster"),
-    ("spark: {conf: {executor.memory: 2g}}", r"'spark.conf' keys must be Spark properties"),
+    ("spark: {masters: x}", r"spark.masters: unknown key; did you mean master\?"),
+    ("spark: {deploy_mode: remote}", r"spark.deploy_mode: must be 'client' or 'cluster'"),
+    ("spark: {conf: {executor.memory: 2g}}", r"spark.conf.executor.memory: must be a Spark property"),
 ])
 def test_spark_section_errors_name_the_key(tmp_path, section, message):
     with pytest.raises(ConfigError, match=message):

@@ -32,9 +32,11 @@ from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.monitor import freshness
+from kafka_archive.monitor.page import page_path
 from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
-                                          freshness_past_sla, run_link, task_failed)
-from kafka_archive.plan.planning import Plan, RetentionGapError
+                                          freshness_past_sla, run_link, task_failed,
+                                          topics_held, unmailed)
+from kafka_archive.plan.planning import HeldTopicsError, Plan, RetentionGapError
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +72,47 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     return {"lag_s": lags, "past_sla": [t.topic for t in lagging]}
 
 
+def not_green(lags: dict, summary: dict) -> str | None:
+    """Why the freshness task must fail though the run committed: topics past their SLA
+    (mailed by check_freshness), ranges retention deleted before they were archived
+    (mailed when planned); None when there is neither."""
+    problems = []
+    if lags["past_sla"]:
+        problems.append(f"archive freshness past its SLA for {', '.join(lags['past_sla'])} "
+                        f"(lag per topic, s: {json.dumps(lags['lag_s'])})")
+    problems += [f"data lost: {what}" for what in summary.get("skipped", ())]
+    return "; ".join(problems) or None
+
+
+def page_link(dag: str) -> str:
+    """The group page of the kafka-archive plugin (kafka_archive.airflow.ui)."""
+    return (conf.get("api", "base_url", fallback=None) or "http://localhost:8080").rstrip("/") \
+        + page_path(dag)
+
+
 def on_plan(cfg: Config, plan: Plan, run_id: str) -> None:
-    """Mail the ranges a new plan skipped because retention deleted them (a plan re-executed
-    from an earlier run was mailed about then)."""
-    skipped = [a for a in plan.anomalies if a.action == "skipped"]
-    if skipped and plan.run_id == run_id:
-        send(cfg.alerts, data_lost(plan.group, run_id, skipped, False,
-                                   link_for(dag_id(plan.group), run_id)))
+    """Mail a new plan's anomalies: ranges lost to retention (held or skipped) and topics
+    held for other reasons. Each anomaly is mailed once, however many runs see it again (a
+    plan re-executed from an earlier run was mailed about then)."""
+    if not plan.anomalies or plan.run_id != run_id:
+        return
+    storage = connections.storage(cfg.s3_conn_id)
+    state_url = layout.anomalies_mailed(cfg.archive_root, plan.group)
+    mailed = json.loads(storage.get_or_none(state_url) or b"{}")
+    new, still_open = unmailed(plan.anomalies, mailed, run_id)
+    link = link_for(dag_id(plan.group), run_id)
+    for action in ("failed", "skipped"):
+        lost = [a for a in new if a.kind == "retention_gap" and a.action == action]
+        if lost:
+            send(cfg.alerts, data_lost(plan.group, run_id, lost, action == "failed", link))
+    others = [a for a in new if a.kind != "retention_gap"]
+    if others:
+        send(cfg.alerts, topics_held(plan.group, run_id, others, link))
+    for a in plan.anomalies:
+        if a not in new:
+            log.warning("already mailed: %s", a.describe())
+    if still_open != mailed:
+        storage.put_bytes(state_url, json.dumps(still_open, indent=1, sort_keys=True).encode())
 
 
 def on_task_failure(context) -> None:
@@ -86,6 +122,9 @@ def on_task_failure(context) -> None:
     group = ti.dag_id.removeprefix("kafka_archive_")
     run_id = context["run_id"]
     link = link_for(ti.dag_id, run_id)
+    if isinstance(error, HeldTopicsError):  # its anomalies were mailed when planned
+        log.warning("not mailed again: %s", error)
+        return
     if isinstance(error, RetentionGapError):
         message = data_lost(group, run_id, error.anomalies, True, link)
     else:

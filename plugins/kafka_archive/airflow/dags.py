@@ -30,11 +30,14 @@ def archive_dag(group_name: str) -> DAG:
         params={name: Param(default, **schema)  # validated on trigger; the UI's form
                 for name, (default, schema) in trigger.SCHEMAS.items()},
         tags=["kafka-archive", group.name],
+        doc_md=f"Lag, last runs and audit of group `{group.name}`: the DAG's **Kafka archive** "
+               f"tab, or [its page]({alerting.page_link(f'kafka_archive_{group.name}')}).",
     ) as dag:
 
         @task.short_circuit(retries=0)
         def plan(dag_run=None, params=None) -> str | None:
-            return tasks.plan(group.name, dag_run.run_id, **trigger.plan_arguments(params))
+            return tasks.plan(group.name, dag_run.run_id, **trigger.plan_arguments(params),
+                              accepted_by=_who(dag_run))
 
         @task
         def commit(plan_url: str) -> dict:
@@ -46,12 +49,23 @@ def archive_dag(group_name: str) -> DAG:
         committed = commit(plan_url)
         archive >> committed
 
-        @task(retries=0)
+        # fails (after its mail) when a topic is past its SLA or lost data to retention,
+        # so the run shows red; the data this run archived is committed either way
+        @task(retries=0, on_failure_callback=None)
         def freshness(summary: dict, dag_run=None, params=None) -> dict:
-            return alerting.check_freshness(group.name, dag_run.run_id, summary,
-                                          topics=params["topics"])  # a run's subset, or all
+            lags = alerting.check_freshness(group.name, dag_run.run_id, summary,
+                                            topics=params["topics"])  # a run's subset, or all
+            if problems := alerting.not_green(lags, summary):
+                raise AirflowFailException(problems)
+            return lags
 
         freshness(committed)
+
+        @task(retries=0)  # topics held out for an anomaly: mailed when planned, failed here
+        def held_topics(plan_url: str, summary: dict) -> None:
+            tasks.check_held(plan_url)
+
+        held_topics(plan_url, committed)
         if group.layout.kind == "event_time":
             @task
             def finalize(summary: dict) -> dict:
@@ -59,6 +73,12 @@ def archive_dag(group_name: str) -> DAG:
 
             finalize(committed)
     return dag
+
+
+def _who(dag_run) -> str:
+    """Who accepts a loss through a trigger: the triggering user, as Airflow knows them."""
+    user = getattr(dag_run, "triggering_user_name", None)
+    return f"{user or 'unknown user'} (Airflow run {dag_run.run_id})"
 
 
 def audit_dag() -> DAG:

@@ -3,7 +3,6 @@ connections, and calls one library function. The CLI calls them too."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict
 
@@ -11,27 +10,41 @@ from kafka_archive import brokers, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import finalizing, protocol as committing
+from kafka_archive.commit import finalizing, losses, mirror, protocol as committing
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import rewinds as rewinding, runs
-from kafka_archive.plan.planning import Caps, Plan
+from kafka_archive.plan.planning import Caps, HeldTopicsError, Plan, held
 from kafka_archive.tools import backfill as backfilling
 
 log = logging.getLogger(__name__)
+# kafka-python logs every connection and coordinator step at INFO: dozens of lines a task
+logging.getLogger("kafka").setLevel(logging.WARNING)
 
 REPORT_LINK_S = 7 * 24 * 3600  # a presigned report link's life: SigV4's longest
 
 
 def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...] = (),
-         caps: Caps = Caps(), rewinds: tuple[dict, ...] = ()) -> str | None:
+         caps: Caps = Caps(), rewinds: tuple[dict, ...] = (), accepting: tuple[dict, ...] = (),
+         accepted_by: str = "") -> str | None:
     """Make (or resume) the run's plan; the plan's URL, or None when there is nothing to do.
-    A manual run may name a topic subset, per-partition caps, and rewinds (keyword
-    arguments of `rewinds.rewind`) applied first, unless it is a dry run."""
+    A manual run may name a topic subset, per-partition caps, losses to accept
+    ({topic, partition?, reason}, by `accepted_by`) and rewinds (keyword arguments of
+    `rewinds.rewind`), applied first, unless it is a dry run. Fails when every topic with
+    something to archive was held out for an anomaly."""
     cfg = config_module.load()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     consumer = brokers.consumer(cfg)
     try:
+        for request in accepting:
+            if dry_run:
+                log.info("dry run: not accepting loss %s", request)
+                continue
+            for loss in losses.accept(cfg, tokens, consumer, storage, group, request["topic"],
+                                      request["reason"], accepted_by,
+                                      runs.now_utc().isoformat(timespec="seconds"),
+                                      request.get("partition")):
+                log.warning("accepted: %s", loss.describe())
         for request in rewinds:
             if dry_run:
                 log.info("dry run: not rewinding %s", request)
@@ -45,17 +58,30 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
         consumer.close()
     for anomaly in made.anomalies:
         log.warning("%s (%s)", anomaly.describe(), anomaly.action)
-    for where, why in made.waiting.items():
-        log.info("waiting: %s: %s", where, why)
-    log.info("plan %s: %d slices, %d offsets, %d files superseded", made.run_id,
-             len(made.slices), made.records(), len(made.superseded))
+    waiting = list(made.waiting.items())
+    log.info("plan %s: %d slices, %d offsets, %d files superseded; %d partitions waiting%s",
+             made.run_id, len(made.slices), made.records(), len(made.superseded), len(waiting),
+             "".join(f"; {where}: {why}" for where, why in waiting[:3])
+             + ("; ..." if len(waiting) > 3 else ""))
     if dry_run:
         print(made.to_json().decode())
         return None
-    alerting.on_plan(cfg, made, run_id)  # mails ranges skipped because retention deleted them
+    alerting.on_plan(cfg, made, run_id)  # mails each anomaly once (held topics, skipped ranges)
     if not made.slices:
+        if held(made):  # nothing else to archive: the run fails here
+            raise HeldTopicsError(group, run_id, held(made))
         return None
     return layout.run_file(cfg.archive_root, group, made.run_id, "plan.json")
+
+
+def check_held(plan_url: str) -> None:
+    """The run's last task: fails when the plan left topics out for their anomalies (the
+    other topics are committed by then), so the run shows failed in the UI."""
+    cfg = config_module.load()
+    made = Plan.from_json(connections.storage(cfg.s3_conn_id).get_bytes(plan_url))
+    if held(made):
+        raise HeldTopicsError(made.group, made.run_id, held(made))
+    log.info("no topic was left out of run %s", made.run_id)
 
 
 def commit(plan_url: str) -> dict:
@@ -64,7 +90,15 @@ def commit(plan_url: str) -> dict:
     made = Plan.from_json(storage.get_bytes(plan_url))
     tokens = connections.token_store(cfg)
     summary = committing.commit(cfg, made, storage, tokens, runs.now_utc())
-    log.info("committed %s", json.dumps(summary))
+    log.info("committed run %s: %d records in %d files; tokens of %s advanced", made.run_id,
+             summary["records"], summary["files"], ", ".join(summary["tokens"]) or "no topic")
+    offsets = {}
+    for topic in made.topics():
+        token = tokens.read(made.group, topic).token
+        offsets[topic] = dict(token.offsets) if token else {}
+    mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
+    # ranges retention deleted before they were archived: the freshness task fails on them
+    summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"]
     return summary
 
 

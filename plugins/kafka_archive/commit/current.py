@@ -7,7 +7,8 @@ every earlier row holding one of them, then adds its own rows; a backfill
 (`backfill.json`) replaces the rows of the slices it rebuilt. A file name can come back
 (re-archiving a rewound slice writes the name its superseded predecessor had), so a row
 is taken out by what came after it, never by its URL alone. Runs not committed (a plan
-still in flight) contribute nothing.
+still in flight) contribute nothing. Ranges lost to retention and accepted (commit.losses,
+and skipped anomalies of committed plans from before those records) are in `lost`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from kafka_archive import layout
+from kafka_archive.commit import losses
+from kafka_archive.commit.losses import AcceptedLoss
 from kafka_archive.errors import TerminalError
 from kafka_archive.storage import Storage
 
@@ -30,7 +33,8 @@ class Contents:
     made the slice, and `_generation`, that plan's generation."""
     rows: list[dict]
     plans: dict[str, dict]        # run folder -> plan.json, for every committed run
-    lost: dict[tuple[str, int], list[Range]]  # (topic, partition) -> ranges skipped as lost
+    lost: dict[tuple[str, int], list[Range]]  # (topic, partition) -> ranges accepted as lost
+    accepted: tuple[AcceptedLoss, ...] = ()   # the records behind them: who, when, why
 
     def of_topic(self, topic: str) -> list[dict]:
         return [row for row in self.rows if row["topic"] == topic]
@@ -74,7 +78,11 @@ def current(storage: Storage, archive_root: str, group: str) -> Contents:
                 planned = folders.get(row["replaces_run"].rsplit("/", 1)[-1])
                 if planned in plans:
                     _put(rows, row, planned, plans[planned])
-    return Contents([rows[key] for key in sorted(rows)], plans, dict(lost))
+    accepted = losses.accepted(storage, archive_root, group)
+    for loss in accepted:  # skipped by a plan or accepted by a person: one list either way
+        if (loss.lost_from, loss.lost_to) not in lost[(loss.topic, loss.partition)]:
+            lost[(loss.topic, loss.partition)].append((loss.lost_from, loss.lost_to))
+    return Contents([rows[key] for key in sorted(rows)], plans, dict(lost), tuple(accepted))
 
 
 def row_files(row: dict) -> list[dict]:

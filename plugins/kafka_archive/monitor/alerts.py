@@ -68,16 +68,23 @@ def task_failed(group: str, run_id: str, task_id: str, try_number: int | None, e
 
 def data_lost(group: str, run_id: str, anomalies: Iterable[Anomaly], run_failed: bool,
               link: str) -> Message:
+    """run_failed: the topics are held out of the archive (not skipped by config)."""
     lost = sorted(anomalies, key=lambda a: (a.topic, a.partition))
     total = sum(a.lost_to - a.lost_from for a in lost)
     topics = sorted({a.topic for a in lost})
     rows = [(a.topic, a.partition, f"[{a.lost_from}, {a.lost_to})", a.lost_to - a.lost_from)
             for a in lost]
-    what = (("The run failed and nothing moved. Set <code>on_retention_gap: skip</code> to "
-             "archive from the earliest retained offset, or rewind the token by hand.")
+    what = ((f"{_e(', '.join(topics))} {'is' if len(topics) == 1 else 'are'} left out of the "
+             "archive, run after run, until the loss is accepted; the group's other topics "
+             "are archived as usual. To accept it (recorded with your name, the time and the "
+             "reason; <code>verify</code> then lists the range as known loss) and archive "
+             "from the earliest retained offset, run:"
+             + "".join(f"<pre>{_e(a.remedy(group))}</pre>" for a in lost)
+             + "or trigger the DAG with <code>accept_loss</code>, or set "
+               "<code>on_retention_gap: skip</code> for the group.")
             if run_failed else
             "The run went on from the earliest retained offset "
-            "(<code>on_retention_gap: skip</code>).")
+            "(<code>on_retention_gap: skip</code>); the range is recorded as accepted loss.")
     body = [_p(f"Kafka's retention deleted {total} messages of group <b>{_e(group)}</b> before "
                "they were archived. They are not in the archive and cannot be recovered from "
                "Kafka."), _p(what), _facts([("group", group), ("run", run_id)]),
@@ -85,6 +92,30 @@ def data_lost(group: str, run_id: str, anomalies: Iterable[Anomaly], run_failed:
     where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
     return Message(f"[kafka-archive] {group}: {total} messages lost to retention in {where}",
                    _page(body))
+
+
+def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str) -> Message:
+    """Topics left out of the run for a token that cannot be applied (not retention)."""
+    found = sorted(anomalies, key=lambda a: (a.topic, a.partition))
+    topics = sorted({a.topic for a in found})
+    body = [_p(f"{len(topics)} topic(s) of group <b>{_e(group)}</b> were left out of the run; "
+               "the other topics were archived. Each run leaves them out until a person acts."),
+            _facts([("group", group), ("run", run_id)]),
+            _table(("topic", "problem", "what to do"),
+                   [(a.topic, a.describe(), a.remedy(group)) for a in found]), _links(link)]
+    where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
+    return Message(f"[kafka-archive] {group}: {where} left out of the archive ("
+                   f"{', '.join(sorted({a.kind.replace('_', ' ') for a in found}))})",
+                   _page(body))
+
+
+def unmailed(anomalies: Iterable[Anomaly], mailed: dict[str, str], run_id: str
+             ) -> tuple[list[Anomaly], dict[str, str]]:
+    """The anomalies not mailed yet, and the new record of mailed ones (anomaly key -> run
+    that mailed it), kept only for anomalies still seen: one that comes back is mailed again."""
+    anomalies = list(anomalies)
+    new = [a for a in anomalies if a.key() not in mailed]
+    return new, {a.key(): mailed.get(a.key(), run_id) for a in anomalies}
 
 
 def deadline_missed(group: str, run_id: str, deadline_s: int, queued_at: str | None,

@@ -54,6 +54,23 @@ SCHEMAS: dict[str, tuple[object, dict]] = {
             "oneOf": [{"required": ["offset"]}, {"required": ["timestamp"]}],
         },
     }),
+    "accept_loss": ([], {
+        "type": "array", "title": "Accept loss",
+        "description": 'Before planning, accept data retention deleted before it was archived: '
+                       'record the lost range (who, when, why) and move the token past it, e.g. '
+                       '[{"topic": "orders", "partition": 0, "reason": "outage, agreed with '
+                       'owners"}]. Without partition: every partition of the topic with a gap',
+        "items": {
+            "type": "object",
+            "properties": {
+                "topic": {"type": "string", "minLength": 1},
+                "partition": {"type": ["null", "integer"], "minimum": 0},
+                "reason": {"type": "string", "minLength": 1},
+            },
+            "required": ["topic", "reason"],
+            "additionalProperties": False,
+        },
+    }),
 }
 
 
@@ -65,6 +82,7 @@ def plan_arguments(params: dict) -> dict:
         "topics": tuple(params.get("topics") or ()),
         "caps": Caps(max_records=params.get("max_records"), max_bytes=params.get("max_bytes")),
         "rewinds": tuple(rewind_arguments(item) for item in params.get("rewind") or ()),
+        "accepting": tuple(params.get("accept_loss") or ()),
     }
 
 

@@ -49,17 +49,40 @@ class Slice:
 
 @dataclass(frozen=True)
 class Anomaly:
-    kind: str       # retention_gap
+    """Something wrong with one topic. Unless its action is `skipped` (loss accepted by
+    `on_retention_gap: skip`), the topic is `held`: left out of the run, while the group's
+    other topics are archived; the run then ends failed, naming it."""
+    kind: str       # retention_gap | token_ahead | vanished | malformed_token
     topic: str
-    partition: int
-    lost_from: int
+    partition: int  # -1: the whole topic
+    lost_from: int  # retention_gap: the lost range; token_ahead: token and Kafka's latest
     lost_to: int    # exclusive
-    action: str     # failed | skipped
+    action: str     # failed (the topic is held) | skipped
+    detail: str = ""
 
     def describe(self) -> str:
-        return (f"{self.topic} partition {self.partition}: offsets [{self.lost_from}, "
-                f"{self.lost_to}) ({self.lost_to - self.lost_from} messages) were deleted by "
-                f"retention before they were archived")
+        where = self.topic if self.partition < 0 else f"{self.topic} partition {self.partition}"
+        if self.kind == "retention_gap":
+            count = self.lost_to - self.lost_from
+            return (f"{where}: offsets [{self.lost_from}, {self.lost_to}) ({count} messages) "
+                    "were deleted by retention before they were archived")
+        if self.kind == "token_ahead":
+            return (f"{where}: token says {self.lost_from} but Kafka's latest offset is "
+                    f"{self.lost_to}; the token belongs to other data (another cluster, or a "
+                    "topic deleted and re-created). Delete or fix the token line to go on.")
+        return f"{where}: {self.detail}"
+
+    def key(self) -> str:
+        """The same problem seen by several runs has the same key (mailed once)."""
+        return f"{self.kind} {self.topic} {self.partition} {self.lost_from}"
+
+    def remedy(self, group: str) -> str:
+        if self.kind == "retention_gap":
+            return (f"kafka-archive accept-loss --group {group} --topic {self.topic} "
+                    f"--partition {self.partition} --reason \"...\"")
+        if self.kind == "vanished":
+            return f"delete the token {group}/{self.topic} if the topic was deleted on purpose"
+        return f"fix or delete the token {group}/{self.topic}"
 
 
 @dataclass(frozen=True)
@@ -106,18 +129,32 @@ class RetentionGapError(TerminalError):
     def __init__(self, anomalies: list[Anomaly]):
         self.anomalies = anomalies
         super().__init__("data lost to retention: " + "; ".join(a.describe() for a in anomalies)
-                         + ". Set on_retention_gap: skip to archive from the earliest retained "
-                           "offset, or rewind the token by hand.")
+                         + ". Run kafka-archive accept-loss (or set on_retention_gap: skip) to "
+                           "archive from the earliest retained offset.")
 
 
-class TokenAheadError(TerminalError):
-    pass
+class HeldTopicsError(TerminalError):
+    """Topics left out of a run for their anomalies (already reported when planned)."""
+
+    def __init__(self, group: str, run_id: str, anomalies: list[Anomaly]):
+        self.anomalies = anomalies
+        topics = sorted({a.topic for a in anomalies})
+        super().__init__(
+            f"run {run_id} of group {group} left out topic(s) {', '.join(topics)}; the other "
+            "topics were archived. " + " ".join(f"{a.describe()} Remedy: {a.remedy(group)}."
+                                               for a in anomalies))
+
+
+def held(anomalies) -> list[Anomaly]:
+    """The anomalies that keep their topic out of the run."""
+    return [a for a in anomalies if a.action != "skipped"]
 
 
 def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[int, int]],
            now_ms: int, oldest_pending_ms: Callable[[str, int, int], int | None],
            caps: Caps = Caps()) -> tuple[list[Slice], list[Anomaly], dict[str, str]]:
     """Slices to archive, anomalies found, and partitions left waiting (with the reason).
+    A topic with an anomaly that is not a skipped (accepted) retention gap gets no slice.
 
     tokens: per topic, partition -> next offset (a missing partition has no token).
     oldest_pending_ms(topic, partition, offset): timestamp of the message at offset, asked
@@ -131,10 +168,8 @@ def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[in
         if token is None:
             start = s.earliest if group.start_from == "earliest" else s.latest
         elif token > s.latest:
-            raise TokenAheadError(
-                f"{s.topic} partition {s.partition}: token says {token} but Kafka's latest offset "
-                f"is {s.latest}; the token belongs to other data (another cluster, or a topic "
-                f"deleted and re-created). Delete or fix the token line to go on.")
+            anomalies.append(Anomaly("token_ahead", s.topic, s.partition, token, s.latest, "failed"))
+            continue
         elif token < s.earliest:
             action = "skipped" if group.on_retention_gap == "skip" else "failed"
             anomalies.append(Anomaly("retention_gap", s.topic, s.partition, token, s.earliest, action))
@@ -158,7 +193,9 @@ def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[in
                 continue
         slices.append(Slice(s.topic, s.partition, start,
                             min(s.latest, start + policy.max_records), policy.max_bytes))
-    return slices, anomalies, waiting
+    out = {a.topic for a in held(anomalies)}  # the whole topic: its token moves as one
+    return ([s for s in slices if s.topic not in out], anomalies,
+            {k: v for k, v in waiting.items() if k.rsplit("/", 1)[0] not in out})
 
 
 def only_topics(states: list[PartitionState], topics: tuple[str, ...], group: Group

@@ -12,13 +12,13 @@ import logging
 from datetime import datetime, timezone
 
 from kafka_archive import layout
-from kafka_archive.commit import finalizing
-from kafka_archive.config import Config
+from kafka_archive.commit import finalizing, losses
+from kafka_archive.config import Config, Group
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan import planning, rewinds
-from kafka_archive.plan.planning import Caps, Plan, RetentionGapError
+from kafka_archive.plan.planning import Anomaly, Caps, Plan
 from kafka_archive.storage import Storage
-from kafka_archive.tokens import TokenStore
+from kafka_archive.tokens import MalformedTokenError, TokenStore, Versioned
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +39,25 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
 
     states = planning.only_topics(planning.observe(consumer, group), topics, group)
     with_tokens = set() if topics else set(tokens.topics(group.name))
-    reads = {t: tokens.read(group.name, t) for t in sorted({s.topic for s in states} | with_tokens)}
+    reads, unreadable = _read_tokens(tokens, group.name,
+                                     sorted({s.topic for s in states} | with_tokens))
     _refuse_other_clusters(config, group.name, reads)
+    states = [s for s in states if s.topic in reads]  # an unreadable token holds its topic
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     slices, anomalies, waiting = planning.decide(
         group, states, offsets, int(now.timestamp() * 1000), planning.oldest_pending_reader(consumer),
         caps)
-    failed = [a for a in anomalies if a.action == "failed"]
-    if failed:
-        # recorded even though the run fails: the lost range must not be forgotten
+    anomalies = unreadable + _vanished(group, consumer, reads, {s.topic for s in states}) + anomalies
+    if anomalies and not dry_run:
+        # recorded even when every topic is held: the lost range must not be forgotten
         storage.put_bytes(layout.run_file(config.archive_root, group.name, run_id, "anomalies.json"),
-                          json.dumps([a.__dict__ for a in failed], indent=1).encode())
-        raise RetentionGapError(failed)
+                          json.dumps([a.__dict__ for a in anomalies], indent=1).encode())
+        for a in anomalies:
+            if a.kind == "retention_gap" and a.action == "skipped":
+                losses.record(storage, config.archive_root, losses.AcceptedLoss(
+                    group.name, a.topic, a.partition, a.lost_from, a.lost_to,
+                    "on_retention_gap: skip", now.isoformat(timespec="seconds"),
+                    f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
     slices, superseded = rewinds.supersede(storage, config, group.name, slices, offsets)
     topics = sorted({s.topic for s in slices})
@@ -72,6 +79,34 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                       json.dumps({"run_id": run_id, "plan": plan_url}).encode())
     _move_aside(storage, config, plan)
     return plan
+
+
+def _read_tokens(tokens: TokenStore, group: str, topics: list[str]
+                 ) -> tuple[dict[str, Versioned], list[Anomaly]]:
+    """Each topic's token; a malformed one is the topic's anomaly, not the group's failure."""
+    reads, unreadable = {}, []
+    for topic in topics:
+        try:
+            reads[topic] = tokens.read(group, topic)
+        except MalformedTokenError as exc:
+            unreadable.append(Anomaly("malformed_token", topic, -1, exc.line, exc.line, "failed",
+                                      str(exc)))
+    return reads, unreadable
+
+
+def _vanished(group: Group, consumer, reads: dict[str, Versioned], observed: set[str]
+              ) -> list[Anomaly]:
+    """Topics the group selects and has archived (a token with lines) that Kafka no longer
+    has: deleted, or a cluster that lost them; their token waits for a person."""
+    candidates = [t for t, r in reads.items()
+                  if t not in observed and r.token and r.token.offsets and group.selects(t)]
+    if not candidates:
+        return []
+    existing = consumer.topics()
+    return [Anomaly("vanished", t, -1, 0, 0, "failed",
+                    "the group has a token for this topic but Kafka has no such topic (deleted, "
+                    "or another cluster); its token is kept")
+            for t in candidates if t not in existing]
 
 
 def _refuse_other_clusters(config: Config, group: str, reads: dict) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -162,8 +162,8 @@ def _missing(start: int, end: int, where: str, known_gaps: Iterable[Range],
         holes += uncovered
     return ([Finding(GAP, f"offsets {_show(r)} {where}: gap (Kafka has no such offsets)")
              for r in gaps]
-            + [Finding(LOST, f"offsets {_show(r)} {where}: deleted by retention before they "
-                             "were archived (skipped by a plan)") for r in lost]
+            + [Finding(LOST, f"known loss: offsets {_show(r)} {where}: deleted by retention "
+                             "before they were archived, loss accepted") for r in lost]
             + [Finding(ERROR, f"hole: offsets {_show(r)} {where} are in no file") for r in holes])
 
 
@@ -220,9 +220,16 @@ class Report:
     group: str
     partitions: list[PartitionReport]
     ignored: list[str]  # objects under the group that are not archive files
+    accepted: tuple = ()  # commit.losses.AcceptedLoss records: known loss, who, when, why
 
     def errors(self) -> list[Finding]:
         return [f for p in self.partitions for f in p.findings if f.level == ERROR]
+
+    def to_json(self) -> dict:
+        """The report for programs: per partition its files and findings, and the totals."""
+        return {"group": self.group, "ok": not self.errors(), "errors": len(self.errors()),
+                "files": sum(len(p.files) for p in self.partitions),
+                "partitions": [asdict(p) for p in self.partitions], "ignored": self.ignored}
 
     def render(self) -> str:
         lines = []
@@ -230,6 +237,7 @@ class Report:
             lines.append(p.title())
             lines += [f"  {f.level}: {f.message}" for f in p.findings]
         lines += [f"info: ignored {url}: not an archive file name" for url in self.ignored]
+        lines += [f"known loss: {loss.describe()}" for loss in self.accepted]
         files = sum(len(p.files) for p in self.partitions)
         lines.append(f"group {self.group}: {len(self.partitions)} partitions, {files} files, "
                      f"{len(self.errors())} errors")
@@ -305,7 +313,7 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
             partitions.append(report)
-    return Report(group, partitions, ignored)
+    return Report(group, partitions, ignored, contents.accepted)
 
 
 def _summary(storage: Storage, url: str, name: layout.ArchivedFile, partition: int,

@@ -68,11 +68,37 @@ def test_data_lost_names_each_range_and_the_total():
     assert "<td>billing.events</td><td>0</td><td>[40, 41)</td><td>1</td>" in message.html
     assert "<td>billing.events</td><td>2</td><td>[5, 105)</td><td>100</td>" in message.html
     assert message.html.index("[40, 41)") < message.html.index("[5, 105)")  # by partition
-    assert "The run failed and nothing moved" in message.html
+    assert "left out of the archive, run after run, until the loss is accepted" in message.html
+    assert ("<pre>kafka-archive accept-loss --group backup --topic billing.events --partition 2 "
+            "--reason &quot;...&quot;</pre>") in message.html
     skipped = alerts.data_lost("backup", "r7", lost[:1] + [
         Anomaly("retention_gap", "orders", 1, 0, 3, "skipped")], False, LINK)
     assert "in 2 topics" in skipped.subject
     assert "went on from the earliest retained offset" in skipped.html
+
+
+def test_topics_held_names_each_problem_and_its_remedy():
+    found = [Anomaly("token_ahead", "orders", 1, 80, 50, "failed"),
+             Anomaly("malformed_token", "clicks", -1, 3, 3, "failed",
+                     "malformed token /t/backup/clicks.token, line 3: bad offset")]
+    message = alerts.topics_held("backup", "r7", found, LINK)
+    assert message.subject == ("[kafka-archive] backup: 2 topics left out of the archive "
+                               "(malformed token, token ahead)")
+    assert "clicks: malformed token /t/backup/clicks.token, line 3: bad offset" in message.html
+    assert "orders partition 1: token says 80 but Kafka&#x27;s latest offset is 50" in message.html
+    assert "fix or delete the token backup/orders" in message.html
+
+
+def test_each_anomaly_is_mailed_once_until_it_is_gone():
+    gap = Anomaly("retention_gap", "a", 0, 5, 20, "failed")
+    ahead = Anomaly("token_ahead", "b", 0, 9, 3, "failed")
+    new, mailed = alerts.unmailed([gap], {}, "r1")
+    assert new == [gap] and mailed == {gap.key(): "r1"}
+    new, mailed = alerts.unmailed([gap, ahead], mailed, "r2")  # the gap again, seen by a retry
+    assert new == [ahead] and mailed == {gap.key(): "r1", ahead.key(): "r2"}
+    new, mailed = alerts.unmailed([ahead], mailed, "r3")  # the gap was accepted: forgotten
+    assert new == [] and mailed == {ahead.key(): "r2"}
+    assert alerts.unmailed([gap], mailed, "r4")[0] == [gap]  # a new gap at that spot: mailed
 
 
 def test_deadline_missed_names_run_deadline_and_what_is_in_flight():

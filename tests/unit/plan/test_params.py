@@ -19,7 +19,7 @@ def validated(conf: dict) -> dict:
 
 def test_defaults_make_a_scheduled_run_plan_as_before():
     assert plan_arguments(validated({})) == {"dry_run": False, "topics": (), "caps": Caps(),
-                                             "rewinds": ()}
+                                             "rewinds": (), "accepting": ()}
 
 
 def test_a_full_manual_trigger_becomes_plan_arguments():

@@ -4,8 +4,8 @@ import pytest
 
 from kafka_archive.config import FormatSpec, Group, Policy
 from kafka_archive.errors import TerminalError
-from kafka_archive.plan.planning import (Caps, PartitionState, Slice, TokenAheadError, decide,
-                                         only_topics)
+from kafka_archive.plan.planning import (Caps, HeldTopicsError, PartitionState, Slice, decide,
+                                         held, only_topics)
 
 GROUP = Group(name="backup", schedule=None, include=(".*",), exclude=("_.*",),
               start_from="earliest", on_retention_gap="fail", format=FormatSpec(),
@@ -41,19 +41,39 @@ def test_nothing_pending_means_no_slice():
                 {"t": {0: 7}})[0] == []
 
 
-def test_retention_gap_is_recorded_and_skipped_or_failed_by_config():
+def test_retention_gap_is_recorded_and_skipped_or_held_by_config():
     states = [PartitionState("t", 3, 120, 200)]
     slices, anomalies, _ = plan(states, {"t": {3: 100}})
+    assert slices == []  # held: the topic is left out of the run
     assert [(a.lost_from, a.lost_to, a.action) for a in anomalies] == [(100, 120, "failed")]
     assert "t partition 3: offsets [100, 120) (20 messages)" in anomalies[0].describe()
+    assert anomalies[0].remedy("backup") == (
+        'kafka-archive accept-loss --group backup --topic t --partition 3 --reason "..."')
     skip = replace(GROUP, on_retention_gap="skip")
     slices, anomalies, _ = plan(states, {"t": {3: 100}}, skip)
     assert slices == [Slice("t", 3, 120, 200, 10_000)] and anomalies[0].action == "skipped"
+    assert held(anomalies) == []
 
 
-def test_token_beyond_latest_offset_is_an_error_naming_the_partition():
-    with pytest.raises(TokenAheadError, match=r"t partition 0: token says 80 .* latest offset is 50"):
-        plan([PartitionState("t", 0, 0, 50)], {"t": {0: 80}})
+def test_a_topic_with_an_anomaly_is_held_whole_and_the_others_go_on():
+    states = [PartitionState("a", 0, 120, 200), PartitionState("a", 1, 0, 50),
+              PartitionState("b", 0, 0, 30)]
+    slices, anomalies, _ = plan(states, {"a": {0: 100, 1: 10}, "b": {0: 10}})
+    assert slices == [Slice("b", 0, 10, 30, 10_000)]  # not even a's healthy partition 1
+    assert [a.topic for a in held(anomalies)] == ["a"]
+    message = str(HeldTopicsError("backup", "run-1", held(anomalies)))
+    assert message.startswith("run run-1 of group backup left out topic(s) a; the other topics "
+                              "were archived.")
+    assert "kafka-archive accept-loss --group backup --topic a --partition 0" in message
+
+
+def test_token_beyond_latest_offset_holds_the_topic_naming_the_partition():
+    slices, anomalies, _ = plan([PartitionState("t", 0, 0, 50), PartitionState("u", 0, 0, 5)],
+                                {"t": {0: 80}})
+    assert slices == [Slice("u", 0, 0, 5, 10_000)]
+    assert [(a.kind, a.action) for a in anomalies] == [("token_ahead", "failed")]
+    assert anomalies[0].describe().startswith("t partition 0: token says 80 but Kafka's latest "
+                                              "offset is 50")
 
 
 def test_min_records_waits_until_max_delay():

@@ -1,0 +1,77 @@
+"""The group pages in the Airflow UI: a FastAPI app the api-server mounts at /kafka-archive
+(registered by plugins/kafka_archive_ui.py), shown as a "Kafka archive" tab on every DAG's
+page and as a menu entry.
+
+Behind Airflow's own login: every page requires the caller's Airflow session (the UI's
+JWT cookie, or a bearer token) through the api-server's own security dependencies, and
+read access to the group's DAG (runs); a caller without a session is sent to the login
+page. The data comes from kafka_archive.monitor.overview, the CLI's functions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from urllib.parse import urlencode
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import requires_access_dag, requires_authenticated
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from kafka.errors import KafkaError
+from starlette.exceptions import HTTPException
+
+from kafka_archive import brokers, config as config_module
+from kafka_archive.airflow import connections
+from kafka_archive.errors import ArchiveError
+from kafka_archive.monitor import overview, page
+from kafka_archive.monitor.alerts import dag_id as dag_of
+
+app = FastAPI(title="kafka-archive", docs_url=None, redoc_url=None, openapi_url=None)
+
+# where the Airflow UI shows the pages: a tab on each DAG's page, an entry in Browse
+EXTERNAL_VIEWS = [
+    {"name": "Kafka archive", "href": f"{page.PREFIX}/dag/{{DAG_ID}}", "destination": "dag",
+     "url_route": "kafka-archive-dag"},
+    {"name": "Kafka archive", "href": f"{page.PREFIX}/", "destination": "nav",
+     "category": "browse", "url_route": "kafka-archive"},
+]
+
+
+@app.exception_handler(HTTPException)
+async def _to_login(request: Request, exc: HTTPException):
+    """No session (401): the browser goes to Airflow's login and comes back."""
+    if exc.status_code == 401:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        login = get_auth_manager().get_url_login()
+        return RedirectResponse(f"{login}?{urlencode({'next': str(request.url)})}", 303)
+    return JSONResponse({"detail": exc.detail}, exc.status_code)
+
+
+@app.get("/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
+def index() -> str:
+    cfg = config_module.load()
+    return page.index(sorted(cfg.groups), {g: dag_of(g) for g in cfg.groups})
+
+
+@app.get("/dag/{dag_id}", response_class=HTMLResponse,
+         dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
+def group_page(dag_id: str) -> HTMLResponse:
+    """The page of the group the DAG archives (a plain `def`: FastAPI runs it in a thread,
+    so its blocking Kafka and S3 calls do not hold up the api-server)."""
+    cfg = config_module.load()
+    group = next((g for g in cfg.groups if dag_of(g) == dag_id), None)
+    if group is None:
+        return HTMLResponse(page.not_a_group(dag_id, sorted(cfg.groups)))
+    consumer = None
+    try:
+        consumer = brokers.consumer(cfg)
+        now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+        seen = overview.gather(cfg, group, connections.storage(cfg.s3_conn_id),
+                               connections.token_store(cfg), consumer, now_ms)
+    except (ArchiveError, KafkaError, OSError) as exc:
+        return HTMLResponse(page.failure(group, f"{type(exc).__name__}: {exc}"), 503)
+    finally:
+        if consumer is not None:
+            consumer.close()
+    return HTMLResponse(page.render(seen, f"/dags/{dag_id}"))

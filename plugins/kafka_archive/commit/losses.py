@@ -1,0 +1,125 @@
+"""Data lost to retention, accepted: the sanctioned way past a retention gap.
+
+By default a topic whose token is below Kafka's earliest retained offset is held out of
+every run (planning.Anomaly). A person accepts the loss (`kafka-archive accept-loss`, or
+the trigger param `accept_loss`), or the group does so itself (`on_retention_gap: skip`).
+Either way the lost range is recorded, with who accepted it, when and why, under
+`_runs/<group>/_accepted_loss/` (one small JSON file per range, named by its first offset,
+so recording again is harmless); then the token moves to the earliest retained offset by
+compare-and-swap. `accepted` reads the records back: verify lists them as known loss.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, replace
+
+from kafka import TopicPartition
+
+from kafka_archive import layout
+from kafka_archive.config import Config
+from kafka_archive.errors import TerminalError
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import TokenConflictError, TokenStore
+
+log = logging.getLogger(__name__)
+
+
+class AcceptLossError(TerminalError):
+    """Nothing to accept, or not now; nothing was written."""
+
+
+@dataclass(frozen=True)
+class AcceptedLoss:
+    group: str
+    topic: str
+    partition: int
+    lost_from: int
+    lost_to: int  # exclusive: Kafka's earliest retained offset when accepted
+    by: str
+    at: str       # ISO-8601 UTC
+    reason: str
+
+    def describe(self) -> str:
+        return (f"{self.topic} partition {self.partition}: offsets [{self.lost_from}, "
+                f"{self.lost_to}) ({self.lost_to - self.lost_from} messages) lost to retention, "
+                f"accepted by {self.by} at {self.at}: {self.reason}")
+
+
+def gaps(token_offsets: dict[int, int], earliest: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """Per partition whose token is below Kafka's earliest offset: the lost [from, to). Pure."""
+    return {p: (token_offsets[p], first) for p, first in sorted(earliest.items())
+            if p in token_offsets and token_offsets[p] < first}
+
+
+def record(storage: Storage, archive_root: str, loss: AcceptedLoss) -> str:
+    url = layout.accepted_loss(archive_root, loss.group, loss.topic, loss.partition,
+                               loss.lost_from)
+    storage.put_bytes(url, json.dumps(asdict(loss), indent=1, sort_keys=True).encode())
+    return url
+
+
+def accepted(storage: Storage, archive_root: str, group: str) -> list[AcceptedLoss]:
+    """Every accepted loss of a group, in (topic, partition, offset) order."""
+    folder = layout.accepted_loss(archive_root, group, "x", 0, 0).rsplit("/", 2)[0]
+    found = []
+    for url, _ in storage.list(folder):
+        if url.endswith(".json"):
+            try:
+                found.append(AcceptedLoss(**json.loads(storage.get_bytes(url))))
+            except (ValueError, TypeError) as exc:
+                raise TerminalError(f"{url}: not a readable accepted-loss record: {exc}") from None
+    return sorted(found, key=lambda a: (a.topic, a.partition, a.lost_from))
+
+
+def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group: str,
+           topic: str, reason: str, by: str, at: str, partition: int | None = None
+           ) -> list[AcceptedLoss]:
+    """Record the ranges retention deleted from topic (one partition, or each with a gap)
+    and move their token lines to Kafka's earliest offset, in one compare-and-swap."""
+    config.group(group)  # an unknown group is a config error
+    if not reason.strip():
+        raise AcceptLossError("say why the loss is acceptable (--reason)")
+    read = tokens.read(group, topic)
+    token = read.token
+    if token is None or not token.offsets:
+        raise AcceptLossError(f"no token for {group}/{topic}: nothing was archived, so nothing "
+                              "is lost; its next run starts from start_from")
+    if token.bootstrap != config.bootstrap_servers:
+        raise AcceptLossError(f"token {group}/{topic} was written for Kafka at "
+                              f"{token.bootstrap}, but the config says {config.bootstrap_servers}")
+    _refuse_in_flight(storage, config, group, topic)
+    chosen = [partition] if partition is not None else sorted(token.offsets)
+    earliest = consumer.beginning_offsets([TopicPartition(topic, p) for p in chosen])
+    found = gaps(dict(token.offsets), {tp.partition: o for tp, o in earliest.items()})
+    if not found:
+        where = f"partition {partition}" if partition is not None else "any partition"
+        raise AcceptLossError(
+            f"{group}/{topic}: no retention gap in {where} (token "
+            f"{', '.join(f'{p}: {token.offsets.get(p)}' for p in chosen)}; Kafka's earliest "
+            f"{', '.join(f'{tp.partition}: {o}' for tp, o in sorted(earliest.items()))}): "
+            "nothing to accept")
+    losses = [AcceptedLoss(group, topic, p, a, b, by, at, reason) for p, (a, b) in found.items()]
+    for loss in losses:  # first the record: a loss is never accepted without one
+        record(storage, config.archive_root, loss)
+    offsets = {**token.offsets, **{p: b for p, (_, b) in found.items()}}
+    try:
+        tokens.write(replace(token, offsets=offsets), expected_version=read.version)
+    except TokenConflictError as exc:
+        raise AcceptLossError(f"token {group}/{topic} changed meanwhile (a run committed): "
+                              f"it was not moved; run accept-loss again ({exc.found})") from None
+    for loss in losses:
+        log.warning("accepted: %s", loss.describe())
+    return losses
+
+
+def _refuse_in_flight(storage: Storage, config: Config, group: str, topic: str) -> None:
+    """A plan in flight that archives the topic would fail its commit on a moved token."""
+    marker = storage.get_or_none(layout.inflight_marker(config.archive_root, group))
+    if marker is None:
+        return
+    plan_url = json.loads(marker)["plan"]
+    if topic in json.loads(storage.get_bytes(plan_url)).get("token_versions", {}):
+        raise AcceptLossError(f"run {json.loads(marker).get('run_id')} of group {group} is in "
+                              f"flight with topic {topic}: let it commit, then accept the loss")

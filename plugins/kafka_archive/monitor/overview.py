@@ -1,0 +1,120 @@
+"""What a group's page in the Airflow UI shows, gathered with the functions the CLI uses:
+per partition the lag (kafka_archive.monitor.status, as `kafka-archive status`), per
+topic the freshness against its SLA (kafka_archive.monitor.freshness, as the DAG's
+freshness task), the last committed runs with their throughput, the audit's unresolved
+mismatches (kafka_archive.audit.incremental.alarms, as `kafka-archive audit list`) and
+the ranges skipped because retention deleted them (kafka_archive.commit.current).
+
+`run_summary` is pure; `gather` and `recent_runs` read Kafka, the tokens and the archive.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from kafka_archive import layout
+from kafka_archive.audit import incremental
+from kafka_archive.audit.checkpoint import Alarm
+from kafka_archive.commit.current import current, row_files, run_folders
+from kafka_archive.config import Config
+from kafka_archive.monitor import freshness, status
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import TokenStore
+
+RUNS_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    planned_at: str
+    committed_at: str
+    records: int
+    bytes: int
+    files: int
+    seconds: float | None  # from the plan to the commit (Spark's start-up included)
+
+    @property
+    def mb_per_s(self) -> float | None:
+        """Megabytes (10^6 bytes) written per second, plan to commit."""
+        return self.bytes / 1e6 / self.seconds if self.seconds else None
+
+
+@dataclass(frozen=True)
+class TopicFreshness:
+    topic: str
+    lag_s: float | None  # None: Kafka did not tell
+    sla_s: int
+
+    @property
+    def past_sla(self) -> bool:
+        return self.lag_s is not None and self.lag_s > self.sla_s
+
+
+@dataclass(frozen=True)
+class GroupOverview:
+    group: str
+    at_ms: int
+    partitions: list[status.PartitionStatus]
+    freshness: list[TopicFreshness]
+    runs: list[RunSummary]          # newest first
+    audited: bool
+    alarms: list[Alarm]             # new, open and acknowledged mismatches
+    lost: dict[tuple[str, int], list[tuple[int, int]]]  # skipped: retention deleted them
+
+
+def run_summary(plan: dict, manifest: dict, committed: dict) -> RunSummary:
+    slices = manifest.get("slices", ())
+    seconds = None
+    try:
+        seconds = (datetime.fromisoformat(committed["committed_at"])
+                   - datetime.fromisoformat(plan["created_at"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        pass
+    return RunSummary(committed.get("run_id") or plan.get("run_id", "?"),
+                      plan.get("created_at", "?"), committed.get("committed_at", "?"),
+                      sum(r["records"] for r in slices), sum(r.get("bytes") or 0 for r in slices),
+                      sum(len(row_files(r)) for r in slices),
+                      None if seconds is None else max(seconds, 1.0))  # times are in seconds
+
+
+def recent_runs(storage: Storage, root: str, group: str, limit: int = RUNS_SHOWN) -> list[RunSummary]:
+    """The group's last `limit` committed runs, newest first."""
+    committed = []
+    for folder, names in run_folders(storage, layout.runs_dir(root, group)).items():
+        if "committed.json" in names:
+            committed.append((json.loads(storage.get_bytes(f"{folder}/committed.json")), folder))
+    committed.sort(key=lambda c: c[0]["committed_at"], reverse=True)
+    return [run_summary(json.loads(storage.get_bytes(f"{folder}/plan.json")),
+                        json.loads(storage.get_bytes(f"{folder}/manifest.json")), done)
+            for done, folder in committed[:limit]]
+
+
+def topic_freshness(config: Config, group_name: str, tokens: TokenStore, consumer,
+                    now_ms: int) -> list[TopicFreshness]:
+    group = config.group(group_name)
+    offsets = {}
+    for topic in tokens.topics(group.name):
+        token = tokens.read(group.name, topic).token
+        offsets[topic] = dict(token.offsets) if token else {}
+    partitions = freshness.observe(consumer, group, offsets, [])
+    lags = freshness.topic_lags(partitions, now_ms)
+    return [TopicFreshness(t, lags.get(t), group.policy_for(t).freshness_s)
+            for t in sorted({p.topic for p in partitions})]
+
+
+def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, consumer,
+           now_ms: int | None = None) -> GroupOverview:
+    now_ms = now_ms if now_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
+    config.group(group)  # an unknown group fails here, naming the configured ones
+    audited = group in config.audit.groups
+    return GroupOverview(
+        group=group, at_ms=now_ms,
+        partitions=status.status(config, tokens, consumer, now_ms, group, storage),
+        freshness=topic_freshness(config, group, tokens, consumer, now_ms),
+        runs=recent_runs(storage, config.archive_root, group),
+        audited=audited,
+        alarms=incremental.alarms(storage, config, group) if audited else [],
+        lost=current(storage, config.archive_root, group).lost)

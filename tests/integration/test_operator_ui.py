@@ -1,0 +1,238 @@
+"""What an operator sees, on a real Airflow after one 12-slice run of the backup DAG
+(made once for the module):
+
+- the archive task's log: one line per slice and a summary, under 100 lines in all;
+- Kafka's own `kafka-consumer-groups --describe` (from the installed Kafka jars) shows the
+  consumer group `kafka-archive.backup` at the tokens' offsets;
+- the CLI's output pipes: `status --json | head -c 10` and `cat FILE | head -1` end
+  without a traceback, `cat --format json` gives the produced records back, and commands
+  print no INFO log lines;
+- the group's page, behind Airflow's login: refused without a session, and in Chromium
+  (headless, logged in through Airflow's login form) its lag numbers equal
+  `kafka-archive status --json`; a screenshot of the page inside the Airflow UI is kept
+  in .cache/screenshots/.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+
+import localservices
+
+DAG = "kafka_archive_backup"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--window-size=1500,1100")
+SCREENSHOT = localservices.ROOT / ".cache" / "screenshots" / "kafka-archive-ui.png"
+
+
+def make_topics(kafka: str, names: list[str], partitions: int, messages: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all", linger_ms=5)
+    for name in names:
+        for p in range(partitions):
+            for i in range(messages):
+                producer.send(name, key=f"k{i}".encode(), value=b"v" * 500, partition=p,
+                              headers=[("source", b"ui-test")])
+    producer.flush()
+    producer.close()
+
+
+def consumer_group_offsets(kafka: str, group: str) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> CURRENT-OFFSET, as Kafka's kafka-consumer-groups tool shows them."""
+    jars = localservices.ROOT / ".cache" / "jars" / "kafka"
+    out = subprocess.run(["java", "-cp", f"{jars}/*",
+                          "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                          "--bootstrap-server", kafka, "--describe", "--group", group],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()]
+    return {(r[1], int(r[2])): int(r[3]) for r in rows if len(r) >= 6 and r[0] == group}
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    assert Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(), \
+        "Debian's chromium and chromium-driver are missing: run scripts/install"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(driver, condition, what: str, timeout_s: float = 60):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(condition)
+    except Exception:
+        pytest.fail(f"{what} not seen in {timeout_s}s at {driver.current_url}:\n"
+                    f"{driver.page_source[-2000:]}")
+
+
+@dataclass(frozen=True)
+class ArchivedRun:
+    topics: list[str]
+    run_id: str
+    cli_env: dict[str, str]
+
+    def cli(self, *args: str, pipe: str = "") -> subprocess.CompletedProcess:
+        """kafka-archive with the stack's config; `pipe`: a shell command its output goes to."""
+        command = " ".join(shlex.quote(a) for a in (
+            str(Path(sys.executable).parent / "kafka-archive"), *args))
+        return subprocess.run(f"set -o pipefail; {command} {pipe}", shell=True,
+                               executable="/bin/bash", capture_output=True, timeout=300,
+                               env=self.cli_env)
+
+
+@pytest.fixture(scope="module")
+def archived(airflow_stack, airflow_env, kafka) -> ArchivedRun:
+    """Three topics of four partitions, 25 messages each, archived by one triggered run."""
+    unique = uuid.uuid4().hex[:8]
+    topics = [f"ui-{unique}-{n}" for n in ("a", "b", "c")]
+    make_topics(kafka, topics, partitions=4, messages=25)   # 3 x 4 = 12 slices
+    airflow_stack.unpause(DAG)
+    r = airflow_stack.trigger(DAG, {"topics": topics})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    airflow_stack.wait_for_run(DAG, run_id)
+    states = airflow_stack.task_states(DAG, run_id)
+    assert [states[t] for t in ("plan", "archive", "commit", "freshness")] == ["success"] * 4, states
+    return ArchivedRun(topics, run_id,
+                       {**airflow_env, "KAFKA_ARCHIVE_CONFIG": str(airflow_stack.config_file)})
+
+
+def test_the_archive_log_has_a_line_per_slice_and_a_summary(airflow_stack, archived):
+    log = airflow_stack.task_log(DAG, archived.run_id, "archive").splitlines()
+    slices = [line for line in log if re.search(r"slice ui-\S+ partition \d offsets \[0, 25\): "
+                                                r"25 records, \d+ bytes -> s3://", line)]
+    assert len(slices) == 12, "\n".join(log)
+    assert any(re.search(r"archived run .*12 slices, 300 records, \d+ bytes, 12 files in "
+                         r"[\d.]+ s \([\d.e-]+ MB/s\)", line) for line in log), "\n".join(log)
+    assert len(log) < 100, f"{len(log)} lines:\n" + "\n".join(log)
+    print(f"archive task log: {len(log)} lines")
+
+
+def test_kafka_consumer_groups_shows_the_tokens(airflow_stack, kafka, archived):
+    from kafka_archive.tokens import open_store
+
+    tokens = open_store(airflow_stack.config().token_root, None)
+    expected = {(t, p): o for t in archived.topics
+                for p, o in tokens.read("backup", t).token.offsets.items()}
+    assert len(expected) == 12 and set(expected.values()) == {25}
+    shown = consumer_group_offsets(kafka, "kafka-archive.backup")
+    assert {k: v for k, v in shown.items() if k[0] in archived.topics} == expected
+
+
+def test_cli_output_pipes_and_round_trips(airflow_stack, s3, archived):
+    status = archived.cli("status", "--group", "backup", "--json", pipe="| head -c 10")
+    assert status.stdout.startswith(b"[") and len(status.stdout) == 10
+    assert b"Traceback" not in status.stderr and b"Error" not in status.stderr, status.stderr
+    root = airflow_stack.config().archive_root
+    url = f"{root}/backup/{archived.topics[0]}/partition=2/1_2_{0:020d}.seq"
+    first = archived.cli("cat", url, pipe="| head -1")
+    assert first.stdout.startswith(b"0  ") and first.stdout.count(b"\n") == 1, first
+    assert b"Traceback" not in first.stderr, first.stderr
+    records = archived.cli("cat", "--format", "json", url)
+    assert records.returncode == 0 and records.stderr == b"", records.stderr
+    lines = [json.loads(line) for line in records.stdout.decode().splitlines()]
+    assert [r["offset"] for r in lines] == list(range(25))
+    for i, r in enumerate(lines):
+        assert base64.b64decode(r["key"]) == f"k{i}".encode()
+        assert base64.b64decode(r["value"]) == b"v" * 500
+        assert [(n, base64.b64decode(v)) for n, v in r["headers"]] == [("source", b"ui-test")]
+        assert r["timestamp_ms"] > 1_700_000_000_000
+    raw = archived.cli("cat", "--format", "raw", "--limit", "2", url)
+    assert raw.stdout == b"v" * 500 + b"\n" + b"v" * 500 + b"\n"
+    verify = archived.cli("verify", "--group", "backup", "--json")
+    report = json.loads(verify.stdout)
+    assert report["group"] == "backup" and report["files"] >= 12, report
+    assert b" INFO " not in verify.stderr and b"[info" not in verify.stderr, verify.stderr
+
+
+def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser):
+    from selenium.webdriver.common.by import By
+
+    topics, run_id = archived.topics, archived.run_id
+    # some lag to show: 3 messages more in one partition
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    for _ in range(3):
+        producer.send(topics[0], value=b"pending", partition=1)
+    producer.flush()
+    producer.close()
+    cli = archived.cli("status", "--group", "backup", "--json")
+    assert cli.returncode == 0, cli.stderr
+    lags = {(s["topic"], s["partition"]): s["lag_messages"] for s in json.loads(cli.stdout)
+            if s["topic"] in topics}
+    assert len(lags) == 12 and lags[(topics[0], 1)] == 3 and sum(lags.values()) == 3
+
+    # no session, no page
+    page_url = f"{airflow_stack.url}/kafka-archive/dag/{DAG}"
+    anonymous = httpx.get(page_url, follow_redirects=False, timeout=60)
+    assert anonymous.status_code == 303 and "/auth/login" in anonymous.headers["location"]
+    assert topics[0] not in anonymous.text
+    forged = httpx.get(page_url, cookies={"_token": "forged"}, timeout=60)
+    assert forged.status_code == 403 and topics[0] not in forged.text
+    plugins = airflow_stack.api.get("/api/v2/plugins").json()["plugins"]
+    assert [p["name"] for p in plugins] == ["kafka_archive"], plugins
+
+    # log in through Airflow's login form, which sends the browser back to the page
+    browser.get(page_url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "input[type=password]"),
+             "the login form")
+    browser.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(
+        localservices.AIRFLOW_USER)
+    browser.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(
+        localservices.airflow_password(localservices.local_env()))
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(browser, lambda d: d.find_elements(By.ID, "lag-table"), "the group's page", 120)
+    shown_lags = {}
+    for row in browser.find_elements(By.CSS_SELECTOR, "#lag-table tr[data-topic]"):
+        if row.get_attribute("data-topic") in topics:
+            cell = row.find_element(By.CSS_SELECTOR, "td[data-lag]")
+            shown_lags[(row.get_attribute("data-topic"), int(row.get_attribute("data-partition")))] = \
+                int(cell.text)
+    assert shown_lags == lags
+    run_row = browser.find_element(By.CSS_SELECTOR, f"#runs tr[data-run='{run_id}']")
+    assert float(run_row.find_element(By.CSS_SELECTOR, "td.mbps").text) > 0
+    assert "300" in run_row.text and "12" in run_row.text
+    assert browser.find_elements(By.ID, "lag-chart")
+    assert browser.find_elements(By.ID, "audit-ok") or browser.find_elements(By.ID, "alarms")
+    assert all("PAST SLA" not in row.text
+               for row in browser.find_elements(By.CSS_SELECTOR, "#freshness tr[data-topic]")
+               if row.get_attribute("data-topic") in topics)
+
+    # the same page as the DAG's "Kafka archive" tab, inside the Airflow UI
+    browser.get(f"{airflow_stack.url}/dags/{DAG}/plugin/kafka-archive-dag")
+    frame = wait_for(browser, lambda d: d.find_elements(By.TAG_NAME, "iframe"), "the tab's frame")
+    browser.switch_to.frame(frame[0])
+    wait_for(browser, lambda d: d.find_elements(By.ID, "lag-table"), "the page in its tab", 120)
+    browser.switch_to.default_content()
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(SCREENSHOT))
+    print(f"screenshot: {SCREENSHOT}")
