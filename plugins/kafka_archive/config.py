@@ -103,8 +103,9 @@ class Audit:
 @dataclass(frozen=True)
 class SparkSettings:
     """The optional `spark:` section: where and how the archive job runs. In Airflow the
-    master and deploy mode come from the Spark connection (`kafka_archive_spark`); set here
-    they serve the launchers outside Airflow (benchmark, tests) and must agree with it."""
+    master comes from the Spark connection (`kafka_archive_spark`); set here it serves the
+    launchers outside Airflow (benchmark, tests) and must agree with the connection. A
+    deploy mode set here wins over the connection's `deploy-mode` extra."""
     master: str | None = None       # local[2], spark://host:7077, yarn, k8s://https://...
     deploy_mode: str | None = None  # client | cluster
     conf: tuple[tuple[str, str], ...] = ()  # extra Spark properties, every launcher

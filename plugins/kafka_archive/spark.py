@@ -27,6 +27,12 @@ DEFAULT_PY_FILES_DIR = REPO / ".cache" / "py-files"
 DEFAULT_MASTER = "local[2]"
 # Spark's default plus access_key (the key id): what its UI, event log and logs show redacted
 REDACTION_REGEX = r"(?i)secret|password|token|access[._]?key"
+SECRET_SAFE_CONF = {
+    "spark.redaction.regex": REDACTION_REGEX,
+    # a listener event slower than 1 s (a loaded machine) is logged whole at INFO, job
+    # properties unredacted: spark.executorEnv.AWS_SECRET_ACCESS_KEY in the driver's log
+    "spark.scheduler.listenerbus.logSlowEvent": "false",
+}
 # boto3's variables the executors need to reach S3 as the driver does
 EXECUTOR_S3_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                          "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3")
@@ -109,7 +115,7 @@ def archive_submit(config: Config, master: str | None = None) -> Submit:
     if master.startswith("spark://") and deploy_mode == "cluster":
         raise ValueError(f"{config.path}: Spark standalone ({master}) runs Python jobs in client "
                          "mode only: set spark.deploy_mode to client or leave it out")
-    conf = {"spark.redaction.regex": REDACTION_REGEX, **dict(config.spark.conf)}
+    conf = {**SECRET_SAFE_CONF, **dict(config.spark.conf)}
     if deploy_mode != "cluster" and "spark.pyspark.python" in conf:
         # that setting names the executors' Python; the driver here keeps this one
         conf.setdefault("spark.pyspark.driver.python", sys.executable)

@@ -303,3 +303,17 @@ def _executor_pythons(app: str) -> dict[int, str]:
         if b"pyspark.daemon" in argv and app.encode() in parent_argv:
             found[parent] = argv[0].decode()
     return found
+
+
+def test_executor_python_imports_the_job_from_the_zip_alone(tmp_path):
+    """Fast and without services: every module the executors unpickle imports in
+    .cache/executor-venv with only the library zip (what a new import in the job breaks)."""
+    from kafka_archive import spark
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "import kafka_archive.archive.job as job; print(job.__file__)")
+    result = subprocess.run([str(localservices.executor_python()), "-c", code,
+                             str(spark.library_zip(tmp_path))], capture_output=True, text=True,
+                            cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().startswith(str(tmp_path))

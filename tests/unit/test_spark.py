@@ -57,6 +57,7 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
     s = spark.archive_submit(cfg)
     assert (s.master, s.deploy_mode) == ("spark://h:7077", None)
     assert s.conf == {"spark.redaction.regex": spark.REDACTION_REGEX,
+                      "spark.scheduler.listenerbus.logSlowEvent": "false",
                       "spark.pyspark.python": "/opt/py/bin/python",
                       "spark.eventLog.enabled": "true",
                       # the executors' Python is not the driver's
