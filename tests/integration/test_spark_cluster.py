@@ -311,7 +311,8 @@ def test_executor_python_imports_the_job_from_the_zip_alone(tmp_path):
     from kafka_archive import spark
 
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "import kafka_archive.archive.job as job; print(job.__file__)")
+            "import kafka_archive.archive.job as job, kafka_archive.formats.batch; "
+            "print(job.__file__)")
     result = subprocess.run([str(localservices.executor_python()), "-c", code,
                              str(spark.library_zip(tmp_path))], capture_output=True, text=True,
                             cwd=tmp_path, env={"PATH": os.environ["PATH"]})
