@@ -132,9 +132,8 @@ class OpenSlice:
         try:
             out.writer.append_batch(b)
         except OSError as exc:
-            raise TransientError(f"writing {out.url} ({self.topic} partition {self.partition}) "
-                                 f"at offsets {offsets[0]} to {offsets[-1]} to local "
-                                 f"{out.tmp_path} failed: {exc}") from exc
+            raise out.write_error(exc, f"{self.topic} partition {self.partition} at offsets "
+                                       f"{offsets[0]} to {offsets[-1]}") from exc
         out.count += len(b)
         self.count += len(b)
         self.payload += payload
