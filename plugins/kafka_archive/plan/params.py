@@ -16,6 +16,9 @@ _ISO_8601 = (r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?"
              r"(Z|[+-]\d{2}:?\d{2})?$")
 _CAP = {"type": ["null", "integer"], "minimum": 1}
 # a time: ISO-8601 text (UTC unless it names a zone) or epoch milliseconds
+# the topic and optional partition (none: every partition) a rewind or accepted loss names
+TOPIC_PARTITION = {"topic": {"type": "string", "minLength": 1},
+                   "partition": {"type": ["null", "integer"], "minimum": 0}}
 TIME = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": _ISO_8601}]}
 
 # name -> (default, JSON schema with title and description for the form)
@@ -44,8 +47,7 @@ SCHEMAS: dict[str, tuple[object, dict]] = {
         "items": {
             "type": "object",
             "properties": {
-                "topic": {"type": "string", "minLength": 1},
-                "partition": {"type": ["null", "integer"], "minimum": 0},
+                **TOPIC_PARTITION,
                 "offset": {"type": "integer", "minimum": 0},
                 "timestamp": TIME,
             },
@@ -63,8 +65,7 @@ SCHEMAS: dict[str, tuple[object, dict]] = {
         "items": {
             "type": "object",
             "properties": {
-                "topic": {"type": "string", "minLength": 1},
-                "partition": {"type": ["null", "integer"], "minimum": 0},
+                **TOPIC_PARTITION,
                 "reason": {"type": "string", "minLength": 1},
             },
             "required": ["topic", "reason"],
