@@ -28,8 +28,6 @@ spark = (SparkSession.builder.appName("kafka-archive").config(conf=quiet)
          .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
          # the executors reach S3 with the driver's credentials (never on a command line)
          .config(map=launch.executor_env_conf(dict(os.environ)))
-         # a batch job nobody browses: no web UI to start (the Airflow task log has it all)
-         .config("spark.ui.enabled", "false")
          .getOrCreate())
 try:
     manifest = job.run(spark, config.load(launch.shipped_file(args.config)), args.plan)

@@ -33,6 +33,12 @@ SECRET_SAFE_CONF = {
     # properties unredacted: spark.executorEnv.AWS_SECRET_ACCESS_KEY in the driver's log
     "spark.scheduler.listenerbus.logSlowEvent": "false",
 }
+# Defaults of the archive job a config's `spark.conf` may override (spark-submit --conf,
+# unlike a SparkSession builder's setting, yields to the config)
+JOB_DEFAULT_CONF = {
+    # a batch job nobody browses: no web UI to start (the Airflow task log has it all)
+    "spark.ui.enabled": "false",
+}
 # boto3's variables the executors need to reach S3 as the driver does
 EXECUTOR_S3_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                          "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3")
@@ -115,7 +121,7 @@ def archive_submit(config: Config, master: str | None = None) -> Submit:
     if master.startswith("spark://") and deploy_mode == "cluster":
         raise ValueError(f"{config.path}: Spark standalone ({master}) runs Python jobs in client "
                          "mode only: set spark.deploy_mode to client or leave it out")
-    conf = {**SECRET_SAFE_CONF, **dict(config.spark.conf)}
+    conf = {**JOB_DEFAULT_CONF, **SECRET_SAFE_CONF, **dict(config.spark.conf)}
     if deploy_mode != "cluster" and "spark.pyspark.python" in conf:
         # that setting names the executors' Python; the driver here keeps this one
         conf.setdefault("spark.pyspark.driver.python", sys.executable)

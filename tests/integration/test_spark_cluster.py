@@ -185,17 +185,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.xfail(reason="since the branches merged (whole-batch reads, SASL properties) the "
-                   "test rarely sees both executors busy at once before the job ends, so it "
-                   "kills no worker; the retry itself passed before the merge (issue 11 open)",
-                   strict=False)
 def test_worker_killed_mid_job_changes_nothing_and_no_secret_leaks(
         airflow_env, kafka, s3, spark_cluster, service_env, monkeypatch, tmp_path):
     ui = _free_port()
     events = tmp_path / "events"
     p = Pipeline(airflow_env, kafka, s3, f"kill{os.urandom(4).hex()}", tmp_path,
                  kafka_properties=SLOW_FETCHES,
-                 extra=spark_section(spark_cluster, events, **{"spark.ui.port": str(ui)}))
+                 extra=spark_section(spark_cluster, events, **{"spark.ui.enabled": "true",
+                                                                    "spark.ui.port": str(ui)}))
     topic = p.create_topic("slow", PARTITIONS)
     for i in range(PARTITIONS * 6):  # one batch per message: one message per fetch
         p.produce([(topic, i % PARTITIONS, None, f"message {i}".encode(), None)])

@@ -53,10 +53,13 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
     monkeypatch.setenv("KAFKA_ARCHIVE_PY_FILES_DIR", str(tmp_path / "py"))
     cfg = load(tmp_path, "spark:\n  master: spark://h:7077\n  conf:\n"
                          "    spark.pyspark.python: /opt/py/bin/python\n"
-                         "    spark.eventLog.enabled: true\n")
+                         "    spark.eventLog.enabled: true\n"
+                         "    spark.ui.port: 4999\n")
     s = spark.archive_submit(cfg)
     assert (s.master, s.deploy_mode) == ("spark://h:7077", None)
-    assert s.conf == {"spark.redaction.regex": spark.REDACTION_REGEX,
+    assert s.conf == {"spark.ui.enabled": "false",  # the job's default
+                      "spark.ui.port": "4999",
+                      "spark.redaction.regex": spark.REDACTION_REGEX,
                       "spark.scheduler.listenerbus.logSlowEvent": "false",
                       "spark.pyspark.python": "/opt/py/bin/python",
                       "spark.eventLog.enabled": "true",
@@ -65,6 +68,8 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
     assert s.py_files == [str(spark.library_zip(tmp_path / "py"))]
     assert s.files == [str(cfg.path)] and s.jars == [str(jars / "spark-sql-kafka.jar")]
     assert spark.archive_submit(cfg, master="local[2]").master == "local[2]"  # the caller's
+    ui_on = load(tmp_path, "spark:\n  conf:\n    spark.ui.enabled: true\n")
+    assert spark.archive_submit(ui_on).conf["spark.ui.enabled"] == "true"  # the config's
     assert spark.archive_submit(load(tmp_path)).master == "local[2]"  # the default
 
     command = spark.archive_command(cfg, "s3://bucket/p/_runs/backup/r/plan.json",
