@@ -83,3 +83,41 @@ def test_retention_gap_holds_one_topic_and_accept_loss_lets_it_go_on(pipeline, k
     assert ": broker outage; owners agreed" in verified.stdout
     assert f"group {GROUP}: 2 partitions, " in verified.stdout and " 0 errors" in verified.stdout
     assert len(lost_mails(pipeline)) == 1
+
+
+def test_retention_after_planning_commits_the_rest_and_holds_the_topic(pipeline, kafka,
+                                                                        monkeypatch):
+    """Retention deletes A's head between the plan and the archive job: the run commits B,
+    leaves A's token at the planned start and mails the loss once; the next plan holds A
+    like any retention gap, and accept-loss lets it go on (no plan stays stuck in flight)."""
+    a, b = pipeline.create_topic("late", 1), pipeline.create_topic("fine", 1)
+    pipeline.produce([(t, 0, None, f"{t}-{i}".encode(), None) for t in (a, b) for i in range(15)])
+    pipeline.in_env(monkeypatch)
+    plan_url = pipeline.plan("planned")
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.delete_records({TopicPartition(a, 0): 12})
+    admin.close()
+
+    pipeline.archive_to_end(plan_url)
+    summary = pipeline.commit(plan_url)
+    assert summary["records"] == 15 and summary["tokens"] == {a: {"0": 0}, b: {"0": 15}}
+    assert summary["skipped"] == [
+        f"{a} partition 0: offsets [0, 12) (12 messages) were deleted by retention before they "
+        f"were archived (after this run was planned; the topic waits for the loss to be "
+        f"accepted: kafka-archive accept-loss --group {GROUP} --topic {a} --partition 0 "
+        f"--reason \"...\")"]
+    assert pipeline.token_offsets() == {a: {0: 0}, b: {0: 15}}
+    assert {r[0] for r in pipeline.archived_records()} == {b}  # A's partial file is gone
+    _, message = wait_for_mail(pipeline, "lost to retention")
+    assert message["Subject"] == f"[kafka-archive] {GROUP}: 12 messages lost to retention in {a}"
+
+    assert run_dag(pipeline).returncode != 0  # the next run holds A; no plan is in flight
+    assert task_states(pipeline)["plan"] == "failed"
+    assert f"{a} partition 0: offsets [0, 12)" in pipeline.dag_output
+    assert len(lost_mails(pipeline)) == 1  # the same range: not mailed again
+
+    accepted = cli(pipeline, "accept-loss", "--group", GROUP, "--topic", a, "--reason", "late")
+    assert accepted.returncode == 0, accepted.stderr
+    assert run_dag(pipeline).returncode == 0, pipeline.dag_output[-3000:]
+    assert pipeline.token_offsets() == {a: {0: 15}, b: {0: 15}}
+    assert sorted(r[2] for r in pipeline.archived_records() if r[0] == a) == [12, 13, 14]

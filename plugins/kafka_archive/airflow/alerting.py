@@ -1,9 +1,10 @@
 """Sending the alert emails (kafka_archive.monitor.alerts builds them) through Airflow's SMTP
 notifier on the connection `alerts.smtp_conn_id` names.
 
-- task failure: `on_task_failure`, every archive task's on_failure_callback. A failure
-  caused by data lost to retention becomes the data-lost alert, naming each lost range.
-- data lost to retention and skipped (`on_retention_gap: skip`): `on_plan`, from the plan.
+- task failure: `on_task_failure`, every archive task's on_failure_callback.
+- data lost to retention (held, or skipped by `on_retention_gap: skip`): `on_plan`, from
+  the plan; `on_late_loss`, from the commit, for ranges retention deleted after the plan
+  was made (the archive job read them no more).
 - run deadline missed: `deadline_alert`, a Deadline Alert on every archive DAG, counted
   from when the run was queued; the triggerer runs `on_deadline_missed`.
 - archive freshness past its SLA: `check_freshness`, the task after commit (the lag
@@ -36,7 +37,7 @@ from kafka_archive.monitor.page import page_path
 from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
                                           freshness_past_sla, run_link, task_failed,
                                           topics_held, unmailed)
-from kafka_archive.plan.planning import HeldTopicsError, Plan, RetentionGapError
+from kafka_archive.plan.planning import Anomaly, HeldTopicsError, Plan
 
 log = logging.getLogger(__name__)
 
@@ -96,19 +97,33 @@ def on_plan(cfg: Config, plan: Plan, run_id: str) -> None:
     plan re-executed from an earlier run was mailed about then)."""
     if not plan.anomalies or plan.run_id != run_id:
         return
+    _mail_once(cfg, plan.group, run_id, plan.anomalies, forget_unseen=True)
+
+
+def on_late_loss(cfg: Config, group: str, run_id: str, lost: list[Anomaly]) -> None:
+    """Mail the ranges retention deleted between a run's plan and its archive job (the
+    run committed the rest). The next plan sees the same ranges: they are not mailed again."""
+    if lost:
+        _mail_once(cfg, group, run_id, lost, forget_unseen=False)
+
+
+def _mail_once(cfg: Config, group: str, run_id: str, anomalies, forget_unseen: bool) -> None:
+    """forget_unseen: a plan sees every open anomaly, so one it no longer sees is over
+    (mailed again if it comes back); a commit sees only its own."""
     storage = connections.storage(cfg.s3_conn_id)
-    state_url = layout.anomalies_mailed(cfg.archive_root, plan.group)
+    state_url = layout.anomalies_mailed(cfg.archive_root, group)
     mailed = json.loads(storage.get_or_none(state_url) or b"{}")
-    new, still_open = unmailed(plan.anomalies, mailed, run_id)
-    link = link_for(dag_id(plan.group), run_id)
+    new, seen = unmailed(anomalies, mailed, run_id)
+    still_open = seen if forget_unseen else {**mailed, **seen}
+    link = link_for(dag_id(group), run_id)
     for action in ("failed", "skipped"):
         lost = [a for a in new if a.kind == "retention_gap" and a.action == action]
         if lost:
-            send(cfg.alerts, data_lost(plan.group, run_id, lost, action == "failed", link))
+            send(cfg.alerts, data_lost(group, run_id, lost, action == "failed", link))
     others = [a for a in new if a.kind != "retention_gap"]
     if others:
-        send(cfg.alerts, topics_held(plan.group, run_id, others, link))
-    for a in plan.anomalies:
+        send(cfg.alerts, topics_held(group, run_id, others, link))
+    for a in anomalies:
         if a not in new:
             log.warning("already mailed: %s", a.describe())
     if still_open != mailed:
@@ -125,12 +140,8 @@ def on_task_failure(context) -> None:
     if isinstance(error, HeldTopicsError):  # its anomalies were mailed when planned
         log.warning("not mailed again: %s", error)
         return
-    if isinstance(error, RetentionGapError):
-        message = data_lost(group, run_id, error.anomalies, True, link)
-    else:
-        message = task_failed(group, run_id, ti.task_id, ti.try_number, _error_text(error),
-                              _terminal(error), _plan_of(cfg, ti), link, ti.log_url)
-    send(cfg.alerts, message, context)
+    send(cfg.alerts, task_failed(group, run_id, ti.task_id, ti.try_number, _error_text(error),
+                                 _terminal(error), _plan_of(cfg, ti), link, ti.log_url), context)
 
 
 def deadline_alert(cfg: Config, group: Group):

@@ -13,7 +13,7 @@ from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.commit import finalizing, losses, mirror, protocol as committing
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import rewinds as rewinding, runs
-from kafka_archive.plan.planning import Caps, HeldTopicsError, Plan, held
+from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.tools import backfill as backfilling
 
@@ -98,8 +98,12 @@ def commit(plan_url: str) -> dict:
         token = tokens.read(made.group, topic).token
         offsets[topic] = dict(token.offsets) if token else {}
     mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
+    late = [Anomaly(**a) for a in summary.pop("retention_lost")]
+    alerting.on_late_loss(cfg, made.group, made.run_id, late)
     # ranges retention deleted before they were archived: the freshness task fails on them
-    summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"]
+    summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
+        f"{a.describe()} (after this run was planned; the topic waits for the loss to be "
+        f"accepted: {a.remedy(made.group)})" for a in late]
     return summary
 
 

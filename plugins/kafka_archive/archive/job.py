@@ -10,6 +10,7 @@ Arrow batches into the file writers on the executors; only one manifest row per 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Iterator
 
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
@@ -17,7 +18,7 @@ from typing import Iterator
 from kafka_archive import layout
 from kafka_archive.archive import parsers, slice_writer
 from kafka_archive.config import Config
-from kafka_archive.plan.planning import Anomaly, Plan, RetentionGapError
+from kafka_archive.plan.planning import Anomaly, Plan
 from kafka_archive.storage import Storage
 
 # One manifest row per slice, as Spark (DDL) and Arrow (what the executors yield) see it
@@ -62,9 +63,13 @@ def run(spark, config: Config, plan_url: str) -> dict:
     for row in rows:
         for name in ("gaps", "audit", "files", "errors"):
             row[name] = json.loads(row[name])
-    _fail_on_retention_loss(config, to_read, rows)
-    rows += rows_for_empty_slices(to_read, rows)
-    manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows, "vanished": vanished}
+    lost = retention_losses(config, to_read, rows)
+    lost_at = {(a.topic, a.partition) for a in lost}
+    rows = _drop_slices(storage, rows, lost_at)
+    rows += rows_for_empty_slices([s for s in to_read if (s.topic, s.partition) not in lost_at],
+                                  rows)
+    manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows, "vanished": vanished,
+                "retention_lost": [asdict(a) for a in lost]}
     storage.put_bytes(layout.run_file(config.archive_root, plan.group, plan.run_id, "manifest.json"),
                       json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
@@ -104,15 +109,16 @@ def rows_for_empty_slices(slices, rows: list[dict]) -> list[dict]:
             for s in slices if (s.topic, s.partition) not in seen]
 
 
-def _fail_on_retention_loss(config: Config, slices, rows: list[dict]) -> None:
-    """A slice whose first records are missing because retention deleted them after the
-    plan was made has lost data: fail, naming the range. Other gaps are Kafka's own."""
+def retention_losses(config: Config, slices, rows: list[dict]) -> list[Anomaly]:
+    """Slices whose first records retention deleted after the plan was made: lost data,
+    one anomaly each, from the planned start to Kafka's earliest offset now. Gaps elsewhere
+    are Kafka's own (compaction, transaction markers)."""
     planned = {(s.topic, s.partition): s for s in slices}
     leading = {(r["topic"], r["partition"]) for r in rows
                if r["gaps"] and r["gaps"][0][0] == r["start"]}
     suspects = leading | (set(planned) - {(r["topic"], r["partition"]) for r in rows})
     if not suspects:
-        return
+        return []
     from kafka import TopicPartition
 
     from kafka_archive import brokers
@@ -122,11 +128,28 @@ def _fail_on_retention_loss(config: Config, slices, rows: list[dict]) -> None:
         earliest = consumer.beginning_offsets([TopicPartition(t, p) for t, p in suspects])
     finally:
         consumer.close()
-    lost = [Anomaly("retention_gap", tp.topic, tp.partition, s.start, min(first, s.end), "failed")
-            for tp, first in earliest.items()
-            if first > (s := planned[(tp.topic, tp.partition)]).start]
-    if lost:
-        raise RetentionGapError(lost)
+    return sorted((Anomaly("retention_gap", tp.topic, tp.partition, s.start, first, "failed",
+                           "deleted after the run was planned")
+                   for tp, first in earliest.items()
+                   if first > (s := planned[(tp.topic, tp.partition)]).start),
+                  key=lambda a: (a.topic, a.partition))
+
+
+def _drop_slices(storage: Storage, rows: list[dict], lost: set[tuple[str, int]]) -> list[dict]:
+    """The rows of slices that lost data leave the run, and their files go: the run
+    commits the other slices, the lost ones keep their token, and the next run holds the
+    topic for the loss like any retention gap (until it is accepted, or skipped by config),
+    instead of this run failing, and every run after it, on its in-flight plan."""
+    from kafka_archive.commit.current import row_files
+
+    kept = []
+    for row in rows:
+        if (row["topic"], row["partition"]) in lost:
+            for f in row_files(row):
+                storage.delete(f["url"])
+        else:
+            kept.append(row)
+    return kept
 
 
 class SliceWriter:

@@ -35,6 +35,7 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
                                     f"plan for {plan.run_id!r}")
     written = {(e["topic"], e["partition"]): e for e in manifest["slices"]}
     vanished = {(t, p) for t, p in manifest.get("vanished", ())}
+    lost = {(a["topic"], a["partition"]) for a in manifest.get("retention_lost", ())}
     problems, ends = [], {}
     for s in plan.slices:
         if s.start == s.end:  # only sets a token (start_from: latest): nothing to write
@@ -43,6 +44,14 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
         if (s.topic, s.partition) in vanished:  # deleted from Kafka: its token stays put
             log.warning("%s partition %d was deleted from Kafka after planning; offsets "
                         "[%d, %d) were not archived", s.topic, s.partition, s.start, s.end)
+            continue
+        if (s.topic, s.partition) in lost:
+            # retention deleted its head after planning: the token line stays at (or, for a
+            # new partition, is written at) the slice's start, so the next plan sees the gap
+            log.warning("%s partition %d: retention deleted offsets from %d on after this run "
+                        "was planned; [%d, %d) were not archived, the token stays at %d",
+                        s.topic, s.partition, s.start, s.start, s.end, s.start)
+            ends[(s.topic, s.partition)] = s.start
             continue
         where = f"{s.topic} partition {s.partition} [{s.start}, {s.end})"
         e = written.get((s.topic, s.partition))
@@ -95,6 +104,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
                "late": sum(e.get("late", 0) for e in manifest["slices"]),
                "files": sum(len(row_files(e)) for e in manifest["slices"]),
+               "retention_lost": manifest.get("retention_lost", []),
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
                           for t in plan.topics()}}
     storage.put_bytes(layout.run_file(root, plan.group, plan.run_id, "committed.json"),

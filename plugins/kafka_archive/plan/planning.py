@@ -122,14 +122,6 @@ class Plan:
         return sum(s.end - s.start for s in self.slices)
 
 
-class RetentionGapError(TerminalError):
-    def __init__(self, anomalies: list[Anomaly]):
-        self.anomalies = anomalies
-        super().__init__("data lost to retention: " + "; ".join(a.describe() for a in anomalies)
-                         + ". Run kafka-archive accept-loss (or set on_retention_gap: skip) to "
-                           "archive from the earliest retained offset.")
-
-
 class HeldTopicsError(TerminalError):
     """Topics left out of a run for their anomalies (already reported when planned)."""
 

@@ -47,3 +47,13 @@ def test_zero_length_slice_needs_no_file():
 def test_partition_deleted_after_planning_commits_without_advancing():
     plan = make_plan(Slice("t", 0, 10, 20, 1000))
     assert verify(plan, {"run_id": "r1", "slices": [], "vanished": [["t", 0]]}, None) == {}
+
+
+def test_slice_retention_deleted_after_planning_keeps_its_token_at_the_start():
+    plan = make_plan(Slice("t", 0, 10, 20, 1000), Slice("u", 0, 0, 5, 1000))
+    lost = {"kind": "retention_gap", "topic": "t", "partition": 0, "lost_from": 10,
+            "lost_to": 14, "action": "failed", "detail": ""}
+    manifest = {"run_id": "r1", "retention_lost": [lost],
+                "slices": [{**entry(0, 5, 5), "topic": "u"}]}
+    # the token line of t/0 is (re)written at the slice's start: a new partition gets one
+    assert verify(plan, manifest, lambda url: 100) == {("t", 0): 10, ("u", 0): 5}
