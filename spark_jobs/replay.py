@@ -19,6 +19,7 @@ from kafka_archive.tools import replay_job
 parser = argparse.ArgumentParser()
 parser.add_argument("--config", required=True)
 parser.add_argument("--replay", required=True)
+parser.add_argument("--max-rate", type=int, help="messages per second per source partition")
 args = parser.parse_args()
 
 started = time.monotonic()
@@ -29,7 +30,8 @@ spark = (SparkSession.builder.appName("kafka-archive-replay")
          .config("spark.ui.enabled", "false")
          .getOrCreate())
 try:
-    rows = replay_job.run(spark, config.load(launch.shipped_file(args.config)), args.replay)
+    rows = replay_job.run(spark, config.load(launch.shipped_file(args.config)), args.replay,
+                           args.max_rate)
     print("\n".join(replay_job.summary_lines(rows, time.monotonic() - started)), flush=True)
 finally:
     spark.stop()

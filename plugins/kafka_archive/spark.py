@@ -152,10 +152,14 @@ def archive_command(config: Config, plan_url: str, master: str | None = None,
 
 
 def replay_command(config: Config, replay_url: str, master: str | None = None,
-                   extra: list[str] = ()) -> list[str]:
+                   max_rate: int | None = None, extra: list[str] = ()) -> list[str]:
     """The replay job's (spark_jobs/replay.py) command line, as the CLI runs it."""
-    return job_command(config, REPLAY_APPLICATION, ["--replay", replay_url],
+    return job_command(config, REPLAY_APPLICATION, replay_args(replay_url, max_rate),
                        "kafka-archive-replay", master, extra)
+
+
+def replay_args(replay_url: str, max_rate: int | None = None) -> list[str]:
+    return ["--replay", replay_url, *(["--max-rate", str(max_rate)] if max_rate else [])]
 
 
 def job_command(config: Config, application: Path, args: list[str], name: str,

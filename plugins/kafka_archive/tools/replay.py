@@ -54,13 +54,11 @@ class Request:
     bootstrap: str | None = None          # the target cluster; None: the archive's own
     hash_by_key: bool = False             # let the producer's partitioner choose
     allow_archived_target: bool = False   # the target may be a topic the archive archives
-    max_rate: int | None = None           # messages per second per source partition
 
     def replay_id(self) -> str:
-        """Same replay (what and where), same id: running it again resumes it. The rate
-        and the loop guard's override do not change what lands in the target."""
-        what = {k: v for k, v in asdict(self).items()
-                if k not in ("max_rate", "allow_archived_target")}
+        """Same replay (what and where), same id: running it again resumes it. The loop
+        guard's override does not change what lands in the target."""
+        what = {k: v for k, v in asdict(self).items() if k != "allow_archived_target"}
         digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.topic}-to-{self.to_topic}-{digest}"
 
@@ -190,6 +188,14 @@ def plan_format(contents: Contents, topic: str):
     return fmt
 
 
+def target_partitions(consumer, topic: str) -> int | None:
+    """How many partitions the target topic has (a kafka-python consumer of its cluster);
+    None when it does not exist."""
+    if topic not in consumer.topics():
+        return None
+    return len(consumer.partitions_for_topic(topic) or ())
+
+
 def archiving_groups(config: Config, topic: str) -> list[str]:
     """The configured groups that archive topic (from their include/exclude regexes)."""
     return [g.name for g in config.groups.values() if g.selects(topic)]
@@ -251,8 +257,7 @@ def prepare(config: Config, storage: Storage, request: Request, target_partition
         plan = json.loads(existing)
         check_target(config, request, target_partitions,
                      [Span(p["partition"], p["target_partition"]) for p in plan["partitions"]])
-        return url, {**plan, "request": {**plan["request"], "max_rate": request.max_rate,
-                                         "allow_archived_target": request.allow_archived_target}}
+        return url, plan
     plan = plan_replay(config, storage, request, target_partitions)
     if not dry_run:
         try:

@@ -36,19 +36,21 @@ PRODUCER_SETTINGS = {"enable_idempotence": True, "acks": "all", "linger_ms": 20,
                      "batch_size": 512 * 1024, "max_request_size": 16 * 1024 * 1024}
 
 
-def run(spark, config: Config, replay_url: str) -> list[dict]:
-    """Replay every source partition of the plan, one Spark task each; their summaries."""
+def run(spark, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
+    """Replay every source partition of the plan, one Spark task each, each at most
+    max_rate messages per second; their summaries."""
     plan = json.loads(Storage.from_environment().get_bytes(replay_url))
     parts = plan["partitions"]
     if not parts:
         return []
-    task = partial(_task, config, plan)
+    task = partial(_task, config, plan, max_rate)
     return spark.sparkContext.parallelize(parts, len(parts)).mapPartitions(task).collect()
 
 
-def _task(config: Config, plan: dict, parts: Iterator[dict]) -> Iterator[dict]:
+def _task(config: Config, plan: dict, max_rate: int | None, parts: Iterator[dict]
+          ) -> Iterator[dict]:
     for part in parts:
-        yield replay_partition(config, plan, part, Storage.from_environment())
+        yield replay_partition(config, plan, part, Storage.from_environment(), max_rate)
 
 
 def records(storage: Storage, files: list[dict], since_ms: int | None, until_ms: int | None
@@ -87,7 +89,8 @@ class Progress:
                                            self.version)
 
 
-def replay_partition(config: Config, plan: dict, part: dict, storage: Storage) -> dict:
+def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
+                     rate: int | None = None) -> dict:
     from kafka import TopicPartition
 
     from kafka_archive import brokers
@@ -123,7 +126,6 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage) -
     producer = brokers.producer(config, plan["target_bootstrap"], **PRODUCER_SETTINGS)
     sent = index = size = 0
     futures = []
-    rate = request.get("max_rate")
     try:
         for r in records(storage, part["files"], request["since_ms"], request["until_ms"]):
             index += 1
