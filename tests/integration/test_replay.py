@@ -154,3 +154,18 @@ def test_refusals_name_the_problem_and_produce_nothing(archived, kafka, unique):
     out, _ = fewer.communicate(timeout=120)
     assert fewer.returncode == 1 and "has 2 partitions, the replay needs partition 2" in out
     assert end_offsets(kafka, target) == end_offsets(kafka, small) == 0
+
+
+def test_a_replay_runs_on_the_standalone_cluster(archived, kafka, s3, spark_cluster, unique,
+                                                 airflow_env, tmp_path):
+    """Executors with a Python of their own (no project) and no AWS_* variable read the
+    archive and produce, as the archive job's do."""
+    pipeline, topic, original = archived
+    conf = "".join(f"    {k}: {json.dumps(v)}\n" for k, v in spark_cluster.conf.items())
+    on_cluster = Pipeline(airflow_env, kafka, s3, pipeline.prefix, tmp_path,  # the same archive
+                          extra=f"spark:\n  master: {spark_cluster.master}\n  conf:\n{conf}")
+    assert on_cluster.root == pipeline.root
+    target = new_topic(kafka, f"cluster{unique}")
+    out = finished(cli(on_cluster, "--topic", topic, "--to-topic", target))
+    assert f"replayed {MESSAGES} messages" in out
+    assert in_order(kafka, target) == original

@@ -123,6 +123,9 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
     finally:
         consumer.close()
     skip = progress.state["acked"] if landed is None else landed
+    if progress.state["done"] and skip == progress.state["acked"]:  # finished before
+        return {"partition": source, "target_partition": target, "messages": skip, "sent": 0,
+                "skipped": skip, "bytes": 0, "seconds": round(time.monotonic() - started, 3)}
     producer = brokers.producer(config, plan["target_bootstrap"], **PRODUCER_SETTINGS)
     sent = index = size = 0
     futures = []
