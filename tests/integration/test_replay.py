@@ -169,3 +169,15 @@ def test_a_replay_runs_on_the_standalone_cluster(archived, kafka, s3, spark_clus
     out = finished(cli(on_cluster, "--topic", topic, "--to-topic", target))
     assert f"replayed {MESSAGES} messages" in out
     assert in_order(kafka, target) == original
+
+
+def test_hash_by_key_fits_fewer_partitions_and_keeps_each_sources_order(archived, kafka, unique):
+    pipeline, topic, original = archived
+    target = new_topic(kafka, f"hashed{unique}", 1)
+    finished(cli(pipeline, "--topic", topic, "--to-topic", target, "--hash-by-key"))
+    landed = in_order(kafka, target)[0]
+    assert sorted(landed, key=lambda m: m[2]) == sorted(
+        (m for messages in original.values() for m in messages), key=lambda m: m[2])
+    for messages in original.values():  # the timestamps tell the messages apart
+        times = {m[2] for m in messages}
+        assert [m for m in landed if m[2] in times] == messages
