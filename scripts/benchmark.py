@@ -4,7 +4,7 @@ consumer on the same data?
     .venv/bin/python scripts/benchmark.py [--gigabytes 2.0] [--partitions 8]
         [--message-bytes 1024] [--driver-memory 2g] [--conf KEY=VALUE ...] [--partitioned]
         [--level N] [--plan-partitions N] [--skip-peer] [--skip-tiny] [--keep]
-        [--master spark://127.0.0.1:17077]
+        [--master spark://127.0.0.1:17077] [--replay]
 
 What it does, against the local services (it starts Kafka and S3 with
 scripts/localservices.py if they are not running, and stops only what it started):
@@ -53,7 +53,12 @@ the default codec (target: at least 0.7 of its throughput).
    (`start spark`) it starts the cluster if needed and gives the job its executors' Python;
    for another cluster, pass what its executors need with --conf. Memory figures there cover
    only the driver (the executors are the workers' children, not spark-submit's).
-7. Deletes its S3 objects and topics unless --keep.
+7. With --replay, the default-codec archive is replayed (issue 16: `spark_jobs/replay.py`,
+   one task per partition, kafka-python's idempotent producer) into a new topic
+   `bench-<timestamp>-replay` with as many partitions; its end offsets are checked against
+   the source's and the throughput printed in MiB/s: of spark-submit whole and of the
+   replay's Spark job (the job's own summary line, from the session's start).
+8. Deletes its S3 objects and topics unless --keep.
 
 Units: "MiB" is 2**20 bytes, which is what Kafka's tools call "MB". Throughput counts message
 payload (key + value bytes; keys are null here), not the size of the files written.
@@ -584,6 +589,38 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     return run
 
 
+def replay_run(config_path: Path, topic: str, target: str, partitions: int, bootstrap: str,
+               messages: int, payload: int, spark_args: list[str], work: Path) -> None:
+    """Replay the archive of config_path's group into a new topic `target`, as
+    `kafka-archive replay` does (tasks.replay_prepare, then spark-submit of
+    spark_jobs/replay.py with the archive job's settings), and print its throughput."""
+    from kafka_archive import config, spark
+    from kafka_archive.airflow import operators, tasks
+    from kafka_archive.tools import replay
+
+    os.environ["KAFKA_ARCHIVE_CONFIG"] = str(config_path)
+    cfg = config.load(config_path)
+    create_topic(bootstrap, target, partitions)
+    url, prepare_s = timed(tasks.replay_prepare, replay.Request(GROUP, topic, target), False, cfg)
+    command = spark.replay_command(cfg, url, extra=spark_args)
+    env = {**os.environ, **spark.submit_env(), **operators.s3_environment(cfg.s3_conn_id)}
+    run = sampled_spark_submit(command, env, work / "spark-replay.log")
+    landed = sum(end_offsets(bootstrap, target).values())
+    if landed != messages:
+        raise RuntimeError(f"replay: {landed} messages in {target}, expected {messages}")
+    text = (work / "spark-replay.log").read_text(errors="replace")
+    job = re.search(r"^replayed (\d+) messages, (\d+) bytes in ([\d.]+) s", text, re.M)
+    job_s = float(job[3])
+    cpu = ", ".join(f"{k} {v:,.1f}" for k, v in sorted(run.memory.cpu_s.items()) if v >= 0.05)
+    say(f"  prepare {prepare_s:.2f} s | spark-submit {run.seconds:.1f} s: "
+        f"{payload / MIB / run.seconds:,.1f} MiB/s, {messages / run.seconds:,.0f} msg/s | the "
+        f"replay job (session start to end) {job_s:.1f} s: {payload / MIB / job_s:,.1f} MiB/s, "
+        f"{messages / job_s:,.0f} msg/s; {landed:,} messages in {target}")
+    say(f"  CPU seconds: {cpu}; broker {run.services_cpu_s.get('kafka', 0.0):,.1f}, MinIO "
+        f"{run.services_cpu_s.get('s3', 0.0):,.1f}; peak RSS {run.memory.peak_total_mib:,.0f} "
+        f"MiB; uptime: {uptime()}")
+
+
 def cold_plan(config_path: Path, run_id: str) -> float:
     """tasks.plan in a fresh interpreter, as a task process would run it (minus Airflow's
     own task runner): imports included."""
@@ -964,6 +1001,9 @@ def main() -> int:
                         help="also run the default-codec archive on this Spark master (e.g. the "
                              "local standalone cluster, spark://127.0.0.1:17077) and print it "
                              "next to local[2], with the per-task skew")
+    parser.add_argument("--replay", action="store_true",
+                        help="also replay the default-codec archive into a new topic and print "
+                             "the replay's throughput")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
 
@@ -985,7 +1025,7 @@ def main() -> int:
     bootstrap = localservices.kafka_bootstrap(service_env)
     bucket = service_env["KAFKA_ARCHIVE_S3_BUCKET"]
     s3 = localservices.s3_client(service_env)
-    topic, tiny_topic = f"bench-{stamp}", f"bench-{stamp}-tiny"
+    topic, tiny_topic, replay_topic = f"bench-{stamp}", f"bench-{stamp}-tiny", f"bench-{stamp}-replay"
     prefix = f"{BUCKET_PREFIX}{stamp}-"
 
     spark_args = ["--driver-memory", args.driver_memory] if args.driver_memory else []
@@ -1060,6 +1100,11 @@ def main() -> int:
                 group=PARTITIONED)
             describe_spark(runs[PARTITIONED], payload)
 
+        if args.replay:
+            say(f"replay of the default-codec archive into {replay_topic}:")
+            replay_run(work / "default" / "kafka-archive.yaml", topic, replay_topic,
+                       args.partitions, bootstrap, messages, payload, spark_args, work)
+
         consumers.append(consumer_perf(bootstrap, topic, messages))
         describe_consumer(2, consumers[1])
 
@@ -1089,12 +1134,13 @@ def main() -> int:
         finished = True
     finally:
         if args.keep:
-            say(f"kept: topics {topic}, {tiny_topic}; s3://{bucket}/{prefix}*; work dir {work}")
+            say(f"kept: topics {topic}, {tiny_topic}, {replay_topic}; s3://{bucket}/{prefix}*; "
+                f"work dir {work}")
         else:
             deleted = delete_prefix(s3, bucket, prefix)
-            delete_topics(bootstrap, [topic, tiny_topic])
+            delete_topics(bootstrap, [topic, tiny_topic, replay_topic])
             say(f"cleaned up: {deleted} S3 objects under s3://{bucket}/{prefix}*, "
-                f"topics {topic} and {tiny_topic}")
+                f"topics {topic}, {tiny_topic} and {replay_topic}")
             if finished:
                 shutil.rmtree(work, ignore_errors=True)
             else:

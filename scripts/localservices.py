@@ -227,7 +227,9 @@ def _kafka_prepare(env: dict[str, str], home: Path) -> None:
     props = _kafka_properties(env, home)
     if (home / "data" / "meta.properties").exists():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = "-"
+    while cluster_id.startswith("-"):  # StorageTool would read a leading '-' as an option
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     subprocess.run(_kafka_java(home, "kafka.tools.StorageTool")
                    + ["format", "-t", cluster_id, "-c", str(props)],
                    check=True, capture_output=True, cwd=home)

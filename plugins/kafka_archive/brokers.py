@@ -8,7 +8,7 @@ import re
 import time
 from typing import Iterator
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
 from kafka_archive import retries
@@ -21,12 +21,13 @@ _JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
                  "org.apache.kafka.common.security.scram.ScramLoginModule")
 
 
-def python_client_settings(config: Config) -> dict:
+def python_client_settings(config: Config, bootstrap: str | None = None) -> dict:
     """Java property names (security.protocol) as kafka-python arguments
     (security_protocol), numbers as numbers (the config keeps every property as text, as
     Spark wants them); a PLAIN or SCRAM `sasl.jaas.config` as kafka-python's
-    sasl_plain_username and sasl_plain_password."""
-    settings = {"bootstrap_servers": config.bootstrap_servers}
+    sasl_plain_username and sasl_plain_password. bootstrap: another cluster than the
+    config's (a replay's target), reached with the same properties."""
+    settings = {"bootstrap_servers": bootstrap or config.bootstrap_servers}
     for name, value in config.kafka_properties.items():
         if name == "sasl.jaas.config":
             settings.update(_jaas_credentials(config, value))
@@ -51,14 +52,21 @@ def _unescape(value: str) -> str:
     return re.sub(r"\\(.)", r"\1", value)
 
 
-def consumer(config: Config) -> KafkaConsumer:
+def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
     """A consumer for metadata and offset look-ups; it joins no consumer group and commits
     nothing: progress lives in token files only. Reaching the broker is retried a few
     times (a broker restarting); then the run fails as transient."""
     return retries.call(
         lambda: KafkaConsumer(group_id=None, enable_auto_commit=False, request_timeout_ms=30000,
-                              **python_client_settings(config)),
-        f"Kafka at {config.bootstrap_servers} is unreachable")
+                              **python_client_settings(config, bootstrap)),
+        f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
+
+
+def producer(config: Config, bootstrap: str | None = None, **settings) -> KafkaProducer:
+    """A producer (a replay's), reaching the broker like `consumer`."""
+    return retries.call(
+        lambda: KafkaProducer(**python_client_settings(config, bootstrap), **settings),
+        f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
 
 
 def spark_options(config: Config) -> dict[str, str]:

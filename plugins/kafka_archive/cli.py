@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -15,7 +16,7 @@ from datetime import datetime, timezone
 from botocore.exceptions import BotoCoreError, ClientError
 from kafka.errors import KafkaError
 
-from kafka_archive import brokers, config as config_module
+from kafka_archive import brokers, config as config_module, spark
 from kafka_archive.audit import incremental, reporting
 from kafka_archive.commit import losses
 from kafka_archive.commit.current import current
@@ -26,7 +27,7 @@ from kafka_archive.plan import params, rewinds
 from kafka_archive.storage import Storage
 from kafka_archive.progress_bars import terminal_bar
 from kafka_archive.tokens import TokenStore, open_store
-from kafka_archive.tools import backfill, listing, verify
+from kafka_archive.tools import backfill, listing, replay as replaying, verify
 from kafka_archive.tools.cat import FORMATS, cat_file
 
 
@@ -129,6 +130,34 @@ def run(argv: list[str] | None = None) -> int:
     fill.add_argument("--since", type=epoch_ms, help="slices with a message at or after this "
                                                      "Kafka timestamp")
     fill.add_argument("--until", type=epoch_ms, help="... and before this one")
+    again = commands.add_parser(
+        "replay", help="produce archived messages of a range back into a Kafka topic, with "
+                       "their keys, values, timestamps and headers, in order, into the same "
+                       "partition numbers; run it again to resume a replay that stopped")
+    again.add_argument("--group", default="backup", help="the group to read (default: backup)")
+    again.add_argument("--topic", required=True, help="the archived topic")
+    again.add_argument("--partition", type=_count, help="only this partition (default: all)")
+    again.add_argument("--from-offset", type=_count, help="first offset (every partition; "
+                                                          "default: the first archived)")
+    again.add_argument("--to-offset", type=_count, help="end offset, exclusive (default: the "
+                                                        "last archived, plus one)")
+    again.add_argument("--since", type=epoch_ms, help="or: only messages with a Kafka "
+                                                      "timestamp at or after this time")
+    again.add_argument("--until", type=epoch_ms, help="... and before this time")
+    again.add_argument("--to-topic", required=True, help="the target topic; it must exist")
+    again.add_argument("--bootstrap", help="the target cluster's bootstrap servers (default: "
+                                           "the config's; the config's Kafka properties apply)")
+    again.add_argument("--hash-by-key", action="store_true",
+                       help="let the producer choose the partition by key (needed when the "
+                            "target has fewer partitions; resuming may then send a few "
+                            "messages twice)")
+    again.add_argument("--allow-archived-target", action="store_true",
+                       help="allow a target topic that a configured group archives")
+    again.add_argument("--max-rate", type=_count,
+                       help="at most this many messages per second per source partition")
+    again.add_argument("--master", help="Spark master (default: the config's, else local[2])")
+    again.add_argument("--dry-run", action="store_true",
+                       help="check the range and the target, print the plan, produce nothing")
     args = parser.parse_args(argv)
     global _LOG_LEVEL
     _LOG_LEVEL = "INFO" if args.verbose else "WARNING"
@@ -159,6 +188,8 @@ def run(argv: list[str] | None = None) -> int:
                                         args.until, args.source, terminal_bar)
             print(json.dumps({k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")}
                              | {"slices": len(summary["slices"])}, indent=2))
+        elif args.command == "replay":
+            return replay(config, args)
         elif args.command == "audit" and args.audit_command == "list":
             list_mismatches(config, args.group, args.json)
         elif args.command == "audit" and args.audit_command == "ack":
@@ -250,6 +281,34 @@ def accept_loss(config: Config, args: argparse.Namespace) -> None:
         consumer.close()
     print("\n".join(f"accepted: {loss.describe()}; the token moved to {loss.lost_to}"
                     for loss in accepted))
+
+
+def replay(config: Config, args: argparse.Namespace) -> int:
+    """Check and plan the replay, then run its Spark job here (spark-submit's output is
+    this command's); 1 when the job failed."""
+    _airflow_logs_to_stderr()  # the connections come through Airflow: keep stdout for JSON
+    from kafka_archive.airflow import tasks
+    from kafka_archive.airflow.operators import s3_environment
+
+    request = replaying.Request(
+        group=args.group, topic=args.topic, to_topic=args.to_topic, partition=args.partition,
+        from_offset=args.from_offset, to_offset=args.to_offset, since_ms=args.since,
+        until_ms=args.until, bootstrap=args.bootstrap, hash_by_key=args.hash_by_key,
+        allow_archived_target=args.allow_archived_target)
+    url = tasks.replay_prepare(request, args.dry_run, config)
+    if url is None:
+        return 0
+    credentials = (s3_environment(config.s3_conn_id) if config.archive_root.startswith("s3://")
+                   and spark.archive_submit(config, args.master).takes_credentials() else {})
+    command = spark.replay_command(config, url, args.master, args.max_rate)
+    sys.stdout.flush()
+    code = subprocess.run(command, env={**os.environ, **spark.submit_env(), **credentials},
+                          stdin=subprocess.DEVNULL).returncode
+    if code:
+        print(f"kafka-archive: replay {request.replay_id()}: spark-submit exited {code}; run "
+              "the same command again to resume it", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _storage(config: Config) -> Storage:

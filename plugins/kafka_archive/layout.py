@@ -7,6 +7,7 @@
     <root>/_runs/<group>/<run id>/plan.json, manifest.json, committed.json
     <root>/_runs/<group>/_inflight.json
     <root>/_superseded/<run id>/<group>/<topic>/partition=<n>/<file>
+    <root>/_replays/<replay id>/replay.json, progress/partition=<n>.json
 
 A file's name is its idempotency key (Secor's LogFilePath): the same slice of the same
 data under the same config always lands at the same path with the same bytes.
@@ -221,6 +222,15 @@ def inflight_marker(root: str, group: str) -> str:
 def accepted_loss(root: str, group: str, topic: str, partition: int, lost_from: int) -> str:
     """The record of one range lost to retention and accepted (who, when, why)."""
     return join(runs_dir(root, group), "_accepted_loss", topic, f"{partition}_{lost_from:020d}.json")
+
+
+def replay_file(root: str, replay_id: str, name: str) -> str:
+    """A replay's plan (replay.json) and progress (progress/partition=<n>.json)."""
+    return join(root, "_replays", _safe(replay_id), name)
+
+
+def replay_progress(root: str, replay_id: str, partition: int) -> str:
+    return replay_file(root, replay_id, f"progress/partition={partition}.json")
 
 
 def anomalies_mailed(root: str, group: str) -> str:

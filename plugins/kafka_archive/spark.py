@@ -22,6 +22,7 @@ from kafka_archive.config import Config
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = Path(__file__).resolve().parent  # the kafka_archive package
 APPLICATION = REPO / "spark_jobs" / "archive.py"
+REPLAY_APPLICATION = REPO / "spark_jobs" / "replay.py"
 DEFAULT_JARS_DIR = REPO / ".cache" / "jars" / "spark-kafka"
 DEFAULT_PY_FILES_DIR = REPO / ".cache" / "py-files"
 DEFAULT_MASTER = "local[2]"
@@ -153,15 +154,32 @@ def archive_command(config: Config, plan_url: str, master: str | None = None,
     """The archive job's spark-submit command line, for running it outside Airflow
     (benchmark, tests); ArchiveOperator passes the same `archive_submit` settings through
     the Spark provider. `extra`: more spark-submit options (--driver-memory ...)."""
+    return job_command(config, APPLICATION, ["--plan", plan_url], "kafka-archive", master, extra)
+
+
+def replay_command(config: Config, replay_url: str, master: str | None = None,
+                   max_rate: int | None = None, extra: list[str] = ()) -> list[str]:
+    """The replay job's (spark_jobs/replay.py) command line, as the CLI runs it."""
+    return job_command(config, REPLAY_APPLICATION, replay_args(replay_url, max_rate),
+                       "kafka-archive-replay", master, extra)
+
+
+def replay_args(replay_url: str, max_rate: int | None = None) -> list[str]:
+    return ["--replay", replay_url, *(["--max-rate", str(max_rate)] if max_rate else [])]
+
+
+def job_command(config: Config, application: Path, args: list[str], name: str,
+                master: str | None = None, extra: list[str] = ()) -> list[str]:
+    """spark-submit of one of spark_jobs/ with the `archive_submit` settings."""
     s = archive_submit(config, master)
     command = [str(spark_home() / "bin" / "spark-submit"), "--master", s.master]
     if s.deploy_mode:
         command += ["--deploy-mode", s.deploy_mode]
     for key, value in sorted(s.conf.items()):
         command += ["--conf", f"{key}={value}"]
-    return [*command, *extra, "--name", "kafka-archive", "--jars", ",".join(s.jars),
+    return [*command, *extra, "--name", name, "--jars", ",".join(s.jars),
             "--py-files", ",".join(s.py_files), "--files", ",".join(s.files),
-            str(APPLICATION), "--config", str(config.path), "--plan", plan_url]
+            str(application), "--config", str(config.path), *args]
 
 
 # --- inside the job (spark_jobs/archive.py) ----------------------------------------------

@@ -23,7 +23,7 @@ def pipeline(airflow_env, kafka, s3, unique, tmp_path):
 
 def varied_messages(topic: str, partitions: int, count: int, seed: int):
     """Binary bytes, newlines, empty and null values, keyed and unkeyed, with and without
-    headers: everything a lossless archive must keep apart."""
+    headers (a name repeated): everything a lossless archive must keep apart."""
     rng = random.Random(seed)
     for i in range(count):
         key = None if i % 3 == 0 else f"key-{i}".encode()
@@ -33,7 +33,8 @@ def varied_messages(topic: str, partitions: int, count: int, seed: int):
                  2: b"",
                  3: None if key is not None else b"\x00",  # a tombstone needs a key
                  4: f'{{"i": {i}}}'.encode()}[kind]
-        headers = [("source", b"test"), ("n", str(i).encode())] if i % 4 == 0 else None
+        headers = ([("source", b"test"), ("n", str(i).encode()), ("n", b"")]  # a repeated name
+                   if i % 4 == 0 else None)
         yield topic, i % partitions, key, value, headers
 
 

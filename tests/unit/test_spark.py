@@ -81,6 +81,10 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
     assert command[command.index("--driver-memory") + 1] == "2g"
     assert command[-5:] == [str(spark.APPLICATION), "--config", str(cfg.path),
                             "--plan", "s3://bucket/p/_runs/backup/r/plan.json"]
+    replay = spark.replay_command(cfg, "s3://bucket/p/_replays/x/replay.json", max_rate=10)
+    assert replay[:replay.index("--name")] == command[:command.index("--driver-memory")]
+    assert replay[-7:] == [str(spark.REPLAY_APPLICATION), "--config", str(cfg.path), "--replay",
+                           "s3://bucket/p/_replays/x/replay.json", "--max-rate", "10"]
 
 
 def test_standalone_cluster_mode_is_refused_for_a_python_job(tmp_path):

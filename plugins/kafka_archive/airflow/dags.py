@@ -10,8 +10,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from kafka_archive import config as config_module
 from kafka_archive.airflow import alerting, tasks
-from kafka_archive.airflow.operators import ArchiveOperator
+from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
 from kafka_archive.plan import params as trigger
+from kafka_archive.tools import replay as replaying
 
 
 def archive_dag(group_name: str) -> DAG:
@@ -157,3 +158,64 @@ def backfill_dag() -> DAG:
 
         backfill()
     return dag
+
+
+def replay_dag() -> DAG:
+    """Manually triggered: produce archived messages of a range back into a Kafka topic."""
+    cfg = config_module.load()
+    sources = [g.name for g in cfg.groups.values() if g.layout.kind == "partition"] or [None]
+    offset = {"type": ["null", "integer"], "minimum": 0}
+    when = {"anyOf": [{"type": "null"}, *trigger.TIME["anyOf"]]}
+    with DAG(
+        dag_id="kafka_archive_replay",
+        description="Replay archived messages of a range into a Kafka topic",
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,  # two runs of one replay would both write its target
+        default_args={"retries": 0},  # triggering the same params again resumes
+        params={
+            "group": Param(sources[0], enum=sources, description="the group to read"),
+            "topic": Param("", type="string", minLength=1, description="the archived topic"),
+            "partition": Param(None, type=["null", "integer"], minimum=0,
+                               description="only this partition (empty: all)"),
+            "from_offset": Param(None, **offset, description="first offset (all partitions)"),
+            "to_offset": Param(None, **offset, description="end offset, exclusive"),
+            "since": Param(None, **when, description="or: messages with a Kafka timestamp at or "
+                                                     "after this time"),
+            "until": Param(None, **when, description="... and before this time"),
+            "to_topic": Param("", type="string", minLength=1,
+                              description="the target topic (it must exist)"),
+            "bootstrap": Param(None, type=["null", "string"], minLength=1,
+                               description="the target cluster (empty: the archive's)"),
+            "hash_by_key": Param(False, type="boolean",
+                                 description="let the producer choose partitions by key"),
+            "allow_archived_target": Param(False, type="boolean",
+                                           description="allow a target the archive archives"),
+            "max_rate": Param(None, type=["null", "integer"], minimum=1,
+                              description="messages per second per source partition"),
+            "dry_run": Param(False, type="boolean",
+                             description="only check and print the plan"),
+        },
+        tags=["kafka-archive", "replay"],
+    ) as dag:
+
+        @task.short_circuit
+        def prepare(params=None) -> str | None:
+            return tasks.replay_prepare(replay_request(params), params["dry_run"])
+
+        replay_url = prepare()
+        ReplayOperator(task_id="replay", plan_url=replay_url, config_path=str(cfg.path),
+                       s3_conn_id=cfg.s3_conn_id, conn_id="kafka_archive_spark")
+    return dag
+
+
+def replay_request(params: dict) -> replaying.Request:
+    since, until = (None if params[k] is None else trigger.epoch_ms(params[k])
+                    for k in ("since", "until"))
+    return replaying.Request(
+        group=params["group"], topic=params["topic"], to_topic=params["to_topic"],
+        partition=params["partition"], from_offset=params["from_offset"],
+        to_offset=params["to_offset"], since_ms=since, until_ms=until,
+        bootstrap=params["bootstrap"], hash_by_key=params["hash_by_key"],
+        allow_archived_target=params["allow_archived_target"])

@@ -1,4 +1,5 @@
-"""ArchiveOperator: SparkSubmitOperator running spark_jobs/archive.py on one plan.
+"""ArchiveOperator: SparkSubmitOperator running spark_jobs/archive.py on one plan (and
+ReplayOperator, spark_jobs/replay.py on one replay's plan).
 
 Everything environment-specific is resolved when the task runs, not when the DAG is
 parsed: the Spark master and deploy mode (the Spark connection), the config's `spark:`
@@ -36,12 +37,16 @@ def s3_environment(conn_id: str) -> dict[str, str]:
 
 class ArchiveOperator(SparkSubmitOperator):
     template_fields = (*SparkSubmitOperator.template_fields, "plan_url")
+    job, job_name = spark.APPLICATION, "kafka-archive"
 
     def __init__(self, *, plan_url: str, config_path: str, s3_conn_id: str, **kwargs):
-        super().__init__(application=str(spark.APPLICATION), name="kafka-archive", **kwargs)
+        super().__init__(application=str(self.job), name=self.job_name, **kwargs)
         self.plan_url = plan_url
         self.config_path = config_path
         self.s3_conn_id = s3_conn_id
+
+    def job_args(self) -> list[str]:
+        return ["--plan", self.plan_url]
 
     def execute(self, context):
         cfg = config.load(self.config_path)
@@ -56,7 +61,7 @@ class ArchiveOperator(SparkSubmitOperator):
         self.files = ",".join(submit.files)
         self.conf = {**submit.conf, **(self.conf or {})}
         self._deploy_mode = submit.deploy_mode or self._deploy_mode
-        self.application_args = ["--config", str(cfg.path), "--plan", self.plan_url]
+        self.application_args = ["--config", str(cfg.path), *self.job_args()]
         if submit.takes_credentials():
             self.env_vars = {**spark.submit_env(), **s3_environment(self.s3_conn_id)}
         else:
@@ -70,3 +75,16 @@ class ArchiveOperator(SparkSubmitOperator):
                           master, self.s3_conn_id)
         self._hook = None  # built again by execute with the settings above
         return super().execute(context)
+
+
+class ReplayOperator(ArchiveOperator):
+    """The replay job (spark_jobs/replay.py) on a replay's plan, launched like the archive
+    job; `plan_url` is the replay's replay.json, the rate limit the run's `max_rate` param."""
+    job, job_name = spark.REPLAY_APPLICATION, "kafka-archive-replay"
+
+    def execute(self, context):
+        self.max_rate = context["params"].get("max_rate")
+        return super().execute(context)
+
+    def job_args(self) -> list[str]:
+        return spark.replay_args(self.plan_url, self.max_rate)

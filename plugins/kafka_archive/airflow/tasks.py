@@ -3,6 +3,7 @@ connections, and calls one library function. The CLI calls them too."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict
 
@@ -15,7 +16,7 @@ from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
 from kafka_archive.progress_bars import Track, untracked
-from kafka_archive.tools import backfill as backfilling
+from kafka_archive.tools import backfill as backfilling, replay as replaying
 
 log = logging.getLogger(__name__)
 # kafka-python logs every connection and coordinator step at INFO: dozens of lines a task
@@ -132,6 +133,26 @@ def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None
     return {k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")} | {
         "slices": len(summary["slices"]),
         "files": sum(len(s["files"]) for s in summary["slices"])}
+
+
+def replay_prepare(request: replaying.Request, dry_run: bool = False,
+                   cfg: config_module.Config | None = None) -> str | None:
+    """Check a replay against the archive and its target and write its plan (or find the
+    one it wrote before: the replay then resumes); its URL, None for a dry run (the plan
+    is printed)."""
+    cfg = cfg or config_module.load()
+    storage = connections.storage(cfg.s3_conn_id)
+    consumer = brokers.consumer(cfg, request.bootstrap)
+    try:
+        partitions = replaying.target_partitions(consumer, request.to_topic)
+    finally:
+        consumer.close()
+    url, plan = replaying.prepare(cfg, storage, request, partitions, dry_run)
+    log.info("%s", replaying.describe(plan))
+    if dry_run:
+        print(json.dumps(plan, indent=1))
+        return None
+    return url
 
 
 def audit_ingest(run_id: str) -> int:

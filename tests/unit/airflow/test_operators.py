@@ -7,7 +7,8 @@ import json
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from kafka_archive.airflow.operators import ArchiveOperator
+from kafka_archive import spark
+from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
 
 SECRET = "s3cret-key-value"
 
@@ -27,15 +28,16 @@ def submitted(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: seen.append(self))
 
-    def run(master: str, spark_section: str = "") -> ArchiveOperator:
+    def run(master: str, spark_section: str = "", operator=ArchiveOperator, context=None
+            ) -> ArchiveOperator:
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_ARCHIVE_SPARK",
                            json.dumps({"conn_type": "spark", "host": master}))
         path = tmp_path / "kafka-archive.yaml"
         path.write_text("kafka: {bootstrap_servers: b:9092}\narchive_root: s3://bucket/p\n"
                         + spark_section)
-        ArchiveOperator(task_id="archive", plan_url="s3://bucket/p/plan.json",
-                        config_path=str(path), s3_conn_id="kafka_archive_s3",
-                        conn_id="kafka_archive_spark").execute({})
+        operator(task_id="archive", plan_url="s3://bucket/p/plan.json",
+                 config_path=str(path), s3_conn_id="kafka_archive_s3",
+                 conn_id="kafka_archive_spark").execute(context or {})
         return seen[-1]
 
     return run
@@ -64,3 +66,12 @@ def test_yarn_gets_no_credentials(submitted):
 def test_a_config_master_that_disagrees_with_the_connection_fails(submitted):
     with pytest.raises(ValueError, match="connection kafka_archive_spark says local"):
         submitted("local[2]", "spark: {master: 'spark://elsewhere:7077'}\n")
+
+
+def test_the_replay_job_is_launched_like_the_archive_job_with_the_runs_rate(submitted):
+    op = submitted("spark://127.0.0.1:7077", "", ReplayOperator, {"params": {"max_rate": 50}})
+    assert op.application == str(spark.REPLAY_APPLICATION) and op.py_files.endswith(".zip")
+    assert op.application_args[2:] == ["--replay", "s3://bucket/p/plan.json", "--max-rate", "50"]
+    assert op.env_vars["AWS_SECRET_ACCESS_KEY"] == SECRET
+    unlimited = submitted("local[2]", "", ReplayOperator, {"params": {"max_rate": None}})
+    assert unlimited.application_args[2:] == ["--replay", "s3://bucket/p/plan.json"]

@@ -1,0 +1,194 @@
+"""Replay, the Spark side: one task per source partition reads the partition's files in
+offset order and produces each message to the target with the same key, value (null
+kept null), timestamp and headers, through kafka-python's idempotent producer.
+
+Exactly once across crashes. The idempotent producer removes the duplicates of its own
+retries, within one producer session. Across sessions (a task killed and run again),
+each source partition keeps a progress file (`_replays/<id>/progress/partition=<n>.json`,
+written by compare-and-swap): before the first message, the target partition's end
+offset (`target_start`); then, every PROGRESS_EVERY messages, how many were acknowledged.
+A non-transactional producer's messages take one offset each, so on resume the target's
+end offset minus `target_start` is how many messages of the sequence landed, recorded or
+not: the task skips exactly those, after checking that the last one in the target is the
+message it expects (key, value, headers and CreateTime timestamp); anything else means
+another writer uses the target partition, and the task refuses. With --hash-by-key
+several source partitions share a target partition, so a resumed task skips what its
+progress file says was acknowledged: at least once for what was sent after that.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from functools import partial
+from typing import Iterator
+
+from kafka_archive import layout
+from kafka_archive.config import Config
+from kafka_archive.formats.records import Record
+from kafka_archive.storage import Storage
+from kafka_archive.tools.cat import read_archived
+from kafka_archive.tools.replay import ReplayError
+
+PROGRESS_EVERY = 20_000  # messages between progress records (each waits for every ack)
+PRODUCER_SETTINGS = {"enable_idempotence": True, "acks": "all", "linger_ms": 20,
+                     "batch_size": 512 * 1024, "max_request_size": 16 * 1024 * 1024}
+
+
+def run(spark, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
+    """Replay every source partition of the plan, one Spark task each, each at most
+    max_rate messages per second; their summaries."""
+    plan = json.loads(Storage.from_environment().get_bytes(replay_url))
+    parts = plan["partitions"]
+    if not parts:
+        return []
+    task = partial(_task, config, plan, max_rate)
+    return spark.sparkContext.parallelize(parts, len(parts)).mapPartitions(task).collect()
+
+
+def _task(config: Config, plan: dict, max_rate: int | None, parts: Iterator[dict]
+          ) -> Iterator[dict]:
+    for part in parts:
+        yield replay_partition(config, plan, part, Storage.from_environment(), max_rate)
+
+
+def records(storage: Storage, files: list[dict], since_ms: int | None, until_ms: int | None
+            ) -> Iterator[Record]:
+    """The source partition's messages to replay, in offset order: each file's within its
+    [start, end), and in the time range when there is one."""
+    for f in files:
+        for r in read_archived(storage, f["url"]):
+            if r.offset >= f["end"]:
+                break
+            if r.offset >= f["start"] and (since_ms is None or r.timestamp_ms >= since_ms) \
+                    and (until_ms is None or r.timestamp_ms < until_ms):
+                yield r
+
+
+def same_message(expected: Record, found) -> bool:
+    """An archived record and a consumed message (kafka-python's ConsumerRecord) are the
+    same message; the timestamp counts only when the target keeps CreateTime."""
+    return (found.key == expected.key and found.value == expected.value
+            and list(found.headers or ()) == list(expected.headers)
+            and (found.timestamp_type != 0 or found.timestamp == expected.timestamp_ms))
+
+
+class Progress:
+    """A source partition's progress file, written only by compare-and-swap."""
+
+    def __init__(self, storage: Storage, url: str):
+        self.storage, self.url = storage, url
+        data, self.version = storage.get_versioned(url)
+        self.state = json.loads(data) if data is not None else None
+
+    def save(self, **changes) -> None:
+        self.state = {**(self.state or {}), **changes,
+                      "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self.version = self.storage.put_if(self.url, json.dumps(self.state, sort_keys=True).encode(),
+                                           self.version)
+
+
+def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
+                     rate: int | None = None) -> dict:
+    from kafka import TopicPartition
+
+    from kafka_archive import brokers
+
+    request = plan["request"]
+    topic, source = request["to_topic"], part["partition"]
+    target = part["target_partition"]
+    where = f"{request['topic']} partition {source} -> {topic} " + (
+        "by key" if target is None else f"partition {target}")
+    progress = Progress(storage, layout.replay_progress(config.archive_root, plan["replay_id"], source))
+    started = time.monotonic()
+    consumer = brokers.consumer(config, plan["target_bootstrap"])
+    try:
+        landed = last = None
+        if target is not None:
+            tp = TopicPartition(topic, target)
+            end = consumer.end_offsets([tp])[tp]
+            if progress.state is None:
+                progress.save(source_partition=source, target_partition=target, target_start=end,
+                              acked=0, done=False)
+            landed = end - progress.state["target_start"]
+            if landed < progress.state["acked"]:
+                raise ReplayError(f"{where}: the target holds {landed} messages of this replay, "
+                                  f"but {progress.state['acked']} were acknowledged: it was "
+                                  "truncated or made anew; replay into a new topic")
+            if landed:
+                last = next(brokers.read_range(consumer, tp, end - 1, end), None)
+        elif progress.state is None:
+            progress.save(source_partition=source, target_partition=None, acked=0, done=False)
+    finally:
+        consumer.close()
+    skip = progress.state["acked"] if landed is None else landed
+    if progress.state["done"] and skip == progress.state["acked"]:  # finished before
+        return {"partition": source, "target_partition": target, "messages": skip, "sent": 0,
+                "skipped": skip, "bytes": 0, "seconds": round(time.monotonic() - started, 3)}
+    producer = brokers.producer(config, plan["target_bootstrap"], **PRODUCER_SETTINGS)
+    sent = index = size = 0
+    futures = []
+    try:
+        for r in records(storage, part["files"], request["since_ms"], request["until_ms"]):
+            index += 1
+            if index <= skip:
+                if index == skip and last is not None and not same_message(r, last):
+                    raise ReplayError(
+                        f"{where}: the target's last message (offset {last.offset}) is not "
+                        f"archived offset {r.offset}, the message this replay sent there: "
+                        "another producer writes to the target partition; stop it, or replay "
+                        "into a new topic")
+                continue
+            futures.append(_send(producer, topic, target, r, where))
+            sent += 1
+            size += len(r.key or b"") + len(r.value or b"")
+            if len(futures) >= PROGRESS_EVERY:
+                _acknowledged(producer, futures, where)
+                progress.save(acked=index, last_offset=r.offset)
+            if rate:
+                ahead = sent / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)  # the rate limit asked for
+        if index < skip:
+            raise ReplayError(f"{where}: the target holds {skip} messages since the replay "
+                              f"started, more than the {index} it replays: another producer "
+                              "writes to the target partition")
+        _acknowledged(producer, futures, where)
+    finally:
+        producer.close()
+    progress.save(acked=index, done=True)
+    return {"partition": source, "target_partition": target, "messages": index, "sent": sent,
+            "skipped": min(skip, index), "bytes": size,
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def _send(producer, topic: str, partition: int | None, r: Record, where: str):
+    if r.key is None and r.value is None:
+        raise ReplayError(f"{where}: archived offset {r.offset} has neither key nor value, "
+                          "which kafka-python cannot produce")
+    if any(value is None for _, value in r.headers):
+        raise ReplayError(f"{where}: archived offset {r.offset} has a header without value, "
+                          "which kafka-python cannot produce")
+    return producer.send(topic, key=r.key, value=r.value, partition=partition,
+                         timestamp_ms=r.timestamp_ms, headers=list(r.headers) or None)
+
+
+def _acknowledged(producer, futures: list, where: str) -> None:
+    """Wait until every message sent is acknowledged; a refused one fails the task."""
+    producer.flush()
+    for future in futures:
+        if future.failed():
+            raise ReplayError(f"{where}: the target refused a message: {future.exception!r}")
+    futures.clear()
+
+
+def summary_lines(rows: list[dict], seconds: float) -> list[str]:
+    """The job's log: a line per source partition, then the totals."""
+    lines = [f"partition {r['partition']} -> {r['target_partition'] if r['target_partition'] is not None else 'by key'}: "
+             f"{r['sent']} sent, {r['skipped']} already in the target, {r['bytes']} bytes, "
+             f"{r['seconds']} s" for r in sorted(rows, key=lambda r: r["partition"])]
+    sent, size = sum(r["sent"] for r in rows), sum(r["bytes"] for r in rows)
+    lines.append(f"replayed {sent} messages, {size} bytes in {seconds:.1f} s "
+                 f"({size / (1 << 20) / max(seconds, 1e-9):.1f} MiB/s)")
+    return lines

@@ -1,0 +1,183 @@
+"""Replay on the real services: the backup tests' awkward messages archived, produced
+back into new topics (through the DAG and through the CLI), then consumed and compared
+with the originals, partition by partition, in order; a replay killed mid-way and run
+again; a time range."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
+from test_backup_archive import varied_messages
+
+from conftest import airflow
+from pipeline import Pipeline
+
+PARTITIONS = 3
+MESSAGES = 300
+# the messages' CreateTime: BASE_MS + i seconds, recent enough for retention to keep them
+BASE_MS = (int(time.time()) - 3600) * 1000
+
+
+@pytest.fixture(scope="module")
+def archived(airflow_env, kafka, s3, tmp_path_factory):
+    """A topic of the awkward data set with known timestamps, archived by the backup DAG;
+    and what Kafka holds of it, per partition in offset order."""
+    prefix = f"replay{os.getpid()}{int(time.time())}"
+    pipeline = Pipeline(airflow_env, kafka, s3, prefix, tmp_path_factory.mktemp("replay"))
+    topic = pipeline.create_topic("src", PARTITIONS)
+    pipeline.produce((*m, BASE_MS + i * 1000)
+                     for i, m in enumerate(varied_messages(topic, PARTITIONS, MESSAGES, seed=16)))
+    pipeline.run_dag()
+    return pipeline, topic, in_order(kafka, topic)
+
+
+def in_order(kafka: str, topic: str) -> dict[int, list[tuple]]:
+    """partition -> (key, value, timestamp, headers) of each message, in offset order."""
+    consumer = KafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False,
+                             consumer_timeout_ms=5000)
+    tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    ends = consumer.end_offsets(tps)
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    found: dict[int, list[tuple]] = {tp.partition: [] for tp in tps}
+    for r in consumer:
+        assert r.timestamp_type == 0  # CreateTime: the timestamps are the producer's
+        found[r.partition].append((r.key, r.value, r.timestamp, tuple(r.headers)))
+        if all(consumer.position(tp) >= ends[tp] for tp in tps):
+            break
+    consumer.close()
+    return found
+
+
+def new_topic(kafka: str, name: str, partitions: int = PARTITIONS) -> str:
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.create_topics([NewTopic(name, partitions, 1)])
+    admin.close()
+    return name
+
+
+def end_offsets(kafka: str, topic: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=kafka)
+    tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    total = sum(consumer.end_offsets(tps).values())
+    consumer.close()
+    return total
+
+
+def cli(pipeline: Pipeline, *args: str, **popen) -> subprocess.Popen:
+    """`kafka-archive replay ...` as an operator runs it, in a session of its own."""
+    return subprocess.Popen([str(Path(sys.executable).parent / "kafka-archive"), "replay", *args],
+                            env=pipeline.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, **popen)
+
+
+def finished(job: subprocess.Popen) -> str:
+    out, _ = job.communicate(timeout=600)
+    assert job.returncode == 0, out[-4000:]
+    return out
+
+
+def test_the_dag_replays_every_message_into_its_partition_in_order_once(archived, kafka, unique):
+    pipeline, topic, original = archived
+    target = new_topic(kafka, f"copy{unique}")
+    conf = {"topic": topic, "to_topic": target}
+    airflow(pipeline.env, "dags", "test", "kafka_archive_replay", "--conf", json.dumps(conf))
+
+    assert in_order(kafka, target) == original
+    values = [m[1] for messages in original.values() for m in messages]
+    assert None in values and b"" in values  # tombstones and empty values, kept apart
+    assert any(len({name for name, _ in m[3]}) < len(m[3])  # a header name repeated
+               for messages in original.values() for m in messages)
+
+
+def test_a_replay_killed_mid_way_and_run_again_lands_each_message_once(archived, kafka, unique):
+    pipeline, topic, original = archived
+    target = new_topic(kafka, f"crash{unique}")
+    # 100 messages a partition at 20 a second: the job is surely still producing when the
+    # first message lands
+    job = cli(pipeline, "--topic", topic, "--to-topic", target, "--max-rate", "20")
+    deadline = time.monotonic() + 300
+    while end_offsets(kafka, target) == 0:
+        assert job.poll() is None, job.stdout.read()[-4000:]
+        assert time.monotonic() < deadline, "nothing landed in the target within 300 s"
+        time.sleep(0.05)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    landed = end_offsets(kafka, target)
+    assert 0 < landed < MESSAGES  # really the middle
+
+    out = finished(cli(pipeline, "--topic", topic, "--to-topic", target))
+    assert f"already in the target" in out
+    assert in_order(kafka, target) == original
+    # and once more: everything is in the target, nothing is sent again
+    finished(cli(pipeline, "--topic", topic, "--to-topic", target))
+    assert end_offsets(kafka, target) == MESSAGES
+
+
+def test_a_time_range_replays_exactly_the_messages_of_that_time(archived, kafka, unique):
+    pipeline, topic, original = archived
+    target = new_topic(kafka, f"time{unique}")
+    since, until = BASE_MS + 100_000, BASE_MS + 200_000
+    iso = datetime.fromtimestamp(until / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    finished(cli(pipeline, "--topic", topic, "--to-topic", target, "--since", str(since),
+                 "--until", iso))
+    expected = {p: [m for m in messages if since <= m[2] < until]
+                for p, messages in original.items()}
+    assert sum(map(len, expected.values())) == 100
+    assert in_order(kafka, target) == expected
+
+
+def test_refusals_name_the_problem_and_produce_nothing(archived, kafka, unique):
+    pipeline, topic, _ = archived
+    target = new_topic(kafka, f"refused{unique}")
+    hole = cli(pipeline, "--topic", topic, "--to-topic", target, "--partition", "0",
+               "--to-offset", "1000")
+    out, _ = hole.communicate(timeout=120)
+    assert hole.returncode == 1
+    assert f"{topic} partition 0: offsets [100, 1000) are in no current file" in out
+    assert "the first missing offset is 100" in out
+    looping = cli(pipeline, "--topic", topic, "--to-topic", pipeline.create_topic("other", 1))
+    out, _ = looping.communicate(timeout=120)
+    assert looping.returncode == 1 and "archived by group backup" in out
+    small = new_topic(kafka, f"small{unique}", 2)
+    fewer = cli(pipeline, "--topic", topic, "--to-topic", small, "--dry-run")
+    out, _ = fewer.communicate(timeout=120)
+    assert fewer.returncode == 1 and "has 2 partitions, the replay needs partition 2" in out
+    assert end_offsets(kafka, target) == end_offsets(kafka, small) == 0
+
+
+def test_a_replay_runs_on_the_standalone_cluster(archived, kafka, s3, spark_cluster, unique,
+                                                 airflow_env, tmp_path):
+    """Executors with a Python of their own (no project) and no AWS_* variable read the
+    archive and produce, as the archive job's do."""
+    pipeline, topic, original = archived
+    conf = "".join(f"    {k}: {json.dumps(v)}\n" for k, v in spark_cluster.conf.items())
+    on_cluster = Pipeline(airflow_env, kafka, s3, pipeline.prefix, tmp_path,  # the same archive
+                          extra=f"spark:\n  master: {spark_cluster.master}\n  conf:\n{conf}")
+    assert on_cluster.root == pipeline.root
+    target = new_topic(kafka, f"cluster{unique}")
+    out = finished(cli(on_cluster, "--topic", topic, "--to-topic", target))
+    assert f"replayed {MESSAGES} messages" in out
+    assert in_order(kafka, target) == original
+
+
+def test_hash_by_key_fits_fewer_partitions_and_keeps_each_sources_order(archived, kafka, unique):
+    pipeline, topic, original = archived
+    target = new_topic(kafka, f"hashed{unique}", 1)
+    finished(cli(pipeline, "--topic", topic, "--to-topic", target, "--hash-by-key"))
+    landed = in_order(kafka, target)[0]
+    assert sorted(landed, key=lambda m: m[2]) == sorted(
+        (m for messages in original.values() for m in messages), key=lambda m: m[2])
+    for messages in original.values():  # the timestamps tell the messages apart
+        times = {m[2] for m in messages}
+        assert [m for m in landed if m[2] in times] == messages
