@@ -31,9 +31,11 @@ spark = (SparkSession.builder.appName("kafka-archive").config(conf=quiet)
          # a batch job nobody browses: no web UI to start (the Airflow task log has it all)
          .config("spark.ui.enabled", "false")
          .getOrCreate())
+ready = time.monotonic()
 try:
     manifest = job.run(spark, config.load(launch.shipped_file(args.config)), args.plan)
     # spark-submit's output is the task's log (the Spark provider logs each line)
-    print("\n".join(progress.lines(manifest, time.monotonic() - started)), flush=True)
+    print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)),
+          flush=True)
 finally:
     spark.stop()
