@@ -61,6 +61,7 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
                       "spark.scheduler.listenerbus.logSlowEvent": "false",
                       "spark.pyspark.python": "/opt/py/bin/python",
                       "spark.eventLog.enabled": "true",
+                      "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
                       # the executors' Python is not the driver's
                       "spark.pyspark.driver.python": sys.executable}
     assert s.py_files == [str(spark.library_zip(tmp_path / "py"))]
@@ -79,7 +80,7 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
                             "--plan", "s3://bucket/p/_runs/backup/r/plan.json"]
 
 
-def test_a_driver_started_here_gets_the_class_archive_before_the_configs_java_options(
+def test_a_driver_started_here_gets_c1_and_the_class_archive_before_the_configs_java_options(
         tmp_path, monkeypatch):
     archive, jars = tmp_path / "spark.jsa", tmp_path / "jars"
     jars.mkdir()
@@ -88,12 +89,14 @@ def test_a_driver_started_here_gets_the_class_archive_before_the_configs_java_op
     monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_CDS", str(archive))
     monkeypatch.setenv("KAFKA_ARCHIVE_PY_FILES_DIR", str(tmp_path / "py"))
     options = "spark:\n  conf: {spark.driver.extraJavaOptions: -Xss4m}\n"
-    assert spark.archive_submit(load(tmp_path, options)).conf["spark.driver.extraJavaOptions"] == "-Xss4m"
+    java = "spark.driver.extraJavaOptions"
+    assert spark.archive_submit(load(tmp_path, options)).conf[java] == \
+        "-XX:TieredStopAtLevel=1 -Xss4m"
     archive.write_bytes(b"")  # scripts/install made it
-    assert spark.archive_submit(load(tmp_path, options)).conf["spark.driver.extraJavaOptions"] == \
-        f"-XX:SharedArchiveFile={archive} -Xss4m"
-    assert spark.archive_submit(load(tmp_path)).conf["spark.driver.extraJavaOptions"] == \
-        f"-XX:SharedArchiveFile={archive}"
+    assert spark.archive_submit(load(tmp_path, options)).conf[java] == \
+        f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive} -Xss4m"
+    assert spark.archive_submit(load(tmp_path)).conf[java] == \
+        f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}"
     # in cluster deploy mode the driver's JVM starts on a machine without it
     cluster = load(tmp_path, "spark: {master: yarn, deploy_mode: cluster}\n")
     assert "spark.driver.extraJavaOptions" not in spark.archive_submit(cluster).conf
