@@ -803,6 +803,9 @@ def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float
          lambda r, p: f"{p.spark.seconds / r.spark.seconds:.3f}"),
         ("ratio archive/peer, without start-up",
          lambda r, p: f"{p.query_s / r.spark.log.job_s:.3f}" if r.spark.log.job_s else "?"),
+        # CPU seconds of each spark-submit's processes: what a busy machine's noise inflates least
+        ("ratio archive/peer, CPU seconds (peer's/archive's)",
+         lambda r, p: f"{sum(p.spark.memory.cpu_s.values()) / sum(r.spark.memory.cpu_s.values()):.3f}"),
         ("peer: written locally, MiB", lambda r, p: f"{p.output_bytes / MIB:,.1f}"),
         ("peer: peak RSS, process tree, MiB", lambda r, p: f"{p.spark.memory.peak_total_mib:,.0f}"),
         ("peer: CPU seconds, Spark JVM", lambda r, p: f"{p.spark.memory.cpu_s.get('jvm', 0):,.1f}"),
