@@ -37,8 +37,8 @@ scripts/localservices.py if they are not running, and stops only what it started
    topic, to local text after compression `none`, to parquet (Spark's default codec) after
    `default`.
 5. Prints a table: throughput of spark-submit alone, of the Spark job without its start-up
-   (the job's duration from Spark's own log) and of plan+archive+commit, in MiB/s and
-   messages/s; the ratios archive/consumer and archive/peer and whether the targets hold
+   (the job's own clock from its SparkSession ready to its manifest written, which it
+   prints) and of plan+archive+commit, in MiB/s and messages/s; the ratios archive/consumer and archive/peer and whether the targets hold
    (archive/peer text >= 1.0, archive/peer parquet >= 1.5, a run archiving one message
    <= 10 s); output size, peak memory, and CPU seconds of the JVM, of Python, of the broker
    and MinIO, and of everything else on the machine (the noise); `uptime` with each figure.
@@ -379,25 +379,16 @@ def service_cpu_s() -> dict[str, float]:
 
 @dataclass
 class SparkLog:
-    """What Spark's own INFO log says about the archive job's one Spark job."""
-    job_s: float | None = None       # the collect() of mapInArrow: reading and writing the data
-    tasks: int = 0
-    task_s: float = 0.0              # sum over tasks
-    kafka_poll_s: float = 0.0        # sum over tasks: time inside the Kafka consumer's polls
-    python_s: float = 0.0            # sum over tasks: the Python worker's time (mapInArrow)
+    """What the archive job's own summary line says (progress.summary_line): its time from
+    the Spark session ready to the manifest written, and the session's start."""
+    job_s: float | None = None       # reading the plan, the Spark job, the manifest
+    session_s: float | None = None   # building the SparkSession (after the JVM and Python start)
 
     @classmethod
     def parse(cls, text: str) -> SparkLog:
         log = cls()
-        if m := re.search(r"Job 0 finished: .* took ([\d.]+) ms", text):
-            log.job_s = float(m[1]) / 1000
-        for m in re.finditer(r"Finished task \S+ in stage \S+ \(TID \d+\) in (\d+) ms", text):
-            log.tasks += 1
-            log.task_s += int(m[1]) / 1000
-        log.kafka_poll_s = sum(float(m[1]) for m in re.finditer(
-            r"KafkaDataConsumer: From Kafka .* polls .*, taking ([\d.]+) ms", text)) / 1000
-        log.python_s = sum(int(m[1]) for m in re.finditer(
-            r"Times: total = (\d+), boot", text)) / 1000
+        if m := re.search(r"Spark session ([\d.]+) s, the job without it ([\d.]+) s", text):
+            log.session_s, log.job_s = float(m[1]), float(m[2])
         return log
 
 
@@ -420,9 +411,7 @@ def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: 
     from kafka_archive import config, spark
     from kafka_archive.airflow import operators
 
-    # the job runs Spark at WARN; the figures below come from Spark's INFO lines
-    command = spark.archive_command(config.load(config_path), plan_url, master,
-                                    extra=["--conf", "spark.log.level=INFO", *spark_args])
+    command = spark.archive_command(config.load(config_path), plan_url, master, extra=spark_args)
     env = {**os.environ, **spark.submit_env(), **operators.s3_environment(s3_conn_id)}
     return sampled_spark_submit(command, env, log_path)
 
@@ -726,12 +715,11 @@ def describe_spark(run: ArchiveRun, payload_bytes: int) -> None:
     services = {"broker": s.services_cpu_s.get("kafka", 0.0),
                 "MinIO": s.services_cpu_s.get("s3", 0.0)}
     if s.log.job_s is not None:
-        say(f"  Spark's log: the job (Kafka read + mapInArrow + uploads) took {s.log.job_s:.1f} s "
-            f"({payload_bytes / MIB / s.log.job_s:,.1f} MiB/s); start-up and shut-down "
-            f"{s.seconds - s.log.job_s:.1f} s. Summed over its {s.log.tasks} tasks: "
-            f"{s.log.task_s:.1f} s; the Python worker's own clock {s.log.python_s:.1f} s "
-            f"(includes waiting for the JVM's batches); inside Kafka polls "
-            f"{s.log.kafka_poll_s:.1f} s")
+        say(f"  the job's own clock: from the Spark session ready to the manifest written (plan "
+            f"read, Kafka read + mapInArrow + uploads, manifest) {s.log.job_s:.1f} s "
+            f"({payload_bytes / MIB / s.log.job_s:,.1f} MiB/s); the SparkSession took "
+            f"{s.log.session_s:.1f} s; the JVM's and Python's start and shut-down the other "
+            f"{s.seconds - s.log.job_s - s.log.session_s:.1f} s")
     say(f"  CPU seconds during spark-submit: {cpu}; broker {services['broker']:,.1f}, MinIO "
         f"{services['MinIO']:,.1f}; everything else on the machine {other_cpu_s(s):,.1f} "
         f"(of {os.cpu_count()} cores x {s.seconds:.1f} s = {os.cpu_count() * s.seconds:,.0f})")
@@ -852,6 +840,9 @@ def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float
          lambda r, p: f"{p.spark.seconds / r.spark.seconds:.3f}"),
         ("ratio archive/peer, without start-up",
          lambda r, p: f"{p.query_s / r.spark.log.job_s:.3f}" if r.spark.log.job_s else "?"),
+        # CPU seconds of each spark-submit's processes: what a busy machine's noise inflates least
+        ("ratio archive/peer, CPU seconds (peer's/archive's)",
+         lambda r, p: f"{sum(p.spark.memory.cpu_s.values()) / sum(r.spark.memory.cpu_s.values()):.3f}"),
         ("peer: written locally, MiB", lambda r, p: f"{p.output_bytes / MIB:,.1f}"),
         ("peer: peak RSS, process tree, MiB", lambda r, p: f"{p.spark.memory.peak_total_mib:,.0f}"),
         ("peer: CPU seconds, Spark JVM", lambda r, p: f"{p.spark.memory.cpu_s.get('jvm', 0):,.1f}"),

@@ -29,9 +29,11 @@ spark = (SparkSession.builder.appName("kafka-archive").config(conf=quiet)
          # the executors reach S3 with the driver's credentials (never on a command line)
          .config(map=launch.executor_env_conf(dict(os.environ)))
          .getOrCreate())
+ready = time.monotonic()
 try:
     manifest = job.run(spark, config.load(launch.shipped_file(args.config)), args.plan)
     # spark-submit's output is the task's log (the Spark provider logs each line)
-    print("\n".join(progress.lines(manifest, time.monotonic() - started)), flush=True)
+    print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)),
+          flush=True)
 finally:
     spark.stop()

@@ -51,6 +51,7 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
     (jars / "spark-sql-kafka.jar").write_bytes(b"")
     monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_JARS_DIR", str(jars))
     monkeypatch.setenv("KAFKA_ARCHIVE_PY_FILES_DIR", str(tmp_path / "py"))
+    monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_CDS", str(tmp_path / "none.jsa"))  # not built
     cfg = load(tmp_path, "spark:\n  master: spark://h:7077\n  conf:\n"
                          "    spark.pyspark.python: /opt/py/bin/python\n"
                          "    spark.eventLog.enabled: true\n"
@@ -63,6 +64,7 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
                       "spark.scheduler.listenerbus.logSlowEvent": "false",
                       "spark.pyspark.python": "/opt/py/bin/python",
                       "spark.eventLog.enabled": "true",
+                      "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
                       # the executors' Python is not the driver's
                       "spark.pyspark.driver.python": sys.executable}
     assert s.py_files == [str(spark.library_zip(tmp_path / "py"))]
@@ -85,6 +87,28 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
     assert replay[:replay.index("--name")] == command[:command.index("--driver-memory")]
     assert replay[-7:] == [str(spark.REPLAY_APPLICATION), "--config", str(cfg.path), "--replay",
                            "s3://bucket/p/_replays/x/replay.json", "--max-rate", "10"]
+
+
+def test_a_driver_started_here_gets_c1_and_the_class_archive_before_the_configs_java_options(
+        tmp_path, monkeypatch):
+    archive, jars = tmp_path / "spark.jsa", tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-sql-kafka.jar").write_bytes(b"")
+    monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_JARS_DIR", str(jars))
+    monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_CDS", str(archive))
+    monkeypatch.setenv("KAFKA_ARCHIVE_PY_FILES_DIR", str(tmp_path / "py"))
+    options = "spark:\n  conf: {spark.driver.extraJavaOptions: -Xss4m}\n"
+    java = "spark.driver.extraJavaOptions"
+    assert spark.archive_submit(load(tmp_path, options)).conf[java] == \
+        "-XX:TieredStopAtLevel=1 -Xss4m"
+    archive.write_bytes(b"")  # scripts/install made it
+    assert spark.archive_submit(load(tmp_path, options)).conf[java] == \
+        f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive} -Xss4m"
+    assert spark.archive_submit(load(tmp_path)).conf[java] == \
+        f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}"
+    # in cluster deploy mode the driver's JVM starts on a machine without it
+    cluster = load(tmp_path, "spark: {master: yarn, deploy_mode: cluster}\n")
+    assert "spark.driver.extraJavaOptions" not in spark.archive_submit(cluster).conf
 
 
 def test_standalone_cluster_mode_is_refused_for_a_python_job(tmp_path):

@@ -19,16 +19,20 @@ def slice_line(row: dict) -> str:
             f"{row['end']}): {row['records']} records, {row.get('bytes') or 0} bytes{extra} -> {where}")
 
 
-def summary_line(manifest: dict, seconds: float) -> str:
+def summary_line(manifest: dict, seconds: float, startup_s: float | None = None) -> str:
+    """`seconds`: from before Spark's session to the manifest written; `startup_s`: the
+    part of it spent starting the session (the rest is the job's own work)."""
     rows = manifest["slices"]
     records = sum(r["records"] for r in rows)
     size = sum(r.get("bytes") or 0 for r in rows)
     files = sum(len(row_files(r)) for r in rows)
     rate = size / 1e6 / seconds if seconds > 0 else 0.0
     return (f"archived run {manifest['run_id']}: {len(rows)} slices, {records} records, "
-            f"{size} bytes, {files} files in {seconds:.1f} s ({rate:.3g} MB/s)")
+            f"{size} bytes, {files} files in {seconds:.1f} s ({rate:.3g} MB/s)"
+            + ("" if startup_s is None else
+               f"; Spark session {startup_s:.2f} s, the job without it {seconds - startup_s:.2f} s"))
 
 
-def lines(manifest: dict, seconds: float) -> list[str]:
+def lines(manifest: dict, seconds: float, startup_s: float | None = None) -> list[str]:
     ordered = sorted(manifest["slices"], key=lambda r: (r["topic"], r["partition"], r["start"]))
-    return [slice_line(r) for r in ordered] + [summary_line(manifest, seconds)]
+    return [slice_line(r) for r in ordered] + [summary_line(manifest, seconds, startup_s)]

@@ -20,3 +20,8 @@ def test_one_line_per_slice_then_a_summary():
 def test_quarantined_and_many_files_are_named():
     row = {**ROW, "quarantined": 2, "files": [ROW["files"][0]] * 3}
     assert progress.slice_line(row).endswith("5 records, 2000000 bytes, 2 quarantined -> 3 files")
+
+
+def test_the_summary_tells_the_session_start_from_the_job_itself():
+    line = progress.summary_line({"run_id": "r1", "slices": [ROW]}, 10.0, startup_s=3.5)
+    assert line.endswith("in 10.0 s (0.2 MB/s); Spark session 3.50 s, the job without it 6.50 s")
