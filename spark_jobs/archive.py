@@ -5,11 +5,7 @@
 """
 
 import argparse
-import os
 import time
-
-from pyspark import SparkConf
-from pyspark.sql import SparkSession
 
 from kafka_archive import config, spark as launch
 from kafka_archive.archive import job, progress
@@ -20,14 +16,10 @@ parser.add_argument("--plan", required=True)
 args = parser.parse_args()
 
 started = time.monotonic()
-# Spark's own INFO lines would bury the job's (the level: progress.SPARK_LOG_LEVEL)
-quiet = SparkConf().set("spark.log.level", progress.SPARK_LOG_LEVEL)
-spark = (SparkSession.builder.appName("kafka-archive").config(conf=quiet)
+spark = (launch.job_session("kafka-archive")
          # Spark 4.1 sizes each Arrow batch row by row, quadratic in the list-typed
          # headers column; batches stay capped at maxRecordsPerBatch rows anyway
          .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
-         # the executors reach S3 with the driver's credentials (never on a command line)
-         .config(map=launch.executor_env_conf(dict(os.environ)))
          .getOrCreate())
 ready = time.monotonic()
 try:

@@ -6,14 +6,9 @@ partition (kafka_archive.tools.replay_job).
 """
 
 import argparse
-import os
 import time
 
-from pyspark import SparkConf
-from pyspark.sql import SparkSession
-
 from kafka_archive import config, spark as launch
-from kafka_archive.archive import progress
 from kafka_archive.tools import replay_job
 
 parser = argparse.ArgumentParser()
@@ -23,12 +18,7 @@ parser.add_argument("--max-rate", type=int, help="messages per second per source
 args = parser.parse_args()
 
 started = time.monotonic()
-spark = (SparkSession.builder.appName("kafka-archive-replay")
-         .config(conf=SparkConf().set("spark.log.level", progress.SPARK_LOG_LEVEL))
-         # the executors read S3 with the driver's credentials (never on a command line)
-         .config(map=launch.executor_env_conf(dict(os.environ)))
-         .config("spark.ui.enabled", "false")
-         .getOrCreate())
+spark = launch.job_session("kafka-archive-replay").getOrCreate()
 try:
     rows = replay_job.run(spark, config.load(launch.shipped_file(args.config)), args.replay,
                            args.max_rate)

@@ -206,6 +206,20 @@ def job_command(config: Config, application: Path, args: list[str], name: str,
 
 # --- inside the job (spark_jobs/archive.py) ----------------------------------------------
 
+def job_session(name: str):
+    """A SparkSession builder for a job of spark_jobs/: Spark's own log at the job's level
+    (its INFO lines would bury the job's), and the driver's S3 credentials handed to the
+    executors (never on a command line)."""
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    from kafka_archive.archive import progress
+
+    return (SparkSession.builder.appName(name)
+            .config(conf=SparkConf().set("spark.log.level", progress.SPARK_LOG_LEVEL))
+            .config(map=executor_env_conf(dict(os.environ))))
+
+
 def executor_env_conf(environ: dict[str, str]) -> dict[str, str]:
     """spark.executorEnv.* handing the driver's S3 credentials and endpoint (from
     spark-submit's environment) to the executors, whose workers have none. Set from
