@@ -122,36 +122,46 @@ def audit_dag() -> DAG:
     return dag
 
 
+def manual_dag(dag_id: str, description: str, tag: str, params: dict) -> DAG:
+    """A DAG that only a person triggers (no schedule), one run at a time, no retries."""
+    return DAG(dag_id=dag_id, description=description, schedule=None,
+               start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
+               max_active_runs=1, default_args={"retries": 0}, params=params,
+               tags=["kafka-archive", tag])
+
+
+def range_params(what: str) -> dict[str, Param]:
+    """An offset range (every partition) or a Kafka-timestamp range of `what`."""
+    offset = {"type": ["null", "integer"], "minimum": 0}
+    when = {"anyOf": [{"type": "null"}, *trigger.TIME["anyOf"]]}
+    return {"from_offset": Param(None, **offset, description="first offset (all partitions)"),
+            "to_offset": Param(None, **offset, description="end offset, exclusive"),
+            "since": Param(None, **when, description=f"or: {what} at or after this Kafka "
+                                                     "timestamp"),
+            "until": Param(None, **when, description="... and before this one")}
+
+
+def time_range(params: dict) -> tuple[int | None, int | None]:
+    """since and until of a manual run's params, as epoch ms."""
+    return tuple(None if params[k] is None else trigger.epoch_ms(params[k])
+                 for k in ("since", "until"))
+
 
 def backfill_dag() -> DAG:
     """Manually triggered: rebuild an event-time group's files of a topic from the backup."""
     cfg = config_module.load()
     targets = [g.name for g in cfg.groups.values() if g.layout.kind == "event_time"] or [None]
-    offset = {"type": ["null", "integer"], "minimum": 0}
-    when = {"anyOf": [{"type": "null"}, *trigger.TIME["anyOf"]]}
-    with DAG(
-        dag_id="kafka_archive_backfill",
-        description="Rebuild partitioned output of a topic from the backup archive",
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        max_active_runs=1,
-        default_args={"retries": 0},
-        params={"group": Param(targets[0], enum=targets, description="event-time group"),
-                "topic": Param("", type="string", minLength=1, description="topic to rebuild"),
-                "source": Param("backup", type="string", description="the backup group"),
-                "from_offset": Param(None, **offset, description="first offset (all partitions)"),
-                "to_offset": Param(None, **offset, description="end offset, exclusive"),
-                "since": Param(None, **when, description="or: slices with a message at or "
-                                                         "after this Kafka timestamp"),
-                "until": Param(None, **when, description="... and before this one")},
-        tags=["kafka-archive", "backfill"],
-    ) as dag:
+    with manual_dag("kafka_archive_backfill",
+                    "Rebuild partitioned output of a topic from the backup archive", "backfill", {
+                        "group": Param(targets[0], enum=targets, description="event-time group"),
+                        "topic": Param("", type="string", minLength=1,
+                                       description="topic to rebuild"),
+                        "source": Param("backup", type="string", description="the backup group"),
+                        **range_params("slices with a message")}) as dag:
 
         @task
         def backfill(dag_run=None, params=None) -> dict:
-            since, until = (None if params[k] is None else trigger.epoch_ms(params[k])
-                            for k in ("since", "until"))
+            since, until = time_range(params)
             return tasks.backfill(params["group"], params["topic"], dag_run.run_id,
                                   params["from_offset"], params["to_offset"], since, until,
                                   params["source"])
@@ -164,26 +174,15 @@ def replay_dag() -> DAG:
     """Manually triggered: produce archived messages of a range back into a Kafka topic."""
     cfg = config_module.load()
     sources = [g.name for g in cfg.groups.values() if g.layout.kind == "partition"] or [None]
-    offset = {"type": ["null", "integer"], "minimum": 0}
-    when = {"anyOf": [{"type": "null"}, *trigger.TIME["anyOf"]]}
-    with DAG(
-        dag_id="kafka_archive_replay",
-        description="Replay archived messages of a range into a Kafka topic",
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        max_active_runs=1,  # two runs of one replay would both write its target
-        default_args={"retries": 0},  # triggering the same params again resumes
-        params={
+    # one run at a time: two runs of one replay would both write its target; triggering
+    # the same params again resumes it
+    with manual_dag("kafka_archive_replay",
+                    "Replay archived messages of a range into a Kafka topic", "replay", {
             "group": Param(sources[0], enum=sources, description="the group to read"),
             "topic": Param("", type="string", minLength=1, description="the archived topic"),
             "partition": Param(None, type=["null", "integer"], minimum=0,
                                description="only this partition (empty: all)"),
-            "from_offset": Param(None, **offset, description="first offset (all partitions)"),
-            "to_offset": Param(None, **offset, description="end offset, exclusive"),
-            "since": Param(None, **when, description="or: messages with a Kafka timestamp at or "
-                                                     "after this time"),
-            "until": Param(None, **when, description="... and before this time"),
+            **range_params("messages"),
             "to_topic": Param("", type="string", minLength=1,
                               description="the target topic (it must exist)"),
             "bootstrap": Param(None, type=["null", "string"], minLength=1,
@@ -195,10 +194,7 @@ def replay_dag() -> DAG:
             "max_rate": Param(None, type=["null", "integer"], minimum=1,
                               description="messages per second per source partition"),
             "dry_run": Param(False, type="boolean",
-                             description="only check and print the plan"),
-        },
-        tags=["kafka-archive", "replay"],
-    ) as dag:
+                             description="only check and print the plan")}) as dag:
 
         @task.short_circuit
         def prepare(params=None) -> str | None:
@@ -211,8 +207,7 @@ def replay_dag() -> DAG:
 
 
 def replay_request(params: dict) -> replaying.Request:
-    since, until = (None if params[k] is None else trigger.epoch_ms(params[k])
-                    for k in ("since", "until"))
+    since, until = time_range(params)
     return replaying.Request(
         group=params["group"], topic=params["topic"], to_topic=params["to_topic"],
         partition=params["partition"], from_offset=params["from_offset"],
