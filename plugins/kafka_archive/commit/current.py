@@ -39,6 +39,12 @@ class Contents:
     def of_topic(self, topic: str) -> list[dict]:
         return [row for row in self.rows if row["topic"] == topic]
 
+    def format_of(self, row: dict) -> dict:
+        """The format a row's files were written in: its plan's, for the row's topic
+        (planning.Plan.format_for on the plan as stored)."""
+        plan = self.plans.get(row["_run"], {})
+        return plan.get("topic_formats", {}).get(row["topic"], plan.get("format", {}))
+
     def gaps(self) -> dict[tuple[str, int], list[Range]]:
         """(topic, partition) -> offsets Kafka itself lacks, as the rows recorded them."""
         found: dict[tuple[str, int], list[Range]] = defaultdict(list)

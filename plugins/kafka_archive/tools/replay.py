@@ -94,7 +94,7 @@ class Span:
     files: list[FileSpan] = field(default_factory=list)
 
 
-def spans(contents: Contents, plans_format, topic: str, partition: int | None,
+def spans(contents: Contents, topic: str, partition: int | None,
           from_offset: int | None = None, to_offset: int | None = None,
           since_ms: int | None = None, until_ms: int | None = None) -> list[Span]:
     """Per source partition, the current files holding the range, in offset order. An
@@ -102,7 +102,7 @@ def spans(contents: Contents, plans_format, topic: str, partition: int | None,
     offset and to to the last); a time range selects the files whose messages' time
     bounds meet it, and everything between the first and the last of them must be held.
     Offsets Kafka itself lacks (compaction, transaction markers: the rows' gaps) are no
-    hole. plans_format(row) -> the row's format dict. Pure."""
+    hole. Pure."""
     rows = [r for r in contents.of_topic(topic) if partition is None or r["partition"] == partition]
     found: list[Span] = []
     for p in sorted({r["partition"] for r in rows} | ({partition} if partition is not None else set())):
@@ -128,7 +128,7 @@ def spans(contents: Contents, plans_format, topic: str, partition: int | None,
         for row in taken:
             if row["start"] not in wanted or not row["records"]:
                 continue
-            _check_lossless(topic, p, row, plans_format(row))
+            _check_lossless(topic, p, row, contents.format_of(row))
             files += [FileSpan(f["url"], max(row["start"], low), min(row["end"], high))
                       for f in row_files(row)]
         found.append(Span(p, None, files))
@@ -181,13 +181,6 @@ def _check_lossless(topic: str, partition: int, row: dict, fmt: dict) -> None:
 
 # --- reading the archive, checking the target, writing the plan --------------------------
 
-def plan_format(contents: Contents, topic: str):
-    def fmt(row: dict) -> dict:
-        plan = contents.plans.get(row["_run"], {})
-        return plan.get("topic_formats", {}).get(topic, plan.get("format", {}))
-    return fmt
-
-
 def target_partitions(consumer, topic: str) -> int | None:
     """How many partitions the target topic has (a kafka-python consumer of its cluster);
     None when it does not exist."""
@@ -234,9 +227,8 @@ def plan_replay(config: Config, storage: Storage, request: Request, target_parti
         raise ReplayError(f"group {request.group} has layout {group.layout.kind}: replay reads "
                           "a group laid out by Kafka partition (the backup)")
     contents = current(storage, config.archive_root, request.group)
-    found = spans(contents, plan_format(contents, request.topic), request.topic,
-                  request.partition, request.from_offset, request.to_offset,
-                  request.since_ms, request.until_ms)
+    found = spans(contents, request.topic, request.partition, request.from_offset,
+                  request.to_offset, request.since_ms, request.until_ms)
     check_target(config, request, target_partitions, found)
     return {"replay_id": request.replay_id(), "request": asdict(request),
             "source_bootstrap": config.bootstrap_servers,

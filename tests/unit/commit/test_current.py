@@ -132,3 +132,13 @@ def test_gaps_and_lost_ranges(archive):
 
 def test_an_empty_group_has_no_rows(archive):
     assert archive.current().rows == []
+
+
+def test_a_rows_format_is_its_plans_for_its_topic():
+    from kafka_archive.commit.current import Contents
+
+    plans = {"r1": {"format": {"kind": "sequencefile"},
+                    "topic_formats": {"u": {"kind": "text"}}}}
+    c = Contents(rows=[], plans=plans, lost={})
+    assert c.format_of({"_run": "r1", "topic": "t"}) == {"kind": "sequencefile"}
+    assert c.format_of({"_run": "r1", "topic": "u"}) == {"kind": "text"}

@@ -29,7 +29,7 @@ def contents(*rows, lost=None, plans=None):
 
 
 def spans(c, partition=None, **range_):
-    return replay.spans(c, replay.plan_format(c, "t"), "t", partition, **range_)
+    return replay.spans(c, "t", partition, **range_)
 
 
 def ranges(found):
