@@ -400,20 +400,20 @@ class SparkRun:
     log: SparkLog
 
 
-def spark_submit(config_path: Path, plan_url: str, s3_conn_id: str, spark_args: list[str],
+def spark_submit(config_path: Path, plan_url: str, spark_args: list[str],
                  log_path: Path, master: str | None = None) -> SparkRun:
     """spark-submit of spark_jobs/archive.py: the settings ArchiveOperator.execute passes
     through SparkSubmitHook (spark.archive_submit: master local[2] as the kafka_archive_spark
     connection says, or `master`; --name, --jars, --py-files, --files, the config's spark
-    conf) and the same environment (spark.submit_env() and the S3 credentials of the Airflow
-    connection). spark_args: what --driver-memory and --conf of this script add (nothing by
+    conf) and the same environment (operators.submit_environment: the S3 credentials of the
+    Airflow connection). spark_args: what --driver-memory and --conf of this script add (nothing by
     default)."""
     from kafka_archive import config, spark
     from kafka_archive.airflow import operators
 
-    command = spark.archive_command(config.load(config_path), plan_url, master, extra=spark_args)
-    env = {**os.environ, **spark.submit_env(), **operators.s3_environment(s3_conn_id)}
-    return sampled_spark_submit(command, env, log_path)
+    cfg = config.load(config_path)
+    command = spark.archive_command(cfg, plan_url, master, extra=spark_args)
+    return sampled_spark_submit(command, operators.submit_environment(cfg, master), log_path)
 
 
 def sampled_spark_submit(command: list[str], env: dict[str, str], log_path: Path) -> SparkRun:
@@ -554,7 +554,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     plan_url, plan_s = timed(tasks.plan, group, run_id)
     if plan_url is None:
         raise RuntimeError(f"{label}: the plan found nothing to archive")
-    spark_run = spark_submit(config_path, plan_url, cfg.s3_conn_id, spark_args,
+    spark_run = spark_submit(config_path, plan_url, spark_args,
                              work / f"spark-{label}.log", master)
     load = uptime()
     summary, commit_s = timed(tasks.commit, plan_url)
@@ -592,8 +592,8 @@ def replay_run(config_path: Path, topic: str, target: str, partitions: int, boot
     create_topic(bootstrap, target, partitions)
     url, prepare_s = timed(tasks.replay_prepare, replay.Request(GROUP, topic, target), False, cfg)
     command = spark.replay_command(cfg, url, extra=spark_args)
-    env = {**os.environ, **spark.submit_env(), **operators.s3_environment(cfg.s3_conn_id)}
-    run = sampled_spark_submit(command, env, work / "spark-replay.log")
+    run = sampled_spark_submit(command, operators.submit_environment(cfg),
+                               work / "spark-replay.log")
     landed = sum(end_offsets(bootstrap, target).values())
     if landed != messages:
         raise RuntimeError(f"replay: {landed} messages in {target}, expected {messages}")

@@ -288,7 +288,7 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     this command's); 1 when the job failed."""
     _airflow_logs_to_stderr()  # the connections come through Airflow: keep stdout for JSON
     from kafka_archive.airflow import tasks
-    from kafka_archive.airflow.operators import s3_environment
+    from kafka_archive.airflow.operators import submit_environment
 
     request = replaying.Request(
         group=args.group, topic=args.topic, to_topic=args.to_topic, partition=args.partition,
@@ -298,11 +298,9 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     url = tasks.replay_prepare(request, args.dry_run, config)
     if url is None:
         return 0
-    credentials = (s3_environment(config.s3_conn_id) if config.archive_root.startswith("s3://")
-                   and spark.archive_submit(config, args.master).takes_credentials() else {})
     command = spark.replay_command(config, url, args.master, args.max_rate)
     sys.stdout.flush()
-    code = subprocess.run(command, env={**os.environ, **spark.submit_env(), **credentials},
+    code = subprocess.run(command, env=submit_environment(config, args.master),
                           stdin=subprocess.DEVNULL).returncode
     if code:
         print(f"kafka-archive: replay {request.replay_id()}: spark-submit exited {code}; run "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import textwrap
 import time
@@ -18,7 +17,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTo
 
 from kafka_archive import config, formats, spark
 from kafka_archive.airflow import tasks
-from kafka_archive.airflow.operators import s3_environment
+from kafka_archive.airflow.operators import submit_environment
 from kafka_archive.tokens import LocalTokenStore
 
 GROUP = "backup"
@@ -90,9 +89,10 @@ class Pipeline:
         """Start the Spark job as the archive task would (on `master`, else the config's or
         local[2]); its output goes to job.log (a pipe nobody reads would fill up and stall
         the job)."""
-        env = {**os.environ, **spark.submit_env(), **s3_environment("kafka_archive_s3")}
+        cfg = config.load(self.config_path)
+        env = submit_environment(cfg, master)
         self.job_log = self.config_path.parent / "job.log"
-        command = spark.archive_command(config.load(self.config_path), plan_url, master)
+        command = spark.archive_command(cfg, plan_url, master)
         with open(self.job_log, "ab") as log:
             return subprocess.Popen(command,
                                     env=env, stdout=log, stderr=subprocess.STDOUT,

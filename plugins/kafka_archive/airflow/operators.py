@@ -35,6 +35,16 @@ def s3_environment(conn_id: str) -> dict[str, str]:
     return env
 
 
+def submit_environment(cfg: config.Config, master: str | None = None) -> dict[str, str]:
+    """The environment for running a job's spark-submit from this process (CLI, benchmark,
+    tests) as ArchiveOperator does: pyspark's launcher and this interpreter, plus the S3
+    connection's credentials where the driver runs here (Submit.takes_credentials) and
+    the archive is on S3; elsewhere the cluster's own serve."""
+    takes = (cfg.archive_root.startswith("s3://")
+             and spark.archive_submit(cfg, master).takes_credentials())
+    return {**os.environ, **spark.submit_env(), **(s3_environment(cfg.s3_conn_id) if takes else {})}
+
+
 class ArchiveOperator(SparkSubmitOperator):
     template_fields = (*SparkSubmitOperator.template_fields, "plan_url")
     job, job_name = spark.APPLICATION, "kafka-archive"
