@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import time
 import logging
 import os
 import signal
@@ -19,7 +20,7 @@ from kafka.errors import KafkaError
 from kafka_archive import brokers, config as config_module, spark
 from kafka_archive.audit import incremental, reporting
 from kafka_archive.commit import losses
-from kafka_archive.commit.current import current
+from kafka_archive import catalog
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError
 from kafka_archive.monitor import preflight, status
@@ -61,6 +62,14 @@ def run(argv: list[str] | None = None) -> int:
     check = commands.add_parser("verify", help="check a group's archive against its tokens: "
                                                "every file readable, no offset twice, no hole")
     check.add_argument("--group", required=True)
+    check.add_argument("--topic", help="only this topic")
+    check.add_argument("--full", action="store_true",
+                       help="also walk the group's tree: files the catalog does not name")
+    book = commands.add_parser("catalog", help="a group's catalog: entry, topics, partitions, "
+                                               "files; --rebuild makes it anew from the runs")
+    book.add_argument("--group", required=True)
+    book.add_argument("--rebuild", action="store_true",
+                      help="rebuild it from the run folders (reads every run)")
     check.add_argument("--json", action="store_true", help="print JSON instead of a report")
     files = commands.add_parser("ls", help="the current files of a group (or one topic): "
                                            "Kafka offsets, records, bytes, URL")
@@ -171,7 +180,9 @@ def run(argv: list[str] | None = None) -> int:
         elif args.command == "cat":
             cat_file(_storage(config), args.file, args.limit, args.format)
         elif args.command == "verify":
-            return verify_group(config, args.group, args.json)
+            return verify_group(config, args.group, args.json, args.topic, args.full)
+        elif args.command == "catalog":
+            show_catalog(config, args.group, args.rebuild)
         elif args.command == "ls":
             list_files(config, args.group, args.topic, args.json)
         elif args.command == "status":
@@ -233,17 +244,30 @@ def epoch_ms(text: str) -> int:
             f"epoch, got {text!r}") from None
 
 
-def verify_group(config: Config, group: str, as_json: bool = False) -> int:
+def verify_group(config: Config, group: str, as_json: bool = False, topic: str | None = None,
+                 full: bool = False) -> int:
     """Print the report; 1 when it found an error."""
     tokens = _tokens(config)
-    report = verify.verify_group(config, group, _storage(config), tokens, terminal_bar)
+    report = verify.verify_group(config, group, _storage(config), tokens, terminal_bar,
+                                 topic, full)
     print(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     return 1 if report.errors() else 0
 
 
+def show_catalog(config: Config, group: str, rebuild: bool) -> None:
+    storage = _storage(config)
+    started = time.monotonic()
+    cat = (catalog.rebuild if rebuild else catalog.open_catalog)(storage, config, group)
+    summaries = [s for t in cat.state.topics.values() for s in t.summaries.values()]
+    print(f"catalog of group {group}: entry {cat.state.seq} (snapshot {cat.snapshot_seq}), "
+          f"{len(cat.state.topics)} topics, {len(summaries)} partitions, "
+          f"{sum(s.files for s in summaries)} files, {sum(s.records for s in summaries)} "
+          f"records; {'rebuilt' if rebuild else 'read'} in {time.monotonic() - started:.2f} s")
+
+
 def list_files(config: Config, group: str, topic: str | None, as_json: bool) -> None:
     config.group(group)  # an unknown group is an error, not an empty listing
-    files = listing.list_files(current(_storage(config), config.archive_root, group), topic)
+    files = listing.list_files(catalog.contents(_storage(config), config, group, topic))
     print(json.dumps(listing.as_json(files), indent=1) if as_json else listing.render(files))
 
 

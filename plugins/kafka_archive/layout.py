@@ -168,6 +168,46 @@ def _path_pattern(spec: LayoutSpec, depth: int) -> re.Pattern:
         for prefix, fmt in levels))
 
 
+@dataclass(frozen=True)
+class ArchivePath:
+    """Where an archive file sits, read back from its URL (parse_url)."""
+    group: str
+    topic: str
+    place: str                 # partition | time | late | quarantine
+    time_path: str | None      # the time partition (time and late places)
+    name: ArchivedFile
+
+
+def parse_url(root: str, url: str, spec: LayoutSpec) -> ArchivePath | None:
+    """The inverse of data_file, event_data_file, late_file and quarantine_file for a
+    group laid out by spec: None for anything else (metadata, markers, stray objects)."""
+    prefix = root.rstrip("/") + "/"
+    if not url.startswith(prefix):
+        return None
+    parts = url[len(prefix):].split("/")
+    if len(parts) < 4:
+        return None
+    group, topic, *folder, last = parts
+    name = parse_file_name(last)
+    if name is None or not folder or group.startswith("_"):
+        return None
+    one = _PARTITION_FOLDER.fullmatch(folder[0]) if len(folder) == 1 else None
+    if spec.kind == "partition":
+        return (ArchivePath(group, topic, "partition", None, name)
+                if one and int(one[1]) == name.partition else None)
+    if folder[0] == QUARANTINE:
+        two = len(folder) == 2 and _PARTITION_FOLDER.fullmatch(folder[1])
+        return ArchivePath(group, topic, "quarantine", None, name) if two else None
+    place, time_folder = ("late", folder[1:]) if folder[0] == LATE else ("time", folder)
+    time_path = "/".join(time_folder)
+    if len(time_folder) != spec.depth or not _path_pattern(spec, spec.depth).fullmatch(time_path):
+        return None
+    return ArchivePath(group, topic, place, time_path, name)
+
+
+_PARTITION_FOLDER = re.compile(r"partition=(\d+)")
+
+
 def time_partition_dir(root: str, group: str, topic: str, time_path: str) -> str:
     return join(root, group, topic, time_path)
 

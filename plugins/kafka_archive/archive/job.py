@@ -140,7 +140,7 @@ def _drop_slices(storage: Storage, rows: list[dict], lost: set[tuple[str, int]])
     commits the other slices, the lost ones keep their token, and the next run holds the
     topic for the loss like any retention gap (until it is accepted, or skipped by config),
     instead of this run failing, and every run after it, on its in-flight plan."""
-    from kafka_archive.commit.current import row_files
+    from kafka_archive.catalog.state import row_files
 
     kept = []
     for row in rows:

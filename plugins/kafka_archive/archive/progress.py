@@ -5,7 +5,7 @@ Spark at SPARK_LOG_LEVEL through `spark.log.level`). Pure functions of the manif
 
 from __future__ import annotations
 
-from kafka_archive.commit.current import row_files
+from kafka_archive.catalog.state import row_files
 
 SPARK_LOG_LEVEL = "WARN"  # the job's default for Spark's own logging
 

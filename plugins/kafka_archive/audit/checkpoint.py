@@ -3,8 +3,8 @@
 `<archive_root>/_audit/<group>/checkpoint.json`, replaced only by compare-and-swap
 (Storage.put_if, the conditional write tokens use), holds:
 
-- `runs`, `backfills`: the run folders whose manifests (and backfill.json files) are
-  counted in `archived`; `events`: per partition folder of the copied monitoring events,
+- `catalog_seq`: the group's catalog entry up to which rows are counted in `archived`
+  (None: recount from the catalog's current rows); `events`: per partition folder of the copied monitoring events,
   the last file counted in `expected`; `seen`: per producer, the event sequence numbers
   counted (as ranges), so an event delivered twice counts once across audits;
 - `expected`, `archived`: the counts folded in so far, as reconcile takes them;
@@ -26,7 +26,7 @@ from typing import Iterable
 
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent, Verdict
 
-FORMAT = 1
+FORMAT = 2  # 1 kept the id of every run counted: read, then recounted once
 Key = tuple[str, str, int]  # (topic, source, window start ms)
 
 
@@ -68,8 +68,7 @@ class Alarm:
 
 @dataclass
 class Checkpoint:
-    runs: set[str] = field(default_factory=set)
-    backfills: set[str] = field(default_factory=set)
+    catalog_seq: int | None = 0
     events: dict[str, str] = field(default_factory=dict)
     seen: dict[str, list[list[int]]] = field(default_factory=dict)
     expected: dict[Key, tuple[int, int]] = field(default_factory=dict)  # -> (width, count)
@@ -80,7 +79,7 @@ class Checkpoint:
 
     def to_json(self) -> bytes:
         return json.dumps({
-            "format": FORMAT, "runs": sorted(self.runs), "backfills": sorted(self.backfills),
+            "format": FORMAT, "catalog_seq": self.catalog_seq,
             "events": self.events, "seen": self.seen,
             "expected": [[*k, w, n] for k, (w, n) in self.expected.items()],
             "archived": [[*k, n] for k, n in self.archived.items()],
@@ -90,9 +89,9 @@ class Checkpoint:
     @classmethod
     def from_json(cls, data: bytes, version: str | None) -> Checkpoint:
         raw = json.loads(data)
-        if raw.get("format") != FORMAT:
+        if raw.get("format") not in (1, FORMAT):
             raise ValueError(f"checkpoint format {raw.get('format')!r}, this code reads {FORMAT}")
-        return cls(set(raw["runs"]), set(raw["backfills"]), raw["events"], raw["seen"],
+        return cls(raw.get("catalog_seq"), raw["events"], raw["seen"],  # format 1: None
                    {(t, s, w): (width, n) for t, s, w, width, n in raw["expected"]},
                    {(t, s, w): n for t, s, w, n in raw["archived"]},
                    {(t, s, w): tuple(rest) for t, s, w, *rest in raw["windows"]},
@@ -101,7 +100,7 @@ class Checkpoint:
 
     def forget_counts(self) -> None:
         """Start the counts over (a rescan); the verdicts and alarms stay."""
-        self.runs, self.backfills, self.events, self.seen = set(), set(), {}, {}
+        self.catalog_seq, self.events, self.seen = None, {}, {}
         self.expected, self.archived = {}, {}
 
     def fold_events(self, events: Iterable[MonitoringEvent]) -> int:

@@ -22,7 +22,6 @@ from kafka import TopicPartition
 from kafka_archive import brokers, formats, layout
 from kafka_archive.audit import reconcile
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
-from kafka_archive.commit.current import current
 from kafka_archive.config import Config, Group
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage, join
@@ -101,19 +100,16 @@ def read_events_file(storage: Storage, url: str) -> Events:
                   [entry["error"] for entry in stored["bad"]])
 
 
-def archived_from_manifests(config: Config, storage: Storage, group: str) -> dict:
-    """(topic, source, archive window start) -> messages, from the group's current rows."""
-    return count_rows(current(storage, config.archive_root, group).rows)
-
-
-def count_rows(rows, counts: dict | None = None) -> dict:
-    """Add the per-(source, window) audit counts of manifest rows to `counts`, keyed
-    (topic, source, archive window start)."""
+def count_rows(rows, counts: dict | None = None, sign: int = 1) -> dict:
+    """Add (sign -1: take away) the per-(source, window) audit counts of manifest rows
+    to `counts`, keyed (topic, source, archive window start)."""
     counts = defaultdict(int) if counts is None else counts
     for row in rows:
         for source, window, n in row.get("audit", ()):
             key = (row["topic"], source, window)
-            counts[key] = counts.get(key, 0) + n
+            counts[key] = counts.get(key, 0) + sign * n
+            if sign < 0 and not counts[key]:
+                del counts[key]
     return counts
 
 

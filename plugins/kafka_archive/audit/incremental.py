@@ -1,10 +1,9 @@
 """An audit of one group that reads only what is new since its checkpoint.
 
 - monitoring events: only the files `gather.ingest` copied since the last audit;
-- archived counts: only the manifests of runs committed since the last audit. A newer
-  plan that moved files aside (a rewind: its `superseded` list) or a backfill since the
-  last audit changes rows already counted, so the archived counts are then recounted from
-  the group's current rows (kafka_archive.commit.current), once;
+- archived counts: only the catalog entries since the last audit: the rows each adds are
+  counted in, the rows it removes (a rewind, a backfill) counted out. A catalog rebuilt
+  since, or a checkpoint from before catalogs, is recounted from the current rows once;
 - verdicts: every window is reconciled in memory, but a window judged final keeps its
   verdict while its counts are unchanged (checkpoint.Checkpoint.judge).
 
@@ -18,7 +17,6 @@ race to another reads the new checkpoint and does its (idempotent) work again.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -27,7 +25,8 @@ from kafka_archive import layout
 from kafka_archive.audit import gather, reconcile
 from kafka_archive.audit.checkpoint import Alarm, Checkpoint
 from kafka_archive.audit.reconcile import Verdict
-from kafka_archive.commit.current import current
+from kafka_archive import catalog
+from kafka_archive.catalog import store
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.progress_bars import Track, untracked
@@ -45,7 +44,7 @@ class Audit:
     alarms: list[Alarm]     # every mismatch not resolved: new, open or acknowledged
     resolved: list[Alarm]   # alarms whose window turned OK in this audit
     bad_events: list[str]
-    new_runs: int           # committed runs counted for the first time
+    new_runs: int           # committed runs (and backfills) counted for the first time
     recounted: bool         # archived counts recounted from the current rows
 
 
@@ -137,13 +136,13 @@ def mark_mailed(storage: Storage, config: Config, group: str, keys, now: str) ->
 def locate(storage: Storage, config: Config, group: str, alarms: list[Alarm]) -> dict:
     """Where the archived messages of each alarm's window are: alarm key -> per current
     row counting messages of that window and source, its partition, offsets, count and
-    file. Reads every run: meant for the rare mail, not for each audit."""
+    file. Reads the rows of the alarms' topics: meant for the rare mail."""
     width = config.audit.window_s * 1000
-    contents = current(storage, config.archive_root, group)
+    cat = catalog.open_catalog(storage, config, group)
     found: dict = {a.key: [] for a in alarms}
     for a in alarms:
         end = a.window_start_ms + max(a.window_ms, width)
-        for row in contents.of_topic(a.topic):
+        for row in cat.rows(a.topic):
             n = sum(c for s, w, c in row.get("audit", ()) if s == a.source
                     and a.window_start_ms <= w < end)
             if n:
@@ -169,30 +168,23 @@ def _fold_new_events(config: Config, storage: Storage, cp: Checkpoint) -> list[s
 
 def _fold_new_runs(config: Config, storage: Storage, group: str, cp: Checkpoint,
                    recount: bool) -> tuple[int, bool]:
-    """Run folders not counted yet are looked into (committed? a backfill?); manifests of
-    newly committed runs are added, unless a rewind or backfill makes a recount due."""
-    commits, backfills = {}, set()
-    for folder in storage.folders(layout.runs_dir(config.archive_root, group)):
-        run = folder.rsplit("/", 1)[-1]
-        if run in cp.runs or run in cp.backfills:
-            continue
-        if storage.size(f"{folder}/committed.json") is not None:
-            commits[run] = folder
-        elif storage.size(f"{folder}/backfill.json") is not None:
-            backfills.add(run)
-    recount = recount or bool(backfills) or any(
-        json.loads(storage.get_bytes(f"{folder}/plan.json")).get("superseded")
-        for folder in commits.values())
-    if recount:
-        contents = current(storage, config.archive_root, group)
-        cp.archived = dict(gather.count_rows(contents.rows))
-        cp.runs = {folder.rsplit("/", 1)[-1] for folder in contents.plans}
-        cp.backfills |= backfills
-        log.info("audit of %s: a rewind or backfill since the last audit; archived counts "
-                 "recounted from the current rows of %d runs", group, len(cp.runs))
-        return len(commits), True
-    for run, folder in sorted(commits.items()):
-        gather.count_rows(json.loads(storage.get_bytes(f"{folder}/manifest.json"))["slices"],
-                          cp.archived)
-        cp.runs.add(run)
-    return len(commits), False
+    """Fold in the catalog entries since the checkpoint's: rows added count in, rows
+    removed count out. A rebuilt catalog (or no checkpoint position) is recounted."""
+    new = 0
+    if not recount and cp.catalog_seq is not None:
+        for entry in store.entries_after(storage, config.archive_root, group, cp.catalog_seq):
+            if entry["kind"] == "rebuild":
+                recount = True
+                break
+            gather.count_rows(entry.get("remove", ()), cp.archived, sign=-1)
+            gather.count_rows(entry.get("add", ()), cp.archived)
+            new += entry["kind"] in ("commit", "backfill")
+            cp.catalog_seq = entry["seq"]
+    if recount or cp.catalog_seq is None:
+        cat = catalog.open_catalog(storage, config, group)
+        cp.archived = dict(gather.count_rows(cat.rows()))
+        cp.catalog_seq = cat.state.seq
+        log.info("audit of %s: archived counts recounted from the catalog's current rows "
+                 "(entry %d)", group, cat.state.seq)
+        return new, True
+    return new, False

@@ -9,7 +9,9 @@ Until then late events are still written into the partition (new files, named by
 first offset). The topic's watermark, `end` of the newest final partition, is kept in
 `<topic>/_finalized.json`; every plan records it, and a message for a partition final
 when the run was planned goes to `_late/<time partition>/` instead (kafka_archive.archive.slice_writer):
-once `_SUCCESS` is there, a partition's files never change.
+once `_SUCCESS` is there, a partition's files never change. The time partitions to look
+at come from the catalog (those that received files and are not final yet), so finalize
+costs what is open, not every file of the topic.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from __future__ import annotations
 import json
 import logging
 
-from kafka_archive import layout
+from kafka_archive import catalog, layout
 from kafka_archive.audit import gather
 from kafka_archive.config import Config, Group
-from kafka_archive.storage import Storage, join
+from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore
 
 log = logging.getLogger(__name__)
@@ -31,31 +33,6 @@ def watermark(through_ms: int | None, lateness_s: int) -> int | None:
     return None if through_ms is None else through_ms - lateness_s * 1000
 
 
-def watermarks(storage: Storage, config: Config, group: Group, topics) -> dict[str, int]:
-    """The stored watermark of each topic that has one (event-time groups only)."""
-    if group.layout.kind != "event_time":
-        return {}
-    found = {}
-    for topic in topics:
-        data = storage.get_or_none(layout.finalized_state(config.archive_root, group.name, topic))
-        if data is not None:
-            found[topic] = json.loads(data)["through_ms"]
-    return found
-
-
-def time_partitions(storage: Storage, root: str, group: Group, topic: str) -> dict[str, bool]:
-    """The time partitions of a topic holding files -> whether `_SUCCESS` is there."""
-    top = join(root, group.name, topic)
-    found: dict[str, bool] = {}
-    for url, _ in storage.list(top):
-        relative = url[len(top) + 1:]
-        folder, _, name = relative.rpartition("/")
-        if not folder or any(part.startswith("_") for part in folder.split("/")):
-            continue
-        found[folder] = found.get(folder, False) or name == "_SUCCESS"
-    return found
-
-
 def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore, consumer,
              now_ms: int) -> dict[str, list[str]]:
     """Write `_SUCCESS` into every time partition that has become final, and each
@@ -63,31 +40,28 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
     if group.layout.kind != "event_time":
         return {}
     through = gather.archived_through(config, group, tokens, consumer, now_ms)
-    done: dict[str, list[str]] = {}
+    cat = catalog.open_catalog(storage, config, group.name)
+    done: dict[str, dict] = {}
     for topic, through_ms in sorted(through.items()):
         mark = watermark(through_ms, group.lateness_s)
-        if mark is None:
+        known = cat.state.topics.get(topic)
+        if mark is None or known is None:
             continue
-        state = layout.finalized_state(config.archive_root, group.name, topic)
-        previous = storage.get_or_none(state)
-        if previous is not None and json.loads(previous)["through_ms"] >= mark:
-            mark = json.loads(previous)["through_ms"]  # never moves back
-        new = []
-        for path, has_marker in sorted(time_partitions(storage, config.archive_root, group,
-                                                       topic).items()):
-            try:
-                end = layout.time_partition_range(path, group.layout)[1]
-            except ValueError:
-                log.warning("%s/%s: %s is not a time partition of the layout; left alone",
-                            group.name, topic, path)
-                continue
-            if end <= mark and not has_marker:
-                storage.put_bytes(layout.success_marker(config.archive_root, group.name, topic,
-                                                        path), b"")
-                new.append(path)
-        # after the markers: a crash in between only means the next run writes them again
-        storage.put_bytes(state, json.dumps({"through_ms": mark}).encode())
+        if known.finalized_through_ms is not None:
+            mark = max(mark, known.finalized_through_ms)  # never moves back
+        new = sorted(path for path in known.open_time
+                     if layout.time_partition_range(path, group.layout)[1] <= mark)
+        for path in new:
+            storage.put_bytes(layout.success_marker(config.archive_root, group.name, topic,
+                                                    path), b"")
+        if new or mark != known.finalized_through_ms:
+            done[topic] = {"through_ms": mark, "paths": new}
         if new:
             log.info("%s/%s: finalized %s", group.name, topic, ", ".join(new))
-        done[topic] = new
-    return done
+    if done:  # after the markers: a crash in between only means they are written again
+        catalog.append(storage, config, group.name,
+                       lambda _: {"kind": "finalize", "topics": done})
+        for topic, state in done.items():  # the run folders' side, for a rebuild
+            storage.put_bytes(layout.finalized_state(config.archive_root, group.name, topic),
+                              json.dumps({"through_ms": state["through_ms"]}).encode())
+    return {topic: state["paths"] for topic, state in done.items()}

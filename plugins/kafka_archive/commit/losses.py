@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 from kafka import TopicPartition
 
-from kafka_archive import layout
+from kafka_archive import catalog, layout
+from kafka_archive.catalog import AcceptedLoss
+from kafka_archive.catalog.rebuild import accepted  # noqa: F401 (the records, read back)
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.storage import Storage
@@ -30,47 +32,21 @@ class AcceptLossError(TerminalError):
     """Nothing to accept, or not now; nothing was written."""
 
 
-@dataclass(frozen=True)
-class AcceptedLoss:
-    group: str
-    topic: str
-    partition: int
-    lost_from: int
-    lost_to: int  # exclusive: Kafka's earliest retained offset when accepted
-    by: str
-    at: str       # ISO-8601 UTC
-    reason: str
-
-    def describe(self) -> str:
-        return (f"{self.topic} partition {self.partition}: offsets [{self.lost_from}, "
-                f"{self.lost_to}) ({self.lost_to - self.lost_from} messages) lost to retention, "
-                f"accepted by {self.by} at {self.at}: {self.reason}")
-
-
 def gaps(token_offsets: dict[int, int], earliest: dict[int, int]) -> dict[int, tuple[int, int]]:
     """Per partition whose token is below Kafka's earliest offset: the lost [from, to). Pure."""
     return {p: (token_offsets[p], first) for p, first in sorted(earliest.items())
             if p in token_offsets and token_offsets[p] < first}
 
 
-def record(storage: Storage, archive_root: str, loss: AcceptedLoss) -> str:
-    url = layout.accepted_loss(archive_root, loss.group, loss.topic, loss.partition,
+def record(storage: Storage, config: Config, loss: AcceptedLoss) -> str:
+    """The record (the truth, under the run folders), then the catalog's entry."""
+    url = layout.accepted_loss(config.archive_root, loss.group, loss.topic, loss.partition,
                                loss.lost_from)
     storage.put_bytes(url, json.dumps(asdict(loss), indent=1, sort_keys=True).encode())
+    catalog.append(storage, config, loss.group,
+                   lambda cat: None if asdict(loss) in cat.state.accepted
+                   else {"kind": "loss", "loss": asdict(loss)})
     return url
-
-
-def accepted(storage: Storage, archive_root: str, group: str) -> list[AcceptedLoss]:
-    """Every accepted loss of a group, in (topic, partition, offset) order."""
-    folder = layout.accepted_loss(archive_root, group, "x", 0, 0).rsplit("/", 2)[0]
-    found = []
-    for url, _ in storage.list(folder):
-        if url.endswith(".json"):
-            try:
-                found.append(AcceptedLoss(**json.loads(storage.get_bytes(url))))
-            except (ValueError, TypeError) as exc:
-                raise TerminalError(f"{url}: not a readable accepted-loss record: {exc}") from None
-    return sorted(found, key=lambda a: (a.topic, a.partition, a.lost_from))
 
 
 def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group: str,
@@ -102,7 +78,7 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
             "nothing to accept")
     losses = [AcceptedLoss(group, topic, p, a, b, by, at, reason) for p, (a, b) in found.items()]
     for loss in losses:  # first the record: a loss is never accepted without one
-        record(storage, config.archive_root, loss)
+        record(storage, config, loss)
     offsets = {**token.offsets, **{p: b for p, (_, b) in found.items()}}
     try:
         tokens.write(replace(token, offsets=offsets), expected_version=read.version)

@@ -2,9 +2,11 @@
 
 Order, never changed: (1) check the manifest covers every planned slice and every file
 is durable with its recorded size, (2) advance each topic's token by compare-and-swap
-against the version the plan was made from, (3) mark the run committed, (4) clear the
-in-flight mark. A crash anywhere leaves the plan in flight; re-running it rewrites the
-same files and finds tokens already advanced by this run, which count as done.
+against the version the plan was made from, (3) add the run's rows to the catalog (by
+compare-and-swap; the rows the plan's rewind moved aside come out), (4) mark the run
+committed, (5) clear the in-flight mark. A crash anywhere leaves the plan in flight;
+re-running it rewrites the same files and finds tokens already advanced and the catalog
+already holding this run, which count as done. So the catalog never lacks a committed run.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import json
 import logging
 from datetime import datetime
 
-from kafka_archive import layout
-from kafka_archive.commit.current import row_files
+from kafka_archive import catalog, layout
+from kafka_archive.catalog import row_files
+from kafka_archive.catalog.state import part_key
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan.planning import Plan
@@ -99,6 +102,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
             if not (current and current.run_id == plan.run_id and dict(current.offsets) == offsets):
                 raise
             log.info("token %s/%s was already advanced by this run", plan.group, topic)
+    add_to_catalog(config, plan, manifest, storage, now)
     summary = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds"),
                "records": sum(e["records"] for e in manifest["slices"]),
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
@@ -116,3 +120,34 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                         e["topic"], e["partition"], e["start"], e["end"], e["quarantined"],
                         "; ".join(f"offset {o}: {why}" for o, why in e.get("errors", ())[:3]))
     return summary
+
+
+def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
+                   now: datetime) -> None:
+    """The run's rows into the catalog; out go the current rows at or beyond the start
+    of a slice whose partition the plan rewound (the files it moved aside). Nothing when
+    the catalog holds this run already (a commit re-run after a crash)."""
+    root, group = config.archive_root, plan.group
+    run = catalog.run_folder(root, group, plan.run_id)
+    plan_dict = json.loads(plan.to_json())
+    spec = config.group(group).layout
+    rows = [catalog.catalog_row(e, run, plan_dict, spec, root, group) for e in manifest["slices"]]
+    committed = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds")}
+
+    def entry(cat: catalog.Catalog) -> dict | None:
+        if cat.state.has_run(plan.run_id):
+            return None
+        removed = []
+        for s in plan.slices:
+            topic = cat.state.topics.get(s.topic)
+            summary = topic and topic.summaries.get(part_key(s.partition, plan.generation))
+            if summary and summary.end is not None and summary.end > s.start:
+                removed += [r for r in cat.rows(s.topic, s.partition, plan.generation,
+                                                end_after=s.start) if r["start"] >= s.start]
+        return {"kind": "commit", "run_id": plan.run_id, "at": committed["committed_at"],
+                "run": catalog.run_summary(plan_dict, manifest, committed),
+                "add": rows, "remove": removed,
+                "lost": [{"topic": a.topic, "partition": a.partition, "lost_from": a.lost_from,
+                          "lost_to": a.lost_to} for a in plan.anomalies if a.action == "skipped"]}
+
+    catalog.append(storage, config, group, entry)

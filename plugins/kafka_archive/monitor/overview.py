@@ -10,15 +10,12 @@ the losses to retention accepted (kafka_archive.commit.losses, as `verify` lists
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from kafka_archive import layout
+from kafka_archive import catalog
 from kafka_archive.audit import incremental
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import losses
-from kafka_archive.commit.current import row_files, run_folders
 from kafka_archive.config import Config
 from kafka_archive.monitor import freshness, status
 from kafka_archive.storage import Storage
@@ -63,34 +60,27 @@ class GroupOverview:
     runs: list[RunSummary]          # newest first
     audited: bool
     alarms: list[Alarm]             # new, open and acknowledged mismatches
-    accepted_losses: list[losses.AcceptedLoss]  # ranges retention deleted, accepted
+    accepted_losses: list[catalog.AcceptedLoss]  # ranges retention deleted, accepted
 
 
-def run_summary(plan: dict, manifest: dict, committed: dict) -> RunSummary:
-    slices = manifest.get("slices", ())
+def run_summary(run: dict) -> RunSummary:
+    """A run as the catalog keeps it (catalog.run_summary). Pure."""
     seconds = None
     try:
-        seconds = (datetime.fromisoformat(committed["committed_at"])
-                   - datetime.fromisoformat(plan["created_at"])).total_seconds()
+        seconds = (datetime.fromisoformat(run["committed_at"])
+                   - datetime.fromisoformat(run["planned_at"])).total_seconds()
     except (KeyError, TypeError, ValueError):
         pass
-    return RunSummary(committed.get("run_id") or plan.get("run_id", "?"),
-                      plan.get("created_at", "?"), committed.get("committed_at", "?"),
-                      sum(r["records"] for r in slices), sum(r.get("bytes") or 0 for r in slices),
-                      sum(len(row_files(r)) for r in slices),
+    return RunSummary(run.get("run_id", "?"), run.get("planned_at", "?"),
+                      run.get("committed_at", "?"), run.get("records", 0), run.get("bytes", 0),
+                      run.get("files", 0),
                       None if seconds is None else max(seconds, 1.0))  # times are in seconds
 
 
-def recent_runs(storage: Storage, root: str, group: str, limit: int = RUNS_SHOWN) -> list[RunSummary]:
-    """The group's last `limit` committed runs, newest first."""
-    committed = []
-    for folder, names in run_folders(storage, layout.runs_dir(root, group)).items():
-        if "committed.json" in names:
-            committed.append((json.loads(storage.get_bytes(f"{folder}/committed.json")), folder))
-    committed.sort(key=lambda c: c[0]["committed_at"], reverse=True)
-    return [run_summary(json.loads(storage.get_bytes(f"{folder}/plan.json")),
-                        json.loads(storage.get_bytes(f"{folder}/manifest.json")), done)
-            for done, folder in committed[:limit]]
+def recent_runs(cat: catalog.Catalog, limit: int = RUNS_SHOWN) -> list[RunSummary]:
+    """The group's last `limit` committed runs, newest first, from the catalog."""
+    return [run_summary(run) for run in cat.state.recent
+            if run.get("kind", "commit") == "commit"][:limit]
 
 
 def topic_freshness(config: Config, group_name: str, tokens: TokenStore, consumer,
@@ -111,11 +101,12 @@ def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, con
     now_ms = now_ms if now_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
     config.group(group)  # an unknown group fails here, naming the configured ones
     audited = group in config.audit.groups
+    cat = catalog.open_catalog(storage, config, group)
     return GroupOverview(
         group=group, at_ms=now_ms,
         partitions=status.status(config, tokens, consumer, now_ms, group, storage),
         freshness=topic_freshness(config, group, tokens, consumer, now_ms),
-        runs=recent_runs(storage, config.archive_root, group),
+        runs=recent_runs(cat),
         audited=audited,
         alarms=incremental.alarms(storage, config, group) if audited else [],
-        accepted_losses=losses.accepted(storage, config.archive_root, group))
+        accepted_losses=[catalog.AcceptedLoss(**a) for a in cat.state.accepted])

@@ -1,6 +1,6 @@
 """How far behind Kafka each archive is: per group, topic and partition, the token, Kafka's
 end offset, the lag in messages and in time, what the archive holds (records and files
-of the group's current rows, kafka_archive.commit.current) and the last commit.
+of the group's current rows, the catalog) and the last commit.
 
 The lag in time is the age of the oldest message not archived yet (the one at the token's
 offset), 0 when the archive has caught up. `rows` is pure; `status` reads Kafka and the
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from kafka import TopicPartition
 
-from kafka_archive.commit.current import current, row_files
+from kafka_archive import catalog
 from kafka_archive.config import Config, Group
 from kafka_archive.plan import planning
 from kafka_archive.storage import Storage
@@ -101,11 +101,10 @@ def _archived(config: Config, storage: Storage, group: str) -> dict[str, dict[in
     """topic -> partition -> (records, files) in the group's current rows of the
     configured generation."""
     held: dict[str, dict[int, tuple[int, int]]] = {}
-    for row in current(storage, config.archive_root, group).rows:
-        if row["_generation"] == config.generation:
-            records, files = held.setdefault(row["topic"], {}).get(row["partition"], (0, 0))
-            held[row["topic"]][row["partition"]] = (records + row["records"],
-                                                    files + len(row_files(row)))
+    for name, topic in catalog.open_catalog(storage, config, group).state.topics.items():
+        for summary in topic.summaries.values():
+            if summary.generation == config.generation:
+                held.setdefault(name, {})[summary.partition] = (summary.records, summary.files)
     return held
 
 

@@ -3,16 +3,18 @@
 There is one mechanism, whichever way a rewind is asked for. The token line moves back
 (deleting it means "back to start_from"; `rewind` writes an earlier offset by
 compare-and-swap), and nothing else changes then. The next run's plan (`supersede`)
-finds the partition's archived files at or beyond its start and records them in the
-plan, which moves them aside to `_superseded/<run id>/` before any data is written. So a
+asks the catalog for the partition's rows holding an offset at or beyond its start,
+whatever the layout (`_late/` and time partitions included), and records their files in
+the plan, which moves them aside to `_superseded/<run id>/` before any data is written;
+its commit takes those rows out of the catalog. So a
 crash at any point loses nothing and duplicates nothing: the token is the only write of a
 rewind, and the plan that acts on it is re-executed unchanged until it commits.
 
-A file's messages stay in exactly one file. The start of a run must therefore fall on a
-file boundary: `rewind` moves an offset inside an archived file back to that file's
-first offset (the whole file is archived again), or, when Kafka no longer holds that
-offset, forward to just after the file (its messages stay where they are); the plan
-treats a deleted or hand-edited token line the same second way.
+A message stays in exactly one file. The start of a run must therefore fall on a slice
+boundary: `rewind` moves an offset inside an archived slice back to the slice's first
+offset (the whole slice is archived again), or, when Kafka no longer holds that offset,
+forward to just after the slice (its messages stay where they are); the plan treats a
+deleted or hand-edited token line the same second way.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from datetime import datetime, timezone
 
 from kafka import TopicPartition
 
-from kafka_archive import formats, layout
+from kafka_archive import catalog, layout
+from kafka_archive.catalog import row_files
+from kafka_archive.catalog.state import part_key
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan.planning import Slice
-from kafka_archive.storage import Storage, join
+from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenConflictError, TokenStore
 
 log = logging.getLogger(__name__)
@@ -40,7 +44,8 @@ class RewindError(TerminalError):
 
 @dataclass(frozen=True)
 class Straddler:
-    """The archived file with the highest first offset below an offset, and its last."""
+    """The current row (slice) holding offsets below and at or beyond an offset: its
+    file (or a description of its files), its first and last offset covered."""
     url: str
     first: int
     last: int
@@ -94,6 +99,7 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
                           "from start_from")
     _refuse_in_flight(storage, config, group)
 
+    cat = catalog.open_catalog(storage, config, group)
     chosen = [partition] if partition is not None else sorted(token.offsets)
     tps = [TopicPartition(topic, p) for p in chosen]
     missing = [p for p in chosen if p not in (consumer.partitions_for_topic(topic) or ())]
@@ -117,12 +123,13 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
         where = f"{group}/{topic} partition {p}"
         if to_time_ms is not None:
             where += f" ({why_offset[p]})"
-        below = _straddler(storage, config, group, topic, p, requested[p])
+        below = _straddler(cat, config, topic, p, requested[p])
         offsets[p], why = place(where, current, requested[p], earliest[tp], below)
         if offsets[p] == current:
             changes.append(f"{where}: token already at {current}, unchanged")
             continue
-        beyond = len(archived_files(storage, config, group, topic, p, offsets[p]))
+        beyond = sum(len(row_files(r)) for r in _beyond(cat, config, topic, p, offsets[p])
+                     if r["start"] >= offsets[p])
         changes.append(f"{where}: token {current} -> {offsets[p]} ({why}); the next run moves "
                        f"{beyond} archived file{'s' if beyond != 1 else ''} aside and archives "
                        f"from {offsets[p]}")
@@ -152,65 +159,51 @@ def _refuse_in_flight(storage: Storage, config: Config, group: str) -> None:
                           "let it finish, or re-run it until it commits, then rewind")
 
 
-# --- the plan's side: files at or beyond a slice's start ------------------------------
+# --- the plan's side: rows at or beyond a slice's start ---------------------------------
 
-def archived_files(storage: Storage, config: Config, group: str, topic: str, partition: int,
-                   from_offset: int = 0) -> list[tuple[int, str]]:
-    """(first offset, url) of the partition's files of the configured generation whose
-    first offset is from_offset or more, in offset order. Files of other generations are
-    another archive of the same data (DESIGN: generations run side by side)."""
-    folder = layout.partition_dir(config.archive_root, group, topic, partition)
-    after = None
-    if from_offset > 0:  # '~' sorts after the '.<ext>' of every name of from_offset - 1
-        after = join(folder, f"{config.generation}_{partition}_{from_offset - 1:020d}~")
-    found = []
-    for url, _ in storage.list(folder, start_after=after):
-        name = layout.parse_file_name(url.rsplit("/", 1)[-1])
-        if name and name.generation == config.generation and name.first_offset >= from_offset:
-            found.append((name.first_offset, url))
-    return sorted(found)
+def _beyond(cat: catalog.Catalog, config: Config, topic: str, partition: int,
+            offset: int) -> list[dict]:
+    """The partition's current rows of the configured generation holding an offset at or
+    beyond offset, in offset order, whatever the layout (a row is one slice: its files in
+    a partition folder, or spread over time partitions, `_late/` and `_quarantine/`).
+    Rows of other generations are another archive of the same data (DESIGN: generations
+    run side by side). Free when the catalog's summary says nothing reaches offset."""
+    found = cat.state.topics.get(topic)
+    summary = found and found.summaries.get(part_key(partition, config.generation))
+    if not summary or summary.end is None or summary.end <= offset:
+        return []
+    return cat.rows(topic, partition, config.generation, end_after=offset)
 
 
-def _straddler(storage: Storage, config: Config, group: str, topic: str, partition: int,
+def _straddler(cat: catalog.Catalog, config: Config, topic: str, partition: int,
                offset: int) -> Straddler | None:
-    files = [(first, url) for first, url in archived_files(storage, config, group, topic, partition)
-             if first < offset]
-    if not files:
+    """The current row holding offsets both below and at or beyond offset, if any."""
+    below = [r for r in _beyond(cat, config, topic, partition, offset) if r["start"] < offset]
+    if not below:
         return None
-    first, url = files[-1]
-    return Straddler(url, first, _last_offset(storage, url))
+    row = below[-1]
+    files = row_files(row)
+    what = files[0]["url"] if len(files) == 1 else (
+        f"slice [{row['start']}, {row['end']}) of run {row['_run'].rsplit('/', 1)[-1]} "
+        f"({len(files)} files)")
+    return Straddler(what, row["start"], row["end"] - 1)
 
 
-def supersede(storage: Storage, config: Config, group: str, slices: list[Slice],
-              offsets: dict[str, dict[int, int]]) -> tuple[list[Slice], list[str]]:
+def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
+              ) -> tuple[list[Slice], list[str]]:
     """The slices adjusted so no message is archived twice, and the archived files the
-    plan must move aside: those at or beyond a slice's start. Such files exist only after
-    a rewind (a token line deleted or moved back), so a partition with a token line costs
-    one listing that finds nothing; for the others the file below the start is read too.
-    A file straddling the start keeps its messages: the slice starts after it."""
+    plan must move aside: every file of a row holding an offset at or beyond a slice's
+    start. Such rows exist only after a rewind (a token line deleted or moved back). A
+    row straddling the start keeps its messages: the slice starts after it."""
     adjusted, superseded = [], []
     for s in slices:
-        has_token = s.partition in offsets.get(s.topic, {})
-        if has_token and not archived_files(storage, config, group, s.topic, s.partition, s.start):
+        beyond = _beyond(cat, config, s.topic, s.partition, s.start)
+        if not beyond:
             adjusted.append(s)
             continue
-        below = _straddler(storage, config, group, s.topic, s.partition, s.start)
-        start = s.start if below is None else max(s.start, below.last + 1)
-        superseded += [url for first, url in archived_files(storage, config, group, s.topic,
-                                                            s.partition, start)]
-        # past the slice's end: a slice of no offsets that moves the token past the file
+        straddling = [r for r in beyond if r["start"] < s.start]
+        start = max([s.start] + [r["end"] for r in straddling])
+        superseded += [f["url"] for r in beyond if r["start"] >= start for f in row_files(r)]
+        # past the slice's end: a slice of no offsets that moves the token past the row
         adjusted.append(replace(s, start=start, end=max(start, s.end)))
     return adjusted, superseded
-
-
-def _last_offset(storage: Storage, url: str) -> int:
-    """Offset of the last record of an archived file (read through: only rewinds need it)."""
-    last = None
-    with storage.open(url) as stream:
-        for last in formats.read(stream, url):
-            pass
-    if last is None:
-        raise ValueError(f"{url}: archived file holds no record")
-    if last.offset is None:
-        raise ValueError(f"{url}: its format keeps no offsets (only sequencefile does)")
-    return last.offset

@@ -11,8 +11,8 @@ import json
 import logging
 from datetime import datetime, timezone
 
-from kafka_archive import layout
-from kafka_archive.commit import finalizing, losses
+from kafka_archive import catalog, layout
+from kafka_archive.commit import losses
 from kafka_archive.config import Config, Group
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan import planning, rewinds
@@ -54,12 +54,13 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                           json.dumps([a.__dict__ for a in anomalies], indent=1).encode())
         for a in anomalies:
             if a.kind == "retention_gap" and a.action == "skipped":
-                losses.record(storage, config.archive_root, losses.AcceptedLoss(
+                losses.record(storage, config, losses.AcceptedLoss(
                     group.name, a.topic, a.partition, a.lost_from, a.lost_to,
                     "on_retention_gap: skip", now.isoformat(timespec="seconds"),
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
-    slices, superseded = rewinds.supersede(storage, config, group.name, slices, offsets)
+    cat = catalog.open_catalog(storage, config, group.name)
+    slices, superseded = rewinds.supersede(cat, config, slices)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
         group=group.name, run_id=run_id, created_at=now.isoformat(timespec="seconds"),
@@ -70,7 +71,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         token_versions={t: reads[t].version for t in topics},
         base_offsets={t: {str(p): o for p, o in offsets[t].items()} for t in topics},
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
-        finalized=finalizing.watermarks(storage, config, group, topics))
+        finalized=_watermarks(cat, group, topics))
     if dry_run or not slices:
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
@@ -79,6 +80,14 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                       json.dumps({"run_id": run_id, "plan": plan_url}).encode())
     _move_aside(storage, config, plan)
     return plan
+
+
+def _watermarks(cat: catalog.Catalog, group: Group, topics: list[str]) -> dict[str, int]:
+    """Per topic of an event-time group, its finalize watermark (commit.finalizing)."""
+    if group.layout.kind != "event_time":
+        return {}
+    found = {t: cat.state.topics[t].finalized_through_ms for t in topics if t in cat.state.topics}
+    return {t: mark for t, mark in found.items() if mark is not None}
 
 
 def _read_tokens(tokens: TokenStore, group: str, topics: list[str]

@@ -11,8 +11,9 @@ is in [since_ms, until_ms).
 
 Order: the new files are written first (same names are replaced), then the slice's old
 files that are not among them (its quarantine and late files too) are moved to
-`_superseded/<run id>/`, then `_runs/<group>/<run id>/backfill.json` records the new
-rows, which later backfills and verify read. A crash anywhere is repaired by running the
+`_superseded/<run id>/`, then the catalog replaces the rows (one entry, by
+compare-and-swap), then `_runs/<group>/<run id>/backfill.json` records the new rows for
+a rebuild of the catalog. A crash anywhere is repaired by running the
 same backfill again. Tokens do not move. Files of a finalized partition may change here:
 rebuilding is the operator's explicit repair.
 """
@@ -23,9 +24,9 @@ import json
 import logging
 from collections import defaultdict
 
-from kafka_archive import formats, layout
+from kafka_archive import catalog, formats, layout
 from kafka_archive.archive import job, slice_writer
-from kafka_archive.commit.current import current, row_files
+from kafka_archive.catalog import row_files
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan.planning import Plan
@@ -59,12 +60,12 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
                             "(since/until), not both or neither")
     if storage.get_or_none(layout.inflight_marker(config.archive_root, group)) is not None:
         raise BackfillError(f"group {group} has a run in flight: let it commit first")
-    contents = current(storage, config.archive_root, group)
+    contents = catalog.contents(storage, config, group, topic)
     rows, plans = contents.of_topic(topic), contents.plans
     chosen = [r for r in rows if r["records"] and _selected(r, from_offset, to_offset,
                                                              since_ms, until_ms)]
     backup = _backup_files(config, storage, source, topic)
-    new_rows, moved = [], []
+    new_rows, moved, replaced = [], [], []
     for row in track(chosen, f"backfill {group} {topic}"):
         plan = plans[row["_run"]]
         target = job.target(config, _as_plan(config, plan, group, topic), topic)
@@ -86,11 +87,24 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
         for name in ("gaps", "audit", "errors"):
             new[name] = json.loads(new[name])
         new_rows.append({**new, "replaces_run": row["_run"]})
+        replaced.append(row)
     summary = {"run_id": run_id, "group": group, "topic": topic, "source": source, "at": now,
                "slices": new_rows, "moved_aside": moved,
                "range": {"from_offset": from_offset, "to_offset": to_offset,
                          "since_ms": since_ms, "until_ms": until_ms}}
     if new_rows:
+        spec = target_group.layout
+        entry = {"kind": "backfill", "run_id": run_id, "at": now,
+                 "run": {"run_id": run_id, "planned_at": now, "committed_at": now,
+                         "records": sum(r["records"] for r in new_rows),
+                         "bytes": sum(r.get("bytes") or 0 for r in new_rows),
+                         "files": sum(len(r["files"]) for r in new_rows)},
+                 "remove": replaced,
+                 "add": [catalog.catalog_row(new, old["_run"], plans[old["_run"]], spec,
+                                             config.archive_root, group)
+                         for new, old in zip(new_rows, replaced)]}
+        catalog.append(storage, config, group,
+                       lambda cat: None if cat.state.has_run(run_id, "backfill") else entry)
         storage.put_bytes(layout.run_file(config.archive_root, group, run_id, "backfill.json"),
                           json.dumps(summary, indent=1, sort_keys=True).encode())
     log.info("backfill %s %s: %d slices rebuilt, %d files moved aside", group, topic,

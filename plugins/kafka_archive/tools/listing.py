@@ -1,12 +1,12 @@
 """`kafka-archive ls`: the current files of a group (or one topic), with the Kafka offsets
-each slice covers, records and bytes, from the one current-rows answer (commit.current),
+each slice covers, records and bytes, from the catalog,
 so a file moved aside by a rewind or replaced by a backfill is not listed."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from kafka_archive.commit.current import Contents, row_files
+from kafka_archive.catalog import Contents, row_files
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Replay, the plan: which archived files put a range of a topic back into Kafka.
 
 A replay reads the current files of a partition-layout group (the backup) from the one
-current-rows answer (commit.current), and produces each message again, in offset order,
+catalog, and produces each message again, in offset order,
 to a target topic (kafka_archive.tools.replay_job, one Spark task per source partition).
 The range is offsets [from, to) of every partition (or one), or the messages whose Kafka
 timestamps are in [since, until). A range the archive does not hold whole is an error
@@ -20,8 +20,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from kafka_archive import layout
-from kafka_archive.commit.current import Contents, current, row_files
+from kafka_archive import catalog, layout
+from kafka_archive.catalog import Contents, row_files
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.storage import Storage, VersionConflict
@@ -226,7 +226,7 @@ def plan_replay(config: Config, storage: Storage, request: Request, target_parti
     if group.layout.kind != "partition":
         raise ReplayError(f"group {request.group} has layout {group.layout.kind}: replay reads "
                           "a group laid out by Kafka partition (the backup)")
-    contents = current(storage, config.archive_root, request.group)
+    contents = catalog.contents(storage, config, request.group, request.topic)
     found = spans(contents, request.topic, request.partition, request.from_offset,
                   request.to_offset, request.since_ms, request.until_ms)
     check_target(config, request, target_partitions, found)

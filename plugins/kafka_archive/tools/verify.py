@@ -1,10 +1,12 @@
 """Verifying a group's archive against its tokens, like Secor's LogFileVerifier.
 
-Every archived file is read whole; then, per topic, Kafka partition and generation, the
-files' offset ranges are checked by arithmetic: no offset in two files, no offset missing
+Every current file the catalog names is read whole (with `full`, also every file found
+by walking the group's tree: a file the catalog does not name is reported, and counts
+in the arithmetic); then, per topic, Kafka partition and generation, the files' offset
+ranges are checked by arithmetic: no offset in two files, no offset missing
 between files or between the last file and the token. Offsets Kafka itself lacks
-(compaction, transaction markers) are recorded as gaps in the group's current manifest
-rows (kafka_archive.commit.current), and ranges a plan skipped after retention deleted
+(compaction, transaction markers) are recorded as gaps in the group's current rows (the
+catalog), and ranges a plan skipped after retention deleted
 them are recorded in its anomalies: both are reported, not counted as errors. Offsets below the first file are not archived on purpose
 (retention, start_from) and only noted.
 
@@ -20,8 +22,8 @@ from typing import Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafka_archive import formats, layout
-from kafka_archive.commit.current import Contents, current, row_files
+from kafka_archive import catalog, formats, layout
+from kafka_archive.catalog import Contents, row_files
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage, join
@@ -280,42 +282,73 @@ def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSumm
 
 
 def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore,
-                 track: Track = untracked) -> Report:
+                 track: Track = untracked, topic: str | None = None, full: bool = False
+                 ) -> Report:
+    """The files of a group (or one topic) as the catalog names them; with full, also
+    every file the group's tree holds."""
     spec = config.group(group).layout  # an unknown group is a config error, not an empty archive
     event_time = spec.kind == "event_time"
-    found, ignored = (_event_time_files(storage, join(config.archive_root, group), spec)
-                      if event_time else _archived_files(storage, join(config.archive_root, group)))
-    contents = current(storage, config.archive_root, group)
+    contents = catalog.contents(storage, config, group, topic)
+    found = _catalog_files(contents)
+    ignored: list[str] = []
+    unlisted: set[str] = set()
+    if full:
+        walked, ignored = (_event_time_files(storage, join(config.archive_root, group), spec)
+                           if event_time
+                           else _archived_files(storage, join(config.archive_root, group)))
+        named = {url for files in found.values() for url, _ in files}
+        for key, files in walked.items():
+            if topic is None or key[0] == topic:
+                extra = [(url, name) for url, name in files if url not in named]
+                unlisted |= {url for url, _ in extra}
+                found[key] = sorted(found.get(key, []) + extra, key=lambda f: f[1].first_offset)
     gaps, skipped = contents.gaps(), defaultdict(list, contents.lost)
     slice_of = _recorded_ranges(contents)
-    topics = sorted({topic for topic, _, _ in found} | set(tokens.topics(group)))
+    topics = sorted({t for t, _, _ in found} | set(tokens.topics(group)))
+    topics = [t for t in topics if topic is None or t == topic]
     partitions = []
-    for topic in track(topics, f"verify {group}"):
-        token = tokens.read(group, topic).token
+    for name in track(topics, f"verify {group}"):
+        token = tokens.read(group, name).token
         offsets = dict(token.offsets) if token else {}
-        keys = {(p, g) for t, p, g in found if t == topic}
+        keys = {(p, g) for t, p, g in found if t == name}
         keys |= {(p, config.generation) for p in offsets}
         for partition, generation in sorted(keys):
             # a token is the configured generation's progress; older ones stopped somewhere
             configured = generation == config.generation
             token_offset = offsets.get(partition) if configured else None
-            listed = found.get((topic, partition, generation), [])
+            listed = found.get((name, partition, generation), [])
             if event_time:
                 read = [read_offsets(storage, url, name.first_offset) for url, name in listed]
                 files = [summary for summary, _ in read]
             else:
                 files = [_summary(storage, url, name, partition, slice_of)
                          for url, name in listed]
-            report = PartitionReport(topic, partition, generation, token_offset, files)
+            report = PartitionReport(name, partition, generation, token_offset, files)
+            report.findings += [Finding(INFO, f"{url}: in the tree, not in the catalog (a run "
+                                              "not committed yet, or a stray file)")
+                                for url, _ in listed if url in unlisted]
             if not configured:
                 report.findings.append(Finding(INFO, f"generation {generation} is not the "
                                                      f"configured {config.generation}: not "
                                                      "checked against the token"))
-            recorded = (token_offset, gaps[(topic, partition)], skipped[(topic, partition)])
+            recorded = (token_offset, gaps[(name, partition)], skipped[(name, partition)])
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
             partitions.append(report)
     return Report(group, partitions, ignored, contents.accepted)
+
+
+def _catalog_files(contents: Contents
+                   ) -> dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]]:
+    """The current files per (topic, Kafka partition, generation), in offset order."""
+    found: dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]] = defaultdict(list)
+    for row in contents.rows:
+        for f in row_files(row):
+            name = layout.parse_file_name(f["url"].rsplit("/", 1)[-1])
+            if name is not None:
+                found[(row["topic"], row["partition"], name.generation)].append((f["url"], name))
+    return {key: sorted(files, key=lambda f: (f[1].first_offset, f[0]))
+            for key, files in found.items()}
 
 
 def _summary(storage: Storage, url: str, name: layout.ArchivedFile, partition: int,

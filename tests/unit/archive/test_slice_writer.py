@@ -10,7 +10,7 @@ import pytest
 from kafka_archive import formats, layout
 from kafka_archive.archive import parsers, slice_writer
 from kafka_archive.commit import finalizing, protocol
-from kafka_archive.commit.current import row_files
+from kafka_archive.catalog import row_files
 from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.plan.planning import Plan, Slice

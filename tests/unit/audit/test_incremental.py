@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kafka_archive import config, layout
+from kafka_archive import catalog, config, layout
 from kafka_archive.audit import checkpoint, incremental
 from kafka_archive.audit.checkpoint import Checkpoint
 from kafka_archive.audit.reconcile import MonitoringEvent
@@ -54,10 +54,19 @@ class Env:
                 "audit": [["s", window, end - start if n is None else n]]}
 
     def run(self, run_id: str, at: str, rows, superseded=()):
+        """A committed run as commit.protocol leaves it: its folder, its catalog entry
+        (before committed.json)."""
         for name, doc in (("plan.json", {"run_id": run_id, "superseded": list(superseded)}),
-                          ("manifest.json", {"slices": rows}),
-                          ("committed.json", {"run_id": run_id, "committed_at": at})):
+                          ("manifest.json", {"slices": rows})):
             self.put(layout.run_file(self.cfg.archive_root, "backup", run_id, name), doc)
+        folder = catalog.run_folder(self.cfg.archive_root, "backup", run_id)
+        added = [catalog.catalog_row(r, folder, {}, layout.LayoutSpec(), self.cfg.archive_root,
+                                     "backup") for r in rows]
+        catalog.append(Storage(), self.cfg, "backup", lambda cat: {
+            "kind": "commit", "run_id": run_id, "at": at, "add": added,
+            "remove": [r for r in cat.rows() if r["url"] in superseded]})
+        self.put(layout.run_file(self.cfg.archive_root, "backup", run_id, "committed.json"),
+                 {"run_id": run_id, "committed_at": at})
 
     def events(self, *counts, window=0):
         """One events file as ingest writes it: one event per count."""
@@ -95,13 +104,13 @@ def test_an_audit_reads_only_what_was_committed_since_the_last(env):
     env.events(200)
     first = env.audit()
     assert statuses(first) == {0: ("OK", 200, 200)} and first.new_runs == 20
-    assert env.storage.reads == 1 + 1 + 20 * 2  # checkpoint, events, plan + manifest per run
+    assert env.storage.reads == 1 + 1 + 20  # checkpoint, events, a catalog entry per run
 
     env.run("r20", "2026-01-01T01:00:00+00:00", [env.row(0, 200, 205)])
     env.events(5)
     second = env.audit()
     assert statuses(second) == {0: ("OK", 205, 205)} and second.new_runs == 1
-    assert env.storage.reads == 1 + 1 + 2
+    assert env.storage.reads == 1 + 1 + 1
     assert second.judged and not second.recounted
 
 
@@ -110,8 +119,8 @@ def test_a_rewound_slice_rewritten_under_its_old_name_is_counted_once(env):
     env.events(20)
     assert statuses(env.audit()) == {0: ("OK", 20, 20)}
     env.run("r2", "2026-01-01T01:00:00+00:00", [env.row(0, 10, 20)], superseded=[env.url(0, 10)])
-    done = env.audit()
-    assert done.recounted and statuses(done) == {0: ("OK", 20, 20)} and not done.alarms
+    done = env.audit()  # the old row counted out, the new one in
+    assert statuses(done) == {0: ("OK", 20, 20)} and not done.alarms
     assert not done.judged  # unchanged counts: the final verdict stands
 
 
@@ -191,7 +200,7 @@ def test_checkpoint_round_trips(env):
     env.audit()
     data, version = env.storage.get_versioned(layout.audit_checkpoint(env.cfg.archive_root, "backup"))
     cp = Checkpoint.from_json(data, version)
-    assert cp.to_json() == data and cp.runs == {"r1"} and cp.seen == {"p1": [[1, 1]]}
+    assert cp.to_json() == data and cp.catalog_seq == 1 and cp.seen == {"p1": [[1, 1]]}
 
 
 def test_locate_names_the_partitions_and_offsets_of_a_window(env):

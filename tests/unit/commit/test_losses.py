@@ -1,5 +1,5 @@
 """Accepting data lost to retention: the record comes first, the token moves by
-compare-and-swap, and current() reads the range back as lost."""
+compare-and-swap, and the catalog reads the range back as lost."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 
 from kafka_archive import config, layout
 from kafka_archive.commit import losses
-from kafka_archive.commit.current import current
+from kafka_archive import catalog
 from kafka_archive.commit.losses import AcceptedLoss, AcceptLossError
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import LocalTokenStore, Token
@@ -49,7 +49,7 @@ def test_accept_records_then_moves_only_the_partitions_with_a_gap(setup):
                                                                "orders", 0, 5)))
     assert record["by"] == "oncall" and record["reason"] == "outage"
     assert losses.accepted(storage, cfg.archive_root, "backup") == accepted
-    contents = current(storage, cfg.archive_root, "backup")
+    contents = catalog.contents(storage, cfg, "backup")
     assert contents.lost == {("orders", 0): [(5, 12)]} and contents.accepted == tuple(accepted)
 
 

@@ -1,11 +1,12 @@
-"""Rewinds: where a token goes, and which archived files the next plan moves aside. The
-archive is a real local directory of real SequenceFiles."""
+"""Rewinds: where a token goes, and which archived files the next plan moves aside, from
+the catalog's rows, in both layouts. The archive is a real local directory; the catalog
+holds each file as a commit would add it."""
 
 import textwrap
 
 import pytest
 
-from kafka_archive import config as config_module, formats, layout
+from kafka_archive import catalog, config as config_module, formats, layout
 from kafka_archive.formats import records
 from kafka_archive.plan import rewinds
 from kafka_archive.plan.planning import Slice
@@ -48,9 +49,25 @@ def archive(tmp_path):
         kafka: {{bootstrap_servers: "127.0.0.1:9"}}
         archive_root: file://{tmp_path}/archive
         token_root: {tmp_path}/tokens
-        groups: {{backup: {{}}}}
+        groups:
+          backup: {{}}
+          partitioned:
+            layout: {{kind: event_time, granularity: hour}}
+            parser: {{kind: json, field: ts}}
         """))
     return config_module.load(path)
+
+
+def commit_row(config, group, partition, start, end, urls, generation=1):
+    """A run's row in the catalog, as commit.protocol adds it."""
+    run = catalog.run_folder(config.archive_root, group, f"run-{start}-{end}-{generation}")
+    row = {"topic": "t", "partition": partition, "start": start, "end": end,
+           "records": end - start, "bytes": 1, "gaps": [], "audit": [],
+           "files": [{"url": u, "records": 1, "bytes": 1} for u in urls]}
+    row = catalog.catalog_row(row, run, {"generation": generation},
+                              config.group(group).layout, config.archive_root, group)
+    catalog.append(Storage(), config, group, lambda cat: {
+        "kind": "commit", "run_id": run, "at": "2026-01-01T00:00:00+00:00", "add": [row]})
 
 
 def write_file(config, partition, offsets, generation=1):
@@ -63,43 +80,57 @@ def write_file(config, partition, offsets, generation=1):
         for offset in offsets:
             writer.append(records.Record(offset, None, b"v", 0))
         writer.close()
+    commit_row(config, "backup", partition, offsets[0], offsets[-1] + 1, [url], generation)
     return url
 
 
-def test_archived_files_lists_one_generation_from_an_offset(archive):
-    urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
-    write_file(archive, 0, range(10, 30), generation=2)
-    storage = Storage()
-    assert rewinds.archived_files(storage, archive, "backup", "t", 0) == list(zip((0, 10, 20), urls))
-    assert rewinds.archived_files(storage, archive, "backup", "t", 0, 10) == list(zip((10, 20), urls[1:]))
-    assert rewinds.archived_files(storage, archive, "backup", "t", 0, 11) == [(20, urls[2])]
-    assert rewinds.archived_files(storage, archive, "backup", "t", 0, 30) == []
-    assert rewinds.archived_files(storage, archive, "backup", "t", 1) == []
+def supersede(config, slices, group="backup"):
+    return rewinds.supersede(catalog.open_catalog(Storage(), config, group), config, slices)
 
 
-def test_plan_moves_aside_files_beyond_a_rewound_token_line(archive):
+def test_plan_moves_aside_files_beyond_a_rewound_token_line_of_its_generation(archive):
     urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
+    write_file(archive, 0, range(10, 30), generation=2)  # another archive of the same data
     slices = [Slice("t", 0, 10, 40, 1000), Slice("t", 1, 5, 9, 1000)]  # partition 1: no file
-    adjusted, superseded = rewinds.supersede(Storage(), archive, "backup", slices,
-                                             {"t": {0: 10, 1: 5}})
+    adjusted, superseded = supersede(archive, slices)
     assert adjusted == slices and superseded == urls[1:]
 
 
 def test_plan_touches_nothing_when_the_token_is_where_the_files_end(archive):
     write_file(archive, 0, range(0, 10))
     slices = [Slice("t", 0, 10, 40, 1000)]
-    assert rewinds.supersede(Storage(), archive, "backup", slices, {"t": {0: 10}}) == (slices, [])
+    assert supersede(archive, slices) == (slices, [])
 
 
 def test_plan_starts_after_a_file_straddling_the_start(archive):
     urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
     # no token line (deleted), start_from earliest = 15 after retention: file 10..19 stays
-    adjusted, superseded = rewinds.supersede(Storage(), archive, "backup",
-                                             [Slice("t", 0, 15, 40, 1000)], {})
+    adjusted, superseded = supersede(archive, [Slice("t", 0, 15, 40, 1000)])
     assert adjusted == [Slice("t", 0, 20, 40, 1000)] and superseded == [urls[2]]
     # a slice capped below the straddler's end: no offsets, the token moves past the file
-    adjusted, _ = rewinds.supersede(Storage(), archive, "backup", [Slice("t", 0, 15, 17, 1000)], {})
+    adjusted, _ = supersede(archive, [Slice("t", 0, 15, 17, 1000)])
     assert adjusted == [Slice("t", 0, 20, 20, 1000)]
+
+
+def test_an_event_time_rewind_moves_aside_every_file_of_each_later_slice(archive):
+    """The duplicate bug: files in time partitions and `_late/` are found by offset."""
+    root = archive.archive_root
+
+    def files(first, hours):
+        return [layout.event_data_file(root, "partitioned", "t", f"dt=2026-11-23/hr={h:02d}", 0,
+                                       1, first + i, FORMAT) for i, h in enumerate(hours)] + [
+            layout.late_file(root, "partitioned", "t", "dt=2026-11-22/hr=05", 0, 1, first + 5,
+                             FORMAT)]
+
+    first, second = files(0, (19, 20)), files(10, (20, 21))
+    commit_row(archive, "partitioned", 0, 0, 10, first)
+    commit_row(archive, "partitioned", 0, 10, 20, second)
+    # the token deleted: start_from earliest = 0 -> every file of both slices moves aside
+    adjusted, superseded = supersede(archive, [Slice("t", 0, 0, 25, 1000)], "partitioned")
+    assert adjusted == [Slice("t", 0, 0, 25, 1000)] and superseded == first + second
+    # earliest 4 (retention): the straddling slice keeps its messages, the next moves
+    adjusted, superseded = supersede(archive, [Slice("t", 0, 4, 25, 1000)], "partitioned")
+    assert adjusted == [Slice("t", 0, 10, 25, 1000)] and superseded == second
 
 
 class FakeConsumer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kafka_archive.commit.current import Contents
+from kafka_archive.catalog import Contents
 from kafka_archive.tools import listing
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_archive.commit.current import Contents
+from kafka_archive.catalog import Contents
 from kafka_archive.config import Config, Group, Policy, FormatSpec
 from kafka_archive.tools import replay
 from kafka_archive.tools.replay import MissingRangeError, ReplayError, Request, Span

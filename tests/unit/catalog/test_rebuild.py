@@ -1,16 +1,17 @@
-"""Which rows of a group are current: supersession by later plans (even when the new
-file has the old one's name), backfill replacements, uncommitted runs, lost ranges."""
+"""The catalog rebuilt from the run folders (the truth): supersession by later plans
+(even when the new file has the old one's name), backfill replacements, uncommitted runs,
+lost ranges."""
 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from kafka_archive import layout
 from kafka_archive.audit import gather
-from kafka_archive.commit.current import current, row_files
+from kafka_archive.catalog import AcceptedLoss, Contents, lost_ranges, row_files
+from kafka_archive.catalog.rebuild import from_run_folders
 from kafka_archive.storage import Storage
 
 GROUP = "backup"
@@ -58,7 +59,9 @@ class Archive:
                                json.dumps(doc).encode())
 
     def current(self):
-        return current(self.storage, self.root, GROUP)
+        state, rows = from_run_folders(self.storage, self.root, GROUP, layout.LayoutSpec())
+        return Contents(rows, {}, lost_ranges(state),
+                        tuple(AcceptedLoss(**a) for a in state.accepted))
 
     def spans(self) -> list[tuple[int, int, int, str]]:
         return [(r["partition"], r["start"], r["end"], r["_run"].rsplit("/", 1)[-1])
@@ -77,8 +80,7 @@ def test_a_rewound_slice_rewritten_under_the_same_name_is_current(archive):
     archive.run("r2", "2026-01-01T01:00:00+00:00", [archive.row(0, 10, 20)],
                 superseded=[archive.url(0, 10)])
     assert archive.spans() == [(0, 0, 10, "r1"), (0, 10, 20, "r2")]
-    counts = gather.archived_from_manifests(SimpleNamespace(archive_root=archive.root),
-                                            archive.storage, GROUP)
+    counts = gather.count_rows(archive.current().rows)
     assert dict(counts) == {("t", "billing", 0): 20}
 
 
@@ -135,8 +137,6 @@ def test_an_empty_group_has_no_rows(archive):
 
 
 def test_a_rows_format_is_its_plans_for_its_topic():
-    from kafka_archive.commit.current import Contents
-
     plans = {"r1": {"format": {"kind": "sequencefile"},
                     "topic_formats": {"u": {"kind": "text"}}}}
     c = Contents(rows=[], plans=plans, lost={})

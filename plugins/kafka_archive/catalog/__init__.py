@@ -1,0 +1,62 @@
+"""The catalog of a group: what is where, the one answer every reader asks.
+
+It records every current file with its Kafka partition, offset range, records, bytes,
+time partition and the run that wrote it, whatever the layout, plus the ranges lost to
+retention and the open time partitions. Commit, backfill, accept-loss and finalize add
+entries by compare-and-swap (catalog.store); readers get the state (per-partition
+summaries, small) and ask for rows only where they need them. The run folders stay the
+truth: a missing or damaged catalog is rebuilt from them (catalog.rebuild).
+
+    state.py    the state and how an entry changes it (pure)
+    store.py    log, snapshots and row chunks on storage; read and append
+    rebuild.py  the state from the run folders; accepted-loss records
+    contents.py the rows of a group as the tools take them (Contents)
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka_archive.catalog import rebuild as _rebuild
+from kafka_archive.catalog import store
+from kafka_archive.catalog.contents import Contents
+from kafka_archive.catalog.rebuild import AcceptedLoss, catalog_row, run_folder, run_summary
+from kafka_archive.catalog.state import OverlapError, Summary, lost_ranges, row_files
+from kafka_archive.catalog.store import Catalog, CatalogUnreadable
+from kafka_archive.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def open_catalog(storage, config: Config, group: str) -> Catalog:
+    """The group's catalog, rebuilt from the run folders when it has none or it is
+    unreadable."""
+    spec = config.group(group).layout
+    try:
+        found = store.read(storage, config.archive_root, group)
+    except CatalogUnreadable as exc:
+        log.warning("catalog of group %s is unreadable (%s): rebuilding it from the runs",
+                    group, exc)
+        found = None
+    return found if found is not None else _rebuild.rebuild(storage, config.archive_root,
+                                                            group, spec)
+
+
+def append(storage, config: Config, group: str, make_entry) -> Catalog:
+    """Add the entry make_entry(catalog) makes (None: nothing) by compare-and-swap."""
+    return store.append(lambda: open_catalog(storage, config, group), make_entry)
+
+
+def rebuild(storage, config: Config, group: str) -> Catalog:
+    return _rebuild.rebuild(storage, config.archive_root, group, config.group(group).layout)
+
+
+def contents(storage, config: Config, group: str, topic: str | None = None) -> Contents:
+    """The current rows of a group (or one topic) with their plans and losses."""
+    catalog = open_catalog(storage, config, group)
+    return Contents.of(catalog, catalog.rows(topic))
+
+
+__all__ = ["AcceptedLoss", "Catalog", "CatalogUnreadable", "Contents", "OverlapError",
+           "Summary", "append", "catalog_row", "contents", "lost_ranges", "open_catalog",
+           "rebuild", "row_files", "run_folder", "run_summary"]

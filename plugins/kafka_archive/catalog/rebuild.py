@@ -1,0 +1,175 @@
+"""The catalog from the run folders, which stay the truth: for a group without a catalog
+(one archived before catalogs existed), a damaged one, or `kafka-archive catalog
+--rebuild`. Reads every run: the one place whose cost follows history.
+
+A group's content is the rows of its committed runs' manifests, taken in commit order:
+a run whose plan moved files aside (a rewind, the plan's `superseded` list) takes out
+every earlier row holding one of them, then adds its own rows; a backfill
+(`backfill.json`) replaces the rows of the slices it rebuilt. A file name can come back
+(re-archiving a rewound slice writes the name its superseded predecessor had), so a row
+is taken out by what came after it, never by its URL alone. Runs not committed (a plan
+still in flight) contribute nothing. Ranges lost to retention and accepted are the
+records under `_runs/<group>/_accepted_loss/`, and skipped anomalies of committed plans.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+from kafka_archive import layout
+from kafka_archive.catalog.state import State, row_files, with_time_partitions
+from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url, snapshot_url,
+                                         _load_json)
+from kafka_archive.errors import TerminalError
+from kafka_archive.storage import Storage, VersionConflict, join
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AcceptedLoss:
+    group: str
+    topic: str
+    partition: int
+    lost_from: int
+    lost_to: int  # exclusive: Kafka's earliest retained offset when accepted
+    by: str
+    at: str       # ISO-8601 UTC
+    reason: str
+
+    def describe(self) -> str:
+        return (f"{self.topic} partition {self.partition}: offsets [{self.lost_from}, "
+                f"{self.lost_to}) ({self.lost_to - self.lost_from} messages) lost to retention, "
+                f"accepted by {self.by} at {self.at}: {self.reason}")
+
+
+def accepted(storage: Storage, archive_root: str, group: str) -> list[AcceptedLoss]:
+    """Every accepted-loss record of a group, in (topic, partition, offset) order."""
+    found = []
+    for url, _ in storage.list(join(layout.runs_dir(archive_root, group), "_accepted_loss")):
+        if url.endswith(".json"):
+            try:
+                found.append(AcceptedLoss(**json.loads(storage.get_bytes(url))))
+            except (ValueError, TypeError) as exc:
+                raise TerminalError(f"{url}: not a readable accepted-loss record: {exc}") from None
+    return sorted(found, key=lambda a: (a.topic, a.partition, a.lost_from))
+
+
+def run_folders(storage: Storage, runs_url: str) -> dict[str, set[str]]:
+    """Run folder URL -> names of the files in it."""
+    folders: dict[str, set[str]] = defaultdict(set)
+    for url, _ in storage.list(runs_url):
+        run_folder, _, name = url.rpartition("/")
+        folders[run_folder].add(name)
+    return folders
+
+
+def run_folder(root: str, group: str, run_id: str) -> str:
+    return layout.run_file(root, group, run_id, "x").rsplit("/", 1)[0]
+
+
+def catalog_row(row: dict, run: str, plan: dict, spec: layout.LayoutSpec, root: str,
+                group: str) -> dict:
+    """A manifest (or backfill) row as the catalog keeps it: with `_run`, the folder of
+    the run whose plan made the slice, `_generation`, and each file's time partition."""
+    return with_time_partitions({**row, "_run": run, "_generation": plan.get("generation", 1)},
+                                spec, root, group)
+
+
+def run_summary(plan: dict, manifest: dict, committed: dict) -> dict:
+    slices = manifest.get("slices", ())
+    return {"run_id": committed.get("run_id") or plan.get("run_id", "?"),
+            "planned_at": plan.get("created_at", "?"),
+            "committed_at": committed.get("committed_at", "?"),
+            "records": sum(r["records"] for r in slices),
+            "bytes": sum(r.get("bytes") or 0 for r in slices),
+            "files": sum(len(row_files(r)) for r in slices)}
+
+
+def from_run_folders(storage: Storage, root: str, group: str, spec: layout.LayoutSpec
+                     ) -> tuple[State, list[dict]]:
+    """The state and current rows of a group, replayed from its run folders."""
+    events, plans, summaries = [], {}, []
+    for run, names in run_folders(storage, layout.runs_dir(root, group)).items():
+        if "committed.json" in names:
+            committed = _load_json(storage, f"{run}/committed.json")
+            plans[run] = _load_json(storage, f"{run}/plan.json")
+            events.append((committed["committed_at"], run, "commit", committed))
+        if "backfill.json" in names:
+            events.append((_load_json(storage, f"{run}/backfill.json")["at"], run, "backfill", None))
+    by_id = {run.rsplit("/", 1)[-1]: run for run in plans}
+    rows: dict[tuple, dict] = {}
+    lost = []
+    for _, run, kind, committed in sorted(events, key=lambda e: e[:3]):
+        if kind == "commit":
+            plan = plans[run]
+            moved = set(plan.get("superseded", ()))
+            if moved:
+                rows = {key: row for key, row in rows.items()
+                        if not any(f["url"] in moved for f in row_files(row))}
+            lost += [{"topic": a["topic"], "partition": a["partition"],
+                      "lost_from": a["lost_from"], "lost_to": a["lost_to"]}
+                     for a in plan.get("anomalies", ()) if a.get("action") == "skipped"]
+            manifest = _load_json(storage, f"{run}/manifest.json")
+            summaries.append(run_summary(plan, manifest, committed))
+            for row in manifest["slices"]:
+                _put(rows, catalog_row(row, run, plan, spec, root, group))
+        else:
+            for row in _load_json(storage, f"{run}/backfill.json")["slices"]:
+                # the replaced run by its id: its folder's URL depends on how the root is spelled
+                planned = by_id.get(row["replaces_run"].rsplit("/", 1)[-1])
+                if planned in plans:
+                    _put(rows, catalog_row(row, planned, plans[planned], spec, root, group))
+    state = State()
+    state.apply({"kind": "commit", "seq": 0, "add": [rows[k] for k in sorted(rows)],
+                 "lost": lost})
+    for loss in accepted(storage, root, group):
+        state.apply({"kind": "loss", "seq": 0, "loss": asdict(loss)})
+    for summary in sorted(summaries, key=lambda s: s["committed_at"])[-20:]:
+        state.recent.insert(0, {**summary, "kind": "commit"})
+    for name, topic in state.topics.items():
+        stored = storage.get_or_none(layout.finalized_state(root, group, name))
+        if stored is not None:
+            topic.finalized_through_ms = json.loads(stored)["through_ms"]
+            topic.open_time = {p for p in topic.open_time if topic.finalized_through_ms
+                               < layout.time_partition_range(p, spec)[1]}
+    return state, [rows[k] for k in sorted(rows)]
+
+
+def _put(rows: dict, row: dict) -> None:
+    rows[(row["topic"], row["partition"], row["_generation"], row["start"])] = row
+
+
+def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec) -> Catalog:
+    """Write the catalog anew from the run folders: its snapshot under a name of its own,
+    then a `rebuild` entry naming it at the next seq (compare-and-swap), then the regular
+    snapshot there. A crash before the entry leaves the old catalog as it was. A group
+    that has committed nothing gets an empty catalog and nothing is written: its first
+    commit writes entry 1."""
+    started = time.monotonic()
+    state, rows = from_run_folders(storage, root, group, spec)
+    if not state.topics and not state.accepted and not state.recent:
+        return Catalog(storage, root, group, state)
+    listed = [url for url, _ in storage.list(join(folder(root, group), "log"))]
+    seq = int(listed[-1].rsplit("/", 1)[-1].split(".")[0]) + 1 if listed else 1
+    state.seq = seq
+    catalog = Catalog(storage, root, group, state, tail=[{"add": rows}])
+    tag = f"-rebuild-{secrets.token_hex(4)}"
+    own = join(folder(root, group), "rebuilds", f"{seq:020d}{tag}.json")
+    catalog.write_snapshot(url=own, tag=tag)
+    try:
+        storage.put_if(entry_url(root, group, seq), json.dumps(
+            {"kind": "rebuild", "seq": seq, "snapshot": own}).encode(), None)
+    except VersionConflict:
+        raise TerminalError(f"catalog of group {group}: another writer added entry {seq} "
+                            "while it was being rebuilt; run again") from None
+    storage.put_bytes(snapshot_url(root, group, seq), storage.get_bytes(own))
+    storage.put_bytes(latest_url(root, group), json.dumps({"seq": seq}).encode())
+    log.warning("catalog of group %s rebuilt from its run folders at entry %d: %d rows in "
+                "%.1f s", group, seq, len(rows), time.monotonic() - started)
+    return catalog

@@ -1,0 +1,288 @@
+"""The catalog on storage: a log of entries, snapshots of the state, row chunks.
+
+    <root>/_catalog/<group>/log/<seq:020>.json          one entry each, created if absent
+    <root>/_catalog/<group>/snapshots/<seq:020>.json    the state after entry seq, and
+                                                        per topic the row chunks that hold
+                                                        its current rows at that point
+    <root>/_catalog/<group>/rows/<topic>/<seq:020>-<n>.json.gz   immutable row chunks
+    <root>/_catalog/<group>/_latest.json                the newest snapshot's seq (a hint)
+
+Delta Lake's checkpoint-plus-log, made small: the compare-and-swap is the creation of
+log entry seq+1 with `If-None-Match: *`, so of two writers exactly one wins and the other
+reads again. A reader takes the newest snapshot and the entries after it (at most
+SNAPSHOT_EVERY), so its cost follows partitions and recent runs, never history. Rows are
+read only by what needs them (rewinds, replay, backfill, ls, verify), and only from the
+chunks whose offset bounds can hold them.
+
+A missing, unreadable or foreign-format catalog is rebuilt from the run folders, which
+stay the truth (catalog.rebuild); the rebuild claims the next seq with a `rebuild` entry
+and writes its snapshot there.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from kafka_archive.catalog.state import OverlapError, State, part_key, row_key
+from kafka_archive.errors import TerminalError
+from kafka_archive.storage import Storage, VersionConflict, join
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+SNAPSHOT_EVERY = 16   # log entries after a snapshot before the next is written
+CHUNK_ROWS = 20_000   # rows per chunk before a new chunk is started
+ATTEMPTS = 5          # lost compare-and-swap races before giving up
+
+
+class CatalogUnreadable(TerminalError):
+    """The catalog's files are damaged or of another format: rebuild it from the runs."""
+
+
+def folder(root: str, group: str) -> str:
+    return join(root, "_catalog", group)
+
+
+def entry_url(root: str, group: str, seq: int) -> str:
+    return join(folder(root, group), "log", f"{seq:020d}.json")
+
+
+def snapshot_url(root: str, group: str, seq: int) -> str:
+    return join(folder(root, group), "snapshots", f"{seq:020d}.json")
+
+
+def latest_url(root: str, group: str) -> str:
+    return join(folder(root, group), "_latest.json")
+
+
+def chunk_url(root: str, group: str, topic: str, seq: int, n: str) -> str:
+    return join(folder(root, group), "rows", topic, f"{seq:020d}-{n}.json.gz")
+
+
+@dataclass
+class Chunk:
+    """An immutable file of rows of one topic, sorted by (partition, generation, start),
+    with per partition and generation [lowest start, highest end, rows] to skip it."""
+    url: str
+    rows: int
+    parts: dict[str, list[int]]
+
+    def may_hold(self, partition: int | None, generation: int | None,
+                 end_after: int | None, start_before: int | None) -> bool:
+        for key, (low, high, _) in self.parts.items():
+            p, g = map(int, key.split(":"))
+            if ((partition is None or p == partition) and (generation is None or g == generation)
+                    and (end_after is None or high > end_after)
+                    and (start_before is None or low < start_before)):
+                return True
+        return False
+
+
+@dataclass
+class Catalog:
+    """A group's catalog as read at one seq: the state with every entry applied, and
+    what reading rows needs (the snapshot's chunks, the entries after it)."""
+    storage: Storage
+    root: str
+    group: str
+    state: State
+    snapshot_seq: int = 0
+    chunks: dict[str, list[Chunk]] = field(default_factory=dict)
+    tail: list[dict] = field(default_factory=list)   # entries after the snapshot
+    requests: int = 0                                 # storage requests made to read it
+
+    # --- rows -------------------------------------------------------------------------
+
+    def rows(self, topic: str | None = None, partition: int | None = None,
+             generation: int | None = None, end_after: int | None = None,
+             start_before: int | None = None) -> list[dict]:
+        """Current rows, sorted by (topic, partition, generation, start), of one topic
+        (None: all), optionally of one partition and generation, and only those ending
+        after end_after or starting before start_before."""
+        def wanted(row: dict) -> bool:
+            return ((topic is None or row["topic"] == topic)
+                    and (partition is None or row["partition"] == partition)
+                    and (generation is None or row["_generation"] == generation)
+                    and (end_after is None or row["end"] > end_after)
+                    and (start_before is None or row["start"] < start_before))
+
+        found: dict[tuple, dict] = {}
+        for name in ([topic] if topic is not None else sorted(self.chunks)):
+            for chunk in self.chunks.get(name, ()):
+                if chunk.may_hold(partition, generation, end_after, start_before):
+                    found.update((row_key(r), r) for r in self._chunk_rows(chunk) if wanted(r))
+        for entry in self.tail:
+            for row in entry.get("remove", ()):
+                found.pop(row_key(row), None)
+            found.update((row_key(r), r) for r in entry.get("add", ()) if wanted(r))
+        return [found[key] for key in sorted(found)]
+
+    def _chunk_rows(self, chunk: Chunk) -> list[dict]:
+        self.requests += 1
+        try:
+            return json.loads(gzip.decompress(self.storage.get_bytes(chunk.url)))["rows"]
+        except (ValueError, KeyError, OSError) as exc:
+            raise CatalogUnreadable(f"{chunk.url}: not a readable row chunk ({exc!r})") from None
+
+    # --- snapshots --------------------------------------------------------------------
+
+    def write_snapshot(self, url: str | None = None, tag: str = "") -> None:
+        """The state at self.state.seq, with the chunks of every topic the entries since
+        the last snapshot touched rewritten: its last chunk (while not full) and every
+        chunk a removed row was in. Other chunks are shared with the older snapshot."""
+        seq = self.state.seq
+        touched: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+        for entry in self.tail:
+            for row in entry.get("remove", ()):
+                touched[row["topic"]][1].append(row)
+            for row in entry.get("add", ()):
+                touched[row["topic"]][0].append(row)
+        chunks = {t: list(c) for t, c in self.chunks.items()}
+        for topic, (added, removed) in sorted(touched.items()):
+            kept, redo = [], []
+            for i, chunk in enumerate(chunks.get(topic, [])):
+                last_open = i == len(chunks[topic]) - 1 and chunk.rows < CHUNK_ROWS
+                hit = any(chunk.may_hold(r["partition"], r["_generation"], r["start"],
+                                         r["start"] + 1) for r in removed)
+                (redo if last_open or hit else kept).append(chunk)
+            rows: dict[tuple, dict] = {}
+            for chunk in redo:
+                rows.update((row_key(r), r) for r in self._chunk_rows(chunk))
+            for entry in self.tail:  # in order: a row removed, then added again, stays
+                for row in entry.get("remove", ()):
+                    if row["topic"] == topic:
+                        rows.pop(row_key(row), None)
+                rows.update((row_key(r), r) for r in entry.get("add", ()) if r["topic"] == topic)
+            ordered = [rows[key] for key in sorted(rows)]
+            written = [self._write_chunk(topic, seq, f"{n}{tag}", ordered[i:i + CHUNK_ROWS])
+                       for n, i in enumerate(range(0, len(ordered), CHUNK_ROWS))]
+            chunks[topic] = kept + written
+        snapshot = {"format": FORMAT, "group": self.group, "state": self.state.to_json(),
+                    "chunks": {t: [c.__dict__ for c in cs] for t, cs in sorted(chunks.items())}}
+        data = json.dumps(snapshot, separators=(",", ":")).encode()
+        self.chunks, self.tail, self.snapshot_seq = chunks, [], seq
+        if url is not None:  # a rebuild's: its entry names it (catalog.rebuild)
+            self.storage.put_bytes(url, data)
+            return
+        self.storage.put_bytes(snapshot_url(self.root, self.group, seq), data)
+        self.storage.put_bytes(latest_url(self.root, self.group), json.dumps({"seq": seq}).encode())
+
+    def _write_chunk(self, topic: str, seq: int, n: str, rows: list[dict]) -> Chunk:
+        parts: dict[str, list[int]] = {}
+        for r in rows:
+            low, high, count = parts.get(part_key(r["partition"], r["_generation"]),
+                                         [r["start"], r["end"], 0])
+            parts[part_key(r["partition"], r["_generation"])] = [
+                min(low, r["start"]), max(high, r["end"]), count + 1]
+        url = chunk_url(self.root, self.group, topic, seq, n)
+        self.storage.put_bytes(url, gzip.compress(
+            json.dumps({"rows": rows}, separators=(",", ":")).encode(), compresslevel=3))
+        return Chunk(url, len(rows), parts)
+
+
+# --- reading ----------------------------------------------------------------------------
+
+def read(storage: Storage, root: str, group: str) -> Catalog | None:
+    """The catalog as stored, or None when the group has none. CatalogUnreadable when
+    its files are damaged."""
+    requests = 1
+    hint = storage.get_or_none(latest_url(root, group))
+    try:
+        seq = json.loads(hint)["seq"] if hint is not None else None
+    except (ValueError, KeyError, TypeError):
+        seq = None
+    if seq is None:  # no hint: the newest snapshot there is, if any
+        requests += 1
+        listed = [url for url, _ in storage.list(join(folder(root, group), "snapshots"))]
+        seq = int(listed[-1].rsplit("/", 1)[-1].split(".")[0]) if listed else 0
+    catalog = _from_snapshot(storage, root, group, seq) if seq else Catalog(
+        storage, root, group, State())
+    entries = list(storage.list(join(folder(root, group), "log"),
+                                start_after=entry_url(root, group, seq)))
+    requests += 2 if seq else 1
+    if not seq and not entries:
+        return None
+    for url, _ in entries:
+        requests += 1
+        entry = _load_json(storage, url)
+        if entry.get("kind") == "rebuild":  # a rebuild's snapshot replaces all before it
+            requests += 1
+            catalog = _from_snapshot(storage, root, group, entry["seq"], entry["snapshot"])
+            continue
+        catalog.state.apply(entry)
+        catalog.tail.append(entry)
+    catalog.requests = requests
+    return catalog
+
+
+def _from_snapshot(storage: Storage, root: str, group: str, seq: int,
+                   url: str | None = None) -> Catalog:
+    url = url or snapshot_url(root, group, seq)
+    data = _load_json(storage, url)
+    if data.get("format") != FORMAT:
+        raise CatalogUnreadable(f"{url}: catalog format {data.get('format')!r}, this "
+                                f"version reads {FORMAT}")
+    try:
+        return Catalog(storage, root, group, State.from_json(data["state"]), seq,
+                       {t: [Chunk(**c) for c in cs] for t, cs in data["chunks"].items()})
+    except (KeyError, TypeError) as exc:
+        raise CatalogUnreadable(f"{url}: not a catalog snapshot ({exc!r})") from None
+
+
+def _load_json(storage: Storage, url: str) -> dict:
+    data = storage.get_or_none(url)
+    if data is None:
+        raise CatalogUnreadable(f"{url}: missing")
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise CatalogUnreadable(f"{url}: not readable JSON ({exc})") from None
+
+
+# --- writing ----------------------------------------------------------------------------
+
+def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict | None]
+           ) -> Catalog:
+    """Add one entry by compare-and-swap: read the catalog (opener), make the entry
+    from it (None: nothing to add), check it (OverlapError) and create log entry seq+1;
+    a writer that lost the race reads again. A snapshot follows every SNAPSHOT_EVERY
+    entries; failing to write one loses nothing (the log has it all)."""
+    for attempt in range(1, ATTEMPTS + 1):
+        catalog = opener()
+        entry = make_entry(catalog)
+        if entry is None:
+            return catalog
+        entry = {**entry, "seq": catalog.state.seq + 1}
+        catalog.state.apply(entry, check=True)
+        try:
+            catalog.storage.put_if(entry_url(catalog.root, catalog.group, entry["seq"]),
+                                   json.dumps(entry, separators=(",", ":")).encode(), None)
+        except VersionConflict:
+            log.warning("catalog of %s: entry %d was written by another writer; again (%d)",
+                        catalog.group, entry["seq"], attempt)
+            continue
+        catalog.tail.append(entry)
+        if entry["seq"] - catalog.snapshot_seq >= SNAPSHOT_EVERY:
+            try:
+                catalog.write_snapshot()
+            except Exception as exc:  # the entry is durable: a later writer snapshots
+                log.warning("catalog of %s: snapshot at %d not written (%r); the log holds "
+                            "every entry", catalog.group, entry["seq"], exc)
+        return catalog
+    raise TerminalError(f"catalog of group {catalog.group}: lost the race for a new entry "
+                        f"{ATTEMPTS} times; run again")
+
+
+def entries_after(storage: Storage, root: str, group: str, seq: int) -> Iterable[dict]:
+    """Every log entry after seq, in order (the audit folds in what is new)."""
+    for url, _ in storage.list(join(folder(root, group), "log"),
+                               start_after=entry_url(root, group, seq)):
+        yield _load_json(storage, url)
+
+
+__all__ = ["Catalog", "CatalogUnreadable", "OverlapError", "append", "read", "entries_after"]
