@@ -38,8 +38,10 @@ def open_catalog(storage, config: Config, group: str) -> Catalog:
         log.warning("catalog of group %s is unreadable (%s): rebuilding it from the runs",
                     group, exc)
         found = None
-    return found if found is not None else _rebuild.rebuild(storage, config.archive_root,
-                                                            group, spec)
+    if found is None:
+        return _rebuild.rebuild(storage, config.archive_root, group, spec)
+    found.repair = lambda: _rebuild.rebuild(storage, config.archive_root, group, spec)
+    return found
 
 
 def append(storage, config: Config, group: str, make_entry) -> Catalog:

@@ -60,8 +60,7 @@ class Summary:
     bytes: int = 0
     rows: int = 0
     covered: list[list[int]] = field(default_factory=list)  # merged [start, end) of its rows
-    last_run: str | None = None
-    last_at: str | None = None
+    last_run: str | None = None   # the run that wrote the row reaching furthest
 
     @property
     def end(self) -> int | None:
@@ -75,6 +74,8 @@ class Summary:
         self.rows += sign
         if row["end"] > row["start"]:
             self.covered = (_union if sign > 0 else _minus)(self.covered, row["start"], row["end"])
+        if sign > 0 and self.end == row["end"]:
+            self.last_run = row["_run"].rsplit("/", 1)[-1]
 
     def overlap(self, start: int, end: int) -> Range | None:
         for a, b in self.covered:
@@ -157,7 +158,6 @@ class State:
                     "current file of the catalog; refusing to archive them twice (a rewind "
                     "whose plan did not move the old files aside?)")
             summary.add(row, +1)
-            summary.last_run, summary.last_at = entry.get("run_id"), entry.get("at")
             for f in row_files(row):
                 if f.get("time"):
                     self.topic(row["topic"]).open_time.add(f["time"])

@@ -95,6 +95,7 @@ class Catalog:
     chunks: dict[str, list[Chunk]] = field(default_factory=dict)
     tail: list[dict] = field(default_factory=list)   # entries after the snapshot
     requests: int = 0                                 # storage requests made to read it
+    repair: Callable[[], Catalog] | None = None       # a rebuilt catalog, for damaged chunks
 
     # --- rows -------------------------------------------------------------------------
 
@@ -103,7 +104,21 @@ class Catalog:
              start_before: int | None = None) -> list[dict]:
         """Current rows, sorted by (topic, partition, generation, start), of one topic
         (None: all), optionally of one partition and generation, and only those ending
-        after end_after or starting before start_before."""
+        after end_after or starting before start_before. A damaged chunk is repaired
+        (the catalog rebuilt from the runs) and the rows read again."""
+        try:
+            return self._rows(topic, partition, generation, end_after, start_before)
+        except CatalogUnreadable as exc:
+            if self.repair is None:
+                raise
+            log.warning("catalog of group %s: %s; rebuilding it from the runs", self.group, exc)
+            fresh = self.repair()
+            self.state, self.snapshot_seq, self.chunks, self.tail = (
+                fresh.state, fresh.snapshot_seq, fresh.chunks, fresh.tail)
+            self.repair = None
+            return self._rows(topic, partition, generation, end_after, start_before)
+
+    def _rows(self, topic, partition, generation, end_after, start_before) -> list[dict]:
         def wanted(row: dict) -> bool:
             return ((topic is None or row["topic"] == topic)
                     and (partition is None or row["partition"] == partition)

@@ -131,15 +131,14 @@ def _selected(row: dict, from_offset, to_offset, since_ms, until_ms) -> bool:
 
 def _backup_files(config: Config, storage: Storage, source: str, topic: str
                   ) -> dict[int, list[tuple[int, str]]]:
-    """Kafka partition -> the backup's (first offset, url) files, in offset order."""
-    top = layout.partition_dir(config.archive_root, source, topic, 0).rsplit("/", 1)[0]
+    """Kafka partition -> the backup's current (first offset, url) files of the
+    configured generation, in offset order, from its catalog."""
     found: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for url, _ in storage.list(top):
-        parts = url[len(top) + 1:].split("/")
-        name = layout.parse_file_name(parts[-1])
-        if len(parts) == 2 and parts[0].startswith("partition=") and name \
-                and name.generation == config.generation:
-            found[name.partition].append((name.first_offset, url))
+    for row in catalog.open_catalog(storage, config, source).rows(topic,
+                                                                  generation=config.generation):
+        for f in row_files(row):
+            if name := layout.parse_file_name(f["url"].rsplit("/", 1)[-1]):
+                found[row["partition"]].append((name.first_offset, f["url"]))
     return {p: sorted(files) for p, files in found.items()}
 
 
