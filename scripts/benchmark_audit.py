@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kafka_archive import config, layout
+from kafka_archive import catalog, config, layout
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.storage import Storage
@@ -133,6 +133,11 @@ def incremental_audit(runs: int, partitions: int = 4, sources: int = 3) -> None:
         put(layout.run_file(cfg.archive_root, "backup", run_id, "plan.json"),
             {"run_id": run_id, "superseded": []})
         put(layout.run_file(cfg.archive_root, "backup", run_id, "manifest.json"), {"slices": rows})
+        folder = catalog.run_folder(cfg.archive_root, "backup", run_id)
+        added = [catalog.catalog_row(r, folder, {}, layout.LayoutSpec(), cfg.archive_root,
+                                     "backup") for r in rows]
+        catalog.append(Storage(), cfg, "backup",  # as commit.protocol does, before committed.json
+                       lambda cat: {"kind": "commit", "run_id": run_id, "add": added})
         put(layout.run_file(cfg.archive_root, "backup", run_id, "committed.json"),
             {"run_id": run_id, "committed_at": f"2026-01-01T00:00:00.{i:06d}"})
         events = []

@@ -95,6 +95,7 @@ class Audit:
     topic: str = "_kafka_archive_audit"
     window_s: int = 60            # archive-side counting window; producers' must be a multiple
     grace_s: int = 300            # a window is judged only once archived this far past its end
+    retire_s: int = 8 * 86400     # a judged window this long past its end leaves the checkpoint
     source_header: str = "kafka-archive-source"
     groups: tuple[str, ...] = ("backup",)
     schedule: str | None = "*/30 * * * *"
@@ -157,6 +158,7 @@ def load(path: str | Path | None = None) -> Config:
         groups={name: _group(name, group) for name, group in doc.groups.items()},
         alerts=Alerts(doc.alerts.smtp_conn_id, tuple(doc.alerts.email_to), doc.alerts.email_from),
         audit=Audit(topic=doc.audit.topic, window_s=doc.audit.window, grace_s=doc.audit.grace,
+                    retire_s=doc.audit.retire_after,
                     source_header=doc.audit.source_header, groups=tuple(doc.audit.groups),
                     schedule=doc.audit.schedule),
         spark=SparkSettings(master=doc.spark.master, deploy_mode=doc.spark.deploy_mode,

@@ -240,6 +240,9 @@ class Audit(Section):
     topic: Text = "_kafka_archive_audit"
     window: Seconds = Field(60, ge=1)
     grace: Seconds = Field(300, ge=0)
+    # a judged window this long past its end leaves the checkpoint: longer than Kafka's
+    # retention, so no rewind can count its messages again
+    retire_after: Seconds = Field(8 * 86400, ge=3600)
     source_header: Text = "kafka-archive-source"
     groups: Annotated[list[str], BeforeValidator(_listed)] = ["backup"]
     schedule: Cron = "*/30 * * * *"

@@ -137,16 +137,21 @@ def test_cat_of_a_missing_or_damaged_file_names_it(archive, s3):
             in result.stderr)
 
 
-def test_verify_fails_on_a_copy_that_duplicates_offsets(archive, s3):
+def test_verify_full_fails_on_a_copy_that_duplicates_offsets(archive, s3):
+    """A stray copy is no file of the catalog: verify checks the catalog's files, and
+    --full walks the tree and finds the copy."""
     original, copy = _file_url(archive, 0, 0), _file_url(archive, 0, 5)
     bucket, key = original[len("s3://"):].split("/", 1)
     copy_key = copy[len("s3://") + len(bucket) + 1:]
     s3.client.copy_object(Bucket=bucket, Key=copy_key, CopySource={"Bucket": bucket, "Key": key})
     try:
-        result = _cli(archive, "verify", "--group", "backup")
+        current = _cli(archive, "verify", "--group", "backup")
+        result = _cli(archive, "verify", "--group", "backup", "--full")
     finally:
         s3.client.delete_object(Bucket=bucket, Key=copy_key)
+    assert current.returncode == 0 and "2 partitions, 2 files, 0 errors" in current.stdout
     assert result.returncode == 1, result.stdout
+    assert f"{copy}: in the tree, not in the catalog" in result.stdout
     assert f"duplicate offsets [0, 14] are in both {original} and {copy}" in result.stdout
     assert f"{copy}: first record has offset 0, but the file name says 5" in result.stdout
     assert result.stdout.rstrip().endswith("group backup: 2 partitions, 3 files, 2 errors")

@@ -10,6 +10,9 @@
 - `expected`, `archived`: the counts folded in so far, as reconcile takes them;
 - `windows`: the last verdict of every window, so a window judged final stays judged
   while its counts do not change (even if its topic's archive falls back for a rewind);
+- `retired_before_ms`: judged windows ending before it were dropped from the counts and
+  verdicts (`retire`), so the checkpoint's size follows the open windows, not history;
+  counts for them that come later are ignored;
 - `alarms`: each MISSING or EXCESS window, open until it turns OK or is acknowledged:
   when it was found, when it was mailed (a mismatch is mailed once), who acknowledged
   it, when and why.
@@ -75,6 +78,7 @@ class Checkpoint:
     archived: dict[Key, int] = field(default_factory=dict)  # per archive window
     windows: dict[Key, tuple[int, str, int | None, int]] = field(default_factory=dict)
     alarms: dict[Key, Alarm] = field(default_factory=dict)
+    retired_before_ms: int | None = None
     version: str | None = None  # the stored version this was read from; not stored
 
     def to_json(self) -> bytes:
@@ -84,7 +88,8 @@ class Checkpoint:
             "expected": [[*k, w, n] for k, (w, n) in self.expected.items()],
             "archived": [[*k, n] for k, n in self.archived.items()],
             "windows": [[*k, *v] for k, v in self.windows.items()],
-            "alarms": [asdict(a) for a in self.alarms.values()]}).encode()
+            "alarms": [asdict(a) for a in self.alarms.values()],
+            "retired_before_ms": self.retired_before_ms}).encode()
 
     @classmethod
     def from_json(cls, data: bytes, version: str | None) -> Checkpoint:
@@ -96,7 +101,7 @@ class Checkpoint:
                    {(t, s, w): n for t, s, w, n in raw["archived"]},
                    {(t, s, w): tuple(rest) for t, s, w, *rest in raw["windows"]},
                    {(a["topic"], a["source"], a["window_start_ms"]): Alarm(**a)
-                    for a in raw["alarms"]}, version)
+                    for a in raw["alarms"]}, raw.get("retired_before_ms"), version)
 
     def forget_counts(self) -> None:
         """Start the counts over (a rescan); the verdicts and alarms stay."""
@@ -149,6 +154,33 @@ class Checkpoint:
             elif alarm is not None and v.status != "PENDING":
                 resolved.append(self.alarms.pop(key))
         return every, judged, resolved
+
+    def retire(self, before_ms: int) -> int:
+        """Drop every judged window (not PENDING, no unresolved alarm) that ends at or
+        before before_ms, with its counts; counts of retired windows that come later are
+        dropped too (drop_retired). How many windows left."""
+        gone = [key for key, (width, status, *_) in self.windows.items()
+                if key[2] + width <= before_ms and status != "PENDING" and key not in self.alarms]
+        for topic, source, start in gone:
+            width = self.windows.pop((topic, source, start))[0]
+            self.expected.pop((topic, source, start), None)
+            for key in [k for k in self.archived if k[:2] == (topic, source)
+                        and start <= k[2] < start + width]:
+                del self.archived[key]
+        self.retired_before_ms = max(before_ms, self.retired_before_ms or before_ms)
+        return len(gone)
+
+    def drop_retired(self) -> int:
+        """Counts folded in for windows already retired: late events, or rows counted
+        again; they would make a partial window. How many dropped."""
+        if self.retired_before_ms is None:
+            return 0
+        late = [k for k in (*self.expected, *self.archived) if k not in self.windows
+                and k[2] < self.retired_before_ms and k[:2] + (k[2],) not in self.alarms]
+        for key in late:
+            self.expected.pop(key, None)
+            self.archived.pop(key, None)
+        return len(late)
 
     def find_alarm(self, topic: str, source: str, at_ms: int) -> Alarm | None:
         """The alarm of topic and source whose window holds the time at_ms."""

@@ -18,6 +18,7 @@ race to another reads the new checkpoint and does its (idempotent) work again.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -70,10 +71,14 @@ def audit(config: Config, storage: Storage, group: str, run_id: str, at: str,
             cp.forget_counts()
         bad = _fold_new_events(config, storage, cp)
         new_runs, recounted = _fold_new_runs(config, storage, group, cp, rescan)
+        if dropped := cp.drop_retired():
+            log.info("audit of %s: %d counts of windows retired before %d ignored", group,
+                     dropped, cp.retired_before_ms)
         archived = gather.archived_by_rescan(config, storage, group, track) if rescan else cp.archived
         verdicts = reconcile.reconcile(cp.expected, archived, config.audit.window_s * 1000,
                                        through, config.audit.grace_s * 1000)
         every, judged, resolved = cp.judge(verdicts, run_id, at, rescan)
+        cp.retire(int(datetime.fromisoformat(at).timestamp() * 1000) - config.audit.retire_s * 1000)
         return Audit(every, judged, sorted(cp.alarms.values(), key=lambda a: a.key), resolved,
                      bad, new_runs, recounted)
 

@@ -226,7 +226,11 @@ def plan_replay(config: Config, storage: Storage, request: Request, target_parti
     if group.layout.kind != "partition":
         raise ReplayError(f"group {request.group} has layout {group.layout.kind}: replay reads "
                           "a group laid out by Kafka partition (the backup)")
-    contents = catalog.contents(storage, config, request.group, request.topic)
+    cat = catalog.open_catalog(storage, config, request.group)
+    # an offset range reads only the row chunks that can hold it
+    contents = Contents.of(cat, cat.rows(request.topic, request.partition,
+                                         end_after=request.from_offset,
+                                         start_before=request.to_offset))
     found = spans(contents, request.topic, request.partition, request.from_offset,
                   request.to_offset, request.since_ms, request.until_ms)
     check_target(config, request, target_partitions, found)

@@ -4,6 +4,7 @@ change counts already folded in, and each mismatch's life (new, mailed, acknowle
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -35,7 +36,8 @@ class CountingStorage(Storage):
 def env(tmp_path):
     path = tmp_path / "kafka-archive.yaml"
     path.write_text(f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\n"
-                    f"archive_root: file://{tmp_path}/archive\naudit: {{window: 1m, grace: 0}}\n")
+                    f"archive_root: file://{tmp_path}/archive\n"
+                    "audit: {window: 1m, grace: 0, retire_after: 30000d}\n")  # 1970 stays
     return Env(config.load(path))
 
 
@@ -210,3 +212,19 @@ def test_locate_names_the_partitions_and_offsets_of_a_window(env):
     assert (excess.status, excess.amount) == ("EXCESS", 5)
     assert incremental.locate(env.storage, env.cfg, "backup", [alarm]) == {alarm.key: [
         {"partition": 0, "start": 1, "end": 10, "messages": 9, "url": env.url(0, 1)}]}
+
+
+def test_judged_windows_past_retire_after_leave_the_checkpoint_and_late_counts_are_ignored(env):
+    env.cfg = replace(env.cfg, audit=replace(env.cfg.audit, retire_s=86_400))
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10), env.row(0, 10, 15, window=MIN)])
+    env.events(10)
+    env.events(4, window=MIN)  # one more archived than sent: EXCESS, an alarm, kept
+    done = env.audit()
+    assert statuses(done) == {0: ("OK", 10, 10), MIN: ("EXCESS", 4, 5)}
+    data, version = env.storage.get_versioned(layout.audit_checkpoint(env.cfg.archive_root,
+                                                                      "backup"))
+    cp = Checkpoint.from_json(data, version)
+    assert set(cp.windows) == {("t", "s", MIN)} and ("t", "s", 0) not in cp.expected
+    assert cp.retired_before_ms == 1_767_225_600_000 - 86_400_000
+    env.events(3)  # a late event for the retired window: not a new partial window
+    assert statuses(env.audit()) == {MIN: ("EXCESS", 4, 5)}
