@@ -22,7 +22,7 @@ from kafka_archive.audit import incremental, reporting
 from kafka_archive.commit import losses
 from kafka_archive import catalog
 from kafka_archive.config import Config
-from kafka_archive.errors import ArchiveError
+from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.monitor import preflight, status
 from kafka_archive.plan import params, rewinds
 from kafka_archive.storage import Storage
@@ -75,6 +75,9 @@ def run(argv: list[str] | None = None) -> int:
                                            "Kafka offsets, records, bytes, URL")
     files.add_argument("--group", required=True)
     files.add_argument("--topic", help="only this topic")
+    files.add_argument("--partition", type=_count, help="only this partition (with --topic)")
+    files.add_argument("--from-offset", type=_count,
+                       help="only slices holding this offset or later (with --topic)")
     files.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show = commands.add_parser("status", help="per partition: token, Kafka's end offset, lag "
                                               "in messages and in time, last commit")
@@ -184,7 +187,8 @@ def run(argv: list[str] | None = None) -> int:
         elif args.command == "catalog":
             show_catalog(config, args.group, args.rebuild)
         elif args.command == "ls":
-            list_files(config, args.group, args.topic, args.json)
+            list_files(config, args.group, args.topic, args.json, args.partition,
+                       args.from_offset)
         elif args.command == "status":
             show_status(config, args.group, args.json)
         elif args.command == "rewind":
@@ -265,9 +269,14 @@ def show_catalog(config: Config, group: str, rebuild: bool) -> None:
           f"records; {'rebuilt' if rebuild else 'read'} in {time.monotonic() - started:.2f} s")
 
 
-def list_files(config: Config, group: str, topic: str | None, as_json: bool) -> None:
+def list_files(config: Config, group: str, topic: str | None, as_json: bool,
+               partition: int | None = None, from_offset: int | None = None) -> None:
     config.group(group)  # an unknown group is an error, not an empty listing
-    files = listing.list_files(catalog.contents(_storage(config), config, group, topic))
+    if (partition is not None or from_offset is not None) and topic is None:
+        raise TerminalError("--partition and --from-offset need --topic")
+    cat = catalog.open_catalog(_storage(config), config, group)
+    files = listing.list_files(catalog.Contents.of(cat, cat.rows(topic, partition,
+                                                                 end_after=from_offset)))
     print(json.dumps(listing.as_json(files), indent=1) if as_json else listing.render(files))
 
 

@@ -94,7 +94,6 @@ class Catalog:
     snapshot_seq: int = 0
     chunks: dict[str, list[Chunk]] = field(default_factory=dict)
     tail: list[dict] = field(default_factory=list)   # entries after the snapshot
-    requests: int = 0                                 # storage requests made to read it
     repair: Callable[[], Catalog] | None = None       # a rebuilt catalog, for damaged chunks
 
     # --- rows -------------------------------------------------------------------------
@@ -138,7 +137,6 @@ class Catalog:
         return [found[key] for key in sorted(found)]
 
     def _chunk_rows(self, chunk: Chunk) -> list[dict]:
-        self.requests += 1
         try:
             return json.loads(gzip.decompress(self.storage.get_bytes(chunk.url)))["rows"]
         except (ValueError, KeyError, OSError) as exc:
@@ -205,33 +203,27 @@ class Catalog:
 def read(storage: Storage, root: str, group: str) -> Catalog | None:
     """The catalog as stored, or None when the group has none. CatalogUnreadable when
     its files are damaged."""
-    requests = 1
     hint = storage.get_or_none(latest_url(root, group))
     try:
         seq = json.loads(hint)["seq"] if hint is not None else None
     except (ValueError, KeyError, TypeError):
         seq = None
     if seq is None:  # no hint: the newest snapshot there is, if any
-        requests += 1
         listed = [url for url, _ in storage.list(join(folder(root, group), "snapshots"))]
         seq = int(listed[-1].rsplit("/", 1)[-1].split(".")[0]) if listed else 0
     catalog = _from_snapshot(storage, root, group, seq) if seq else Catalog(
         storage, root, group, State())
     entries = list(storage.list(join(folder(root, group), "log"),
                                 start_after=entry_url(root, group, seq)))
-    requests += 2 if seq else 1
     if not seq and not entries:
         return None
     for url, _ in entries:
-        requests += 1
         entry = _load_json(storage, url)
         if entry.get("kind") == "rebuild":  # a rebuild's snapshot replaces all before it
-            requests += 1
             catalog = _from_snapshot(storage, root, group, entry["seq"], entry["snapshot"])
             continue
         catalog.state.apply(entry)
         catalog.tail.append(entry)
-    catalog.requests = requests
     return catalog
 
 
