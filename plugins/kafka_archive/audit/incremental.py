@@ -46,7 +46,7 @@ class Audit:
     resolved: list[Alarm]   # alarms whose window turned OK in this audit
     bad_events: list[str]
     new_runs: int           # committed runs (and backfills) counted for the first time
-    recounted: bool         # archived counts recounted from the current rows
+    recounted: bool         # archived counts corrected for a rewind or backfill, or recounted
 
 
 def load(storage: Storage, config: Config, group: str) -> Checkpoint:
@@ -174,14 +174,17 @@ def _fold_new_events(config: Config, storage: Storage, cp: Checkpoint) -> list[s
 def _fold_new_runs(config: Config, storage: Storage, group: str, cp: Checkpoint,
                    recount: bool) -> tuple[int, bool]:
     """Fold in the catalog entries since the checkpoint's: rows added count in, rows
-    removed count out. A rebuilt catalog (or no checkpoint position) is recounted."""
-    new = 0
+    removed (a rewind, a backfill) count out. A rebuilt catalog (or no checkpoint
+    position) is recounted. Returns the runs folded in and whether counts already folded
+    in changed."""
+    new, corrected = 0, False
     if not recount and cp.catalog_seq is not None:
         for entry in store.entries_after(storage, config.archive_root, group, cp.catalog_seq):
             if entry["kind"] == "rebuild":
                 recount = True
                 break
             gather.count_rows(entry.get("remove", ()), cp.archived, sign=-1)
+            corrected = corrected or bool(entry.get("remove"))
             gather.count_rows(entry.get("add", ()), cp.archived)
             new += entry["kind"] in ("commit", "backfill")
             cp.catalog_seq = entry["seq"]
@@ -192,4 +195,4 @@ def _fold_new_runs(config: Config, storage: Storage, group: str, cp: Checkpoint,
         log.info("audit of %s: archived counts recounted from the catalog's current rows "
                  "(entry %d)", group, cat.state.seq)
         return new, True
-    return new, False
+    return new, corrected
