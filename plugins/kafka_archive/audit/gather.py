@@ -117,20 +117,21 @@ def archived_by_rescan(config: Config, storage: Storage, group: str,
                        track: Track = untracked) -> dict:
     """The same counts, read from every archived file of the group (not the manifests)."""
     window_ms, header = config.audit.window_s * 1000, config.audit.source_header
-    root = join(config.archive_root, group)
+    spec = config.group(group).layout
     counts: dict = defaultdict(int)
-    urls = [url for url, _ in storage.list(root)]
-    for url in track(urls, f"rescan {group}"):
-        parts = url[len(root) + 1:].split("/")
-        if any(p.startswith("_") for p in parts) or not layout.parse_file_name(parts[-1]):
-            continue
+    found = [(url, layout.parse_url(config.archive_root, url, spec))
+             for url, _ in storage.list(join(config.archive_root, group))]
+    # the data files: time partitions or partition folders, not `_late/` or `_quarantine/`
+    files = [(url, where.topic) for url, where in found
+             if where is not None and where.place in ("partition", "time")]
+    for url, topic in track(files, f"rescan {group}"):
         per_file: dict = {}
         with storage.open(url) as stream:
             for r in formats.read(stream, url):
                 reconcile.count_archived(per_file, reconcile.source_of(r.headers, header),
                                      r.timestamp_ms, window_ms)
         for (source, window), n in per_file.items():
-            counts[(parts[0], source, window)] += n
+            counts[(topic, source, window)] += n
     return counts
 
 

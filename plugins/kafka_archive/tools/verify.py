@@ -15,7 +15,6 @@ them are recorded in its anomalies: both are reported, not counted as errors. Of
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
@@ -34,8 +33,6 @@ ERROR, LOST, GAP, INFO = "ERROR", "lost", "gap", "info"  # only ERROR fails the 
 # What reading a damaged or missing file can raise: the SequenceFile reader and msgpack
 # raise ValueError, a key map without an offset KeyError or TypeError.
 READ_ERRORS = (ValueError, KeyError, TypeError, OSError, ClientError, BotoCoreError)
-
-_PARTITION_DIR = re.compile(r"partition=(\d+)")
 
 Range = tuple[int, int]  # [start, end) offsets
 
@@ -293,9 +290,7 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
     ignored: list[str] = []
     unlisted: set[str] = set()
     if full:
-        walked, ignored = (_event_time_files(storage, join(config.archive_root, group), spec)
-                           if event_time
-                           else _archived_files(storage, join(config.archive_root, group)))
+        walked, ignored = _walked_files(storage, config.archive_root, group, spec)
         named = {url for files in found.values() for url, _ in files}
         for key, files in walked.items():
             if topic is None or key[0] == topic:
@@ -360,58 +355,23 @@ def _summary(storage: Storage, url: str, name: layout.ArchivedFile, partition: i
     return read_summary(storage, url, name.first_offset, slice_of)
 
 
-def _archived_files(storage: Storage, group_url: str
-                    ) -> tuple[dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]],
-                               list[str]]:
-    """The archive files per (topic, partition directory, generation), and the objects
-    that are not archive files. Paths with a part starting with `_` are metadata."""
+def _walked_files(storage: Storage, root: str, group: str, spec: layout.LayoutSpec
+                  ) -> tuple[dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]],
+                             list[str]]:
+    """The archive files found by walking the group's tree, per (topic, Kafka partition
+    from the file name, generation), as layout.parse_url reads their paths back (data,
+    `_late/` and `_quarantine/` files); the objects that are none of those, except
+    metadata (markers such as `_SUCCESS`, `_finalized.json`)."""
     found: dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]] = defaultdict(list)
     ignored = []
-    for url, _ in storage.list(group_url):
-        parts = url[len(group_url) + 1:].split("/")
-        if any(part.startswith("_") for part in parts):
-            continue
-        directory = _PARTITION_DIR.fullmatch(parts[1]) if len(parts) == 3 else None
-        name = layout.parse_file_name(parts[-1])
-        if directory is None or name is None:
+    for url, _ in storage.list(join(root, group)):
+        where = layout.parse_url(root, url, spec)
+        if where is not None:
+            found[(where.topic, where.name.partition, where.name.generation)].append(
+                (url, where.name))
+        elif not url.rsplit("/", 1)[-1].startswith("_"):
             ignored.append(url)
-        else:
-            found[(parts[0], int(directory[1]), name.generation)].append((url, name))
     return found, ignored
-
-
-def _event_time_files(storage: Storage, group_url: str, spec: layout.LayoutSpec
-                      ) -> tuple[dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]],
-                                 list[str]]:
-    """The same for the event-time layout, per (topic, Kafka partition from the file
-    name, generation): files in time partitions, `_quarantine/partition=<n>/` and
-    `_late/<time partition>/`. Markers (`_SUCCESS`) and other metadata are skipped."""
-    found: dict[tuple[str, int, int], list[tuple[str, layout.ArchivedFile]]] = defaultdict(list)
-    ignored = []
-    for url, _ in storage.list(group_url):
-        parts = url[len(group_url) + 1:].split("/")
-        folder, name = parts[1:-1], layout.parse_file_name(parts[-1])
-        if parts[-1].startswith("_") or (folder and folder[0] not in (layout.QUARANTINE, layout.LATE)
-                                         and any(p.startswith("_") for p in folder)):
-            continue
-        if folder[:1] == [layout.QUARANTINE]:
-            place = len(folder) == 2 and _PARTITION_DIR.fullmatch(folder[1])
-        else:
-            place = _is_time_path("/".join(folder[1:] if folder[:1] == [layout.LATE] else folder),
-                                  spec)
-        if not place or name is None:
-            ignored.append(url)
-        else:
-            found[(parts[0], name.partition, name.generation)].append((url, name))
-    return found, ignored
-
-
-def _is_time_path(path: str, spec: layout.LayoutSpec) -> bool:
-    try:
-        layout.time_partition_range(path, spec)
-    except ValueError:
-        return False
-    return path.count("/") + 1 == spec.depth
 
 
 def _recorded_ranges(contents: Contents) -> dict[str, tuple[int, int, list]]:
