@@ -34,6 +34,7 @@ from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.monitor import freshness
 from kafka_archive.monitor.page import page_path
+from kafka_archive.plan import inflight
 from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
                                           freshness_past_sla, run_link, task_failed,
                                           topics_held, unmailed)
@@ -213,12 +214,10 @@ def _plan_of(cfg: Config, ti) -> Plan | None:
 
 def _plan_in_flight(archive_root: str, s3_conn_id: str, group: str) -> tuple[Plan | None, str]:
     try:
-        storage = connections.storage(s3_conn_id)
-        marker = storage.get_or_none(layout.inflight_marker(archive_root, group))
-        if marker is None:
+        plan = inflight.plan(connections.storage(s3_conn_id), archive_root, group)
+        if plan is None:
             return None, ("No plan is in flight: the run has not planned yet (still queued, "
                           "or planning), or has committed since.")
-        plan = Plan.from_json(storage.get_bytes(json.loads(marker)["plan"]))
         return plan, f"The plan in flight is run {plan.run_id}'s, made at {plan.created_at}."
     except Exception as exc:
         log.exception("could not read the plan in flight for the alert")

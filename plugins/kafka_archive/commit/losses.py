@@ -21,6 +21,7 @@ from kafka_archive import catalog, layout
 from kafka_archive.catalog import AcceptedLoss
 from kafka_archive.catalog.rebuild import accepted  # noqa: F401 (the records, read back)
 from kafka_archive.config import Config
+from kafka_archive.plan import inflight
 from kafka_archive.errors import TerminalError
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenConflictError, TokenStore
@@ -65,7 +66,10 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
     if token.bootstrap != config.bootstrap_servers:
         raise AcceptLossError(f"token {group}/{topic} was written for Kafka at "
                               f"{token.bootstrap}, but the config says {config.bootstrap_servers}")
-    _refuse_in_flight(storage, config, group, topic)
+    if run := inflight.holding(storage, config.archive_root, group, topic):
+        # its commit would fail on a moved token
+        raise AcceptLossError(f"run {run} of group {group} is in flight with topic {topic}: "
+                              "let it commit, then accept the loss")
     chosen = [partition] if partition is not None else sorted(token.offsets)
     earliest = consumer.beginning_offsets([TopicPartition(topic, p) for p in chosen])
     found = gaps(dict(token.offsets), {tp.partition: o for tp, o in earliest.items()})
@@ -89,13 +93,3 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
         log.warning("accepted: %s", loss.describe())
     return losses
 
-
-def _refuse_in_flight(storage: Storage, config: Config, group: str, topic: str) -> None:
-    """A plan in flight that archives the topic would fail its commit on a moved token."""
-    marker = storage.get_or_none(layout.inflight_marker(config.archive_root, group))
-    if marker is None:
-        return
-    plan_url = json.loads(marker)["plan"]
-    if topic in json.loads(storage.get_bytes(plan_url)).get("token_versions", {}):
-        raise AcceptLossError(f"run {json.loads(marker).get('run_id')} of group {group} is in "
-                              f"flight with topic {topic}: let it commit, then accept the loss")

@@ -20,6 +20,7 @@ from kafka_archive.catalog import row_files
 from kafka_archive.catalog.state import part_key
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
+from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import Token, TokenConflictError, TokenStore
@@ -113,7 +114,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                           for t in plan.topics()}}
     storage.put_bytes(layout.run_file(root, plan.group, plan.run_id, "committed.json"),
                       json.dumps(summary, indent=1).encode())
-    storage.delete(layout.inflight_marker(root, plan.group))
+    inflight.clear(storage, root, plan.group)
     for e in manifest["slices"]:
         if e.get("quarantined"):  # kept, never dropped: but someone must fix the parser
             log.warning("%s partition %d [%d, %d): %d messages quarantined, e.g. %s",

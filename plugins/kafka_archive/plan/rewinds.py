@@ -19,7 +19,6 @@ deleted or hand-edited token line the same second way.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -31,6 +30,7 @@ from kafka_archive.catalog import row_files
 from kafka_archive.catalog.state import part_key
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
+from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Slice
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenConflictError, TokenStore
@@ -97,7 +97,12 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
         raise RewindError(f"{group}/{topic} has no token line for partition {partition} (it "
                           f"has {', '.join(map(str, token.offsets))}); its next run starts it "
                           "from start_from")
-    _refuse_in_flight(storage, config, group)
+    if run := inflight.holding(storage, config.archive_root, group, topic):
+        # made from the current token: its commit would fail against a rewound one, and
+        # it may be writing files right now
+        raise RewindError(f"run {run} of group {group} is in flight with topic {topic} "
+                          "(planned, not committed): let it finish, or re-run it until it "
+                          "commits, then rewind")
 
     cat = catalog.open_catalog(storage, config, group)
     chosen = [partition] if partition is not None else sorted(token.offsets)
@@ -147,16 +152,6 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
 def format_ms(ms: int) -> str:
     return (datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"))
-
-
-def _refuse_in_flight(storage: Storage, config: Config, group: str) -> None:
-    """A plan in flight was made from the current token: its commit would fail against a
-    rewound one, and it may be writing files right now."""
-    marker = storage.get_or_none(layout.inflight_marker(config.archive_root, group))
-    if marker is not None:
-        run_id = json.loads(marker).get("run_id")
-        raise RewindError(f"run {run_id} of group {group} is in flight (planned, not committed): "
-                          "let it finish, or re-run it until it commits, then rewind")
 
 
 # --- the plan's side: rows at or beyond a slice's start ---------------------------------

@@ -15,7 +15,7 @@ from kafka_archive import catalog, layout
 from kafka_archive.commit import losses
 from kafka_archive.config import Config, Group
 from kafka_archive.errors import TerminalError
-from kafka_archive.plan import planning, rewinds
+from kafka_archive.plan import inflight, planning, rewinds
 from kafka_archive.plan.planning import Anomaly, Caps, Plan
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import MalformedTokenError, TokenStore, Versioned
@@ -28,9 +28,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
           caps: Caps = Caps()) -> Plan:
     """topics (empty: all of the group) and caps come from a manual run's params."""
     group = config.group(group_name)
-    marker = storage.get_or_none(layout.inflight_marker(config.archive_root, group.name))
-    if marker is not None:
-        plan = Plan.from_json(storage.get_bytes(json.loads(marker)["plan"]))
+    plan = inflight.plan(storage, config.archive_root, group.name)
+    if plan is not None:
         log.warning("run %s failed before commit; re-executing its plan unchanged%s", plan.run_id,
                     " (this run's topics and caps do not apply)" if topics or caps != Caps() else "")
         if not dry_run:
@@ -76,8 +75,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
     storage.put_bytes(plan_url, plan.to_json())
-    storage.put_bytes(layout.inflight_marker(config.archive_root, group.name),
-                      json.dumps({"run_id": run_id, "plan": plan_url}).encode())
+    inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
     _move_aside(storage, config, plan)
     return plan
 

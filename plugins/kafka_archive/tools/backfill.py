@@ -29,6 +29,7 @@ from kafka_archive.archive import job, slice_writer
 from kafka_archive.catalog import row_files
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
+from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Plan
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage
@@ -58,8 +59,9 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
     if (from_offset is None and to_offset is None) == (since_ms is None and until_ms is None):
         raise BackfillError("give an offset range (from/to offset) or a time range "
                             "(since/until), not both or neither")
-    if storage.get_or_none(layout.inflight_marker(config.archive_root, group)) is not None:
-        raise BackfillError(f"group {group} has a run in flight: let it commit first")
+    if run := inflight.holding(storage, config.archive_root, group, topic):
+        raise BackfillError(f"run {run} of group {group} is in flight with topic {topic}: "
+                            "let it commit first")
     contents = catalog.contents(storage, config, group, topic)
     rows, plans = contents.of_topic(topic), contents.plans
     chosen = [r for r in rows if r["records"] and _selected(r, from_offset, to_offset,

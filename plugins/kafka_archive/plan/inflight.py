@@ -1,0 +1,44 @@
+"""A group's in-flight mark: the one plan that was made and has not committed yet.
+
+`<root>/_runs/<group>/_inflight.json` names it. Only plan.runs sets the mark and only
+commit clears it; everything else that must not act while a plan is in flight (rewind,
+accept-loss, backfill, the alerts) asks here, per topic: a plan in flight holds the
+topics whose tokens it will advance.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kafka_archive import layout
+from kafka_archive.plan.planning import Plan
+from kafka_archive.storage import Storage
+
+
+def plan(storage: Storage, root: str, group: str) -> Plan | None:
+    """The plan in flight, or None."""
+    marker = storage.get_or_none(layout.inflight_marker(root, group))
+    return None if marker is None else Plan.from_json(storage.get_bytes(json.loads(marker)["plan"]))
+
+
+def holding(storage: Storage, root: str, group: str, topic: str | None = None) -> str | None:
+    """The run id of the plan in flight if it holds topic (any topic: None), else None.
+    A marker whose plan cannot be read holds every topic."""
+    marker = storage.get_or_none(layout.inflight_marker(root, group))
+    if marker is None:
+        return None
+    found = json.loads(marker)
+    if topic is None:
+        return found.get("run_id")
+    stored = storage.get_or_none(found["plan"])
+    topics = json.loads(stored).get("token_versions", {}) if stored is not None else None
+    return found.get("run_id") if topics is None or topic in topics else None
+
+
+def mark(storage: Storage, root: str, group: str, run_id: str, plan_url: str) -> None:
+    storage.put_bytes(layout.inflight_marker(root, group),
+                      json.dumps({"run_id": run_id, "plan": plan_url}).encode())
+
+
+def clear(storage: Storage, root: str, group: str) -> None:
+    storage.delete(layout.inflight_marker(root, group))
