@@ -282,10 +282,14 @@ class Bench:
         tokens = open_store(cfg.token_root, lambda: self.client)
         self.measure("rebuild the catalog from the runs", lambda: catalog.rebuild(
             storage, cfg, "g"))
-        slices = [Slice(t, p, SLICE, 2 * SLICE, 1 << 30) for t in topics for p in range(partitions)]
+        end = catalog.open_catalog(storage, cfg, "g").state.topics[topics[0]].summaries["0:1"].end
+        slices = [Slice(t, p, end, end + SLICE, 1 << 30) for t in topics for p in range(partitions)]
         self.measure("plan: catalog, supersede, watermarks", lambda: rewinds.supersede(
             catalog.open_catalog(storage, cfg, "g"), cfg, slices), limit_s=10)
-        self.commit(cfg, storage, topics, partitions, 1, "commit (the catalog's part)")
+        rewound = [Slice(t, p, 0, end, 1 << 30) for t in topics for p in range(partitions)]
+        self.measure("plan with every token deleted (rewind)", lambda: rewinds.supersede(
+            catalog.open_catalog(storage, cfg, "g"), cfg, rewound), limit_s=10)
+        self.commit(cfg, storage, topics, partitions, end // SLICE, "commit (the catalog's part)")
         consumer = brokers.consumer(cfg)
         now_ms = int(time.time() * 1000)
         try:

@@ -95,6 +95,7 @@ class Catalog:
     chunks: dict[str, list[Chunk]] = field(default_factory=dict)
     tail: list[dict] = field(default_factory=list)   # entries after the snapshot
     repair: Callable[[], Catalog] | None = None       # a rebuilt catalog, for damaged chunks
+    read_chunks: dict[str, list[dict]] = field(default_factory=dict)  # url -> rows, read once
 
     # --- rows -------------------------------------------------------------------------
 
@@ -137,10 +138,15 @@ class Catalog:
         return [found[key] for key in sorted(found)]
 
     def _chunk_rows(self, chunk: Chunk) -> list[dict]:
-        try:
-            return json.loads(gzip.decompress(self.storage.get_bytes(chunk.url)))["rows"]
-        except (ValueError, KeyError, OSError) as exc:
-            raise CatalogUnreadable(f"{chunk.url}: not a readable row chunk ({exc!r})") from None
+        """A chunk's rows; each chunk is read once per catalog read (a plan that rewinds
+        every partition asks for each partition's rows)."""
+        if chunk.url not in self.read_chunks:
+            try:
+                self.read_chunks[chunk.url] = json.loads(
+                    gzip.decompress(self.storage.get_bytes(chunk.url)))["rows"]
+            except (ValueError, KeyError, OSError) as exc:
+                raise CatalogUnreadable(f"{chunk.url}: not a readable row chunk ({exc!r})") from None
+        return self.read_chunks[chunk.url]
 
     # --- snapshots --------------------------------------------------------------------
 
