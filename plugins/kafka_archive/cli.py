@@ -385,9 +385,9 @@ def audit_group(config: Config, args) -> int:
     from kafka_archive.airflow import tasks
 
     run_id = "cli__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
-    tasks.audit_ingest(run_id)
+    tasks.audit_ingest(run_id, config)
     outcome = tasks.audit_reconcile(args.group, run_id, args.since, args.until, args.rescan,
-                                    terminal_bar)
+                                    terminal_bar, config)
     print(json.dumps({k: outcome[k] for k in ("group", "totals", "report", "open",
                                               "acknowledged")}, indent=2))
     alarms = [a for a in incremental.alarms(_storage(config), config, args.group)

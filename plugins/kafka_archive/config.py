@@ -97,7 +97,7 @@ class Audit:
     grace_s: int = 300            # a window is judged only once archived this far past its end
     retire_s: int = 8 * 86400     # a judged window this long past its end leaves the checkpoint
     source_header: str = "kafka-archive-source"
-    groups: tuple[str, ...] = ("backup",)
+    groups: tuple[str, ...] = ()
     schedule: str | None = "*/30 * * * *"
 
 

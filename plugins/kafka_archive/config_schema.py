@@ -244,7 +244,7 @@ class Audit(Section):
     # retention, so no rewind can count its messages again
     retire_after: Seconds = Field(8 * 86400, ge=3600)
     source_header: Text = "kafka-archive-source"
-    groups: Annotated[list[str], BeforeValidator(_listed)] = ["backup"]
+    groups: Annotated[list[str], BeforeValidator(_listed)] = []  # a default names no group
     schedule: Cron = "*/30 * * * *"
 
 

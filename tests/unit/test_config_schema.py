@@ -114,7 +114,7 @@ def test_airflow_import_error_shows_the_message(tmp_path):
     """A DAG file over a broken config: Airflow's import error ends with our line."""
     path = tmp_path / "x.yaml"
     path.write_text(BACKUP + "    policy: {max_recrods: 10}\n")
-    dag_file = config.REPO / "dags" / "kafka_archive_backup.py"
+    dag_file = config.REPO / "dags" / "kafka_archive.py"
     code = textwrap.dedent(f"""
         from airflow.dag_processing.dagbag import DagBag
         errors = DagBag(dag_folder={str(dag_file)!r}).import_errors

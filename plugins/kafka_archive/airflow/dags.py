@@ -1,4 +1,6 @@
-"""The archive DAG of one group, built from config: plan >> archive >> commit >> freshness."""
+"""Every DAG of kafka-archive, built from the config (`all_dags`, which dags/kafka_archive.py
+calls): per group its archive DAG (plan >> archive >> commit >> freshness), the audit DAG,
+and the manual backfill and replay DAGs."""
 
 from __future__ import annotations
 
@@ -15,8 +17,21 @@ from kafka_archive.plan import params as trigger
 from kafka_archive.tools import replay as replaying
 
 
-def archive_dag(group_name: str) -> DAG:
-    cfg = config_module.load()
+def all_dags(cfg: config_module.Config | None = None) -> dict[str, DAG]:
+    """DAG id -> DAG of every DAG the config asks for: one archive DAG per group; the
+    audit DAG when audit.groups names a group; backfill when a group is laid out by event
+    time, replay when one is laid out by partition (each serves its groups by param)."""
+    cfg = cfg or config_module.load()
+    made = [archive_dag(name, cfg) for name in cfg.groups]
+    kinds = {g.layout.kind for g in cfg.groups.values()}
+    made += [audit_dag(cfg)] if cfg.audit.groups else []
+    made += [backfill_dag(cfg)] if "event_time" in kinds else []
+    made += [replay_dag(cfg)] if "partition" in kinds else []
+    return {dag.dag_id: dag for dag in made}
+
+
+def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG:
+    cfg = cfg or config_module.load()
     group = cfg.group(group_name)
     with DAG(
         dag_id=f"kafka_archive_{group.name}",
@@ -82,9 +97,9 @@ def _who(dag_run) -> str:
     return f"{user or 'unknown user'} (Airflow run {dag_run.run_id})"
 
 
-def audit_dag() -> DAG:
+def audit_dag(cfg: config_module.Config | None = None) -> DAG:
     """Reconcile producers' counts with what each audited group archived."""
-    cfg = config_module.load()
+    cfg = cfg or config_module.load()
     when = {"anyOf": [{"type": "null"}, *trigger.TIME["anyOf"]]}
     with DAG(
         dag_id="kafka_archive_audit",
@@ -147,16 +162,18 @@ def time_range(params: dict) -> tuple[int | None, int | None]:
                  for k in ("since", "until"))
 
 
-def backfill_dag() -> DAG:
+def backfill_dag(cfg: config_module.Config | None = None) -> DAG:
     """Manually triggered: rebuild an event-time group's files of a topic from the backup."""
-    cfg = config_module.load()
-    targets = [g.name for g in cfg.groups.values() if g.layout.kind == "event_time"] or [None]
+    cfg = cfg or config_module.load()
+    targets = [g.name for g in cfg.groups.values() if g.layout.kind == "event_time"]
+    sources = [g.name for g in cfg.groups.values() if g.layout.kind == "partition"] or ["backup"]
     with manual_dag("kafka_archive_backfill",
                     "Rebuild partitioned output of a topic from the backup archive", "backfill", {
                         "group": Param(targets[0], enum=targets, description="event-time group"),
                         "topic": Param("", type="string", minLength=1,
                                        description="topic to rebuild"),
-                        "source": Param("backup", type="string", description="the backup group"),
+                        "source": Param(sources[0], enum=sources,
+                                        description="the group laid out by partition to read"),
                         **range_params("slices with a message")}) as dag:
 
         @task
@@ -170,10 +187,10 @@ def backfill_dag() -> DAG:
     return dag
 
 
-def replay_dag() -> DAG:
+def replay_dag(cfg: config_module.Config | None = None) -> DAG:
     """Manually triggered: produce archived messages of a range back into a Kafka topic."""
-    cfg = config_module.load()
-    sources = [g.name for g in cfg.groups.values() if g.layout.kind == "partition"] or [None]
+    cfg = cfg or config_module.load()
+    sources = [g.name for g in cfg.groups.values() if g.layout.kind == "partition"]
     # one run at a time: two runs of one replay would both write its target; triggering
     # the same params again resumes it
     with manual_dag("kafka_archive_replay",

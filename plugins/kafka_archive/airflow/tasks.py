@@ -155,9 +155,10 @@ def replay_prepare(request: replaying.Request, dry_run: bool = False,
     return url
 
 
-def audit_ingest(run_id: str) -> int:
-    """Copy new monitoring events into the archive; how many."""
-    cfg = config_module.load()
+def audit_ingest(run_id: str, cfg: config_module.Config | None = None) -> int:
+    """Copy new monitoring events into the archive; how many. cfg: the CLI's --config
+    (default: the environment's config, as in Airflow)."""
+    cfg = cfg or config_module.load()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     consumer = brokers.consumer(cfg)
@@ -172,12 +173,12 @@ def audit_ingest(run_id: str) -> int:
 
 def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
                     until_ms: int | None = None, rescan: bool = False,
-                    track: Track = untracked) -> dict:
+                    track: Track = untracked, cfg: config_module.Config | None = None) -> dict:
     """Fold what was committed and reported since the last audit into the group's
     checkpoint, judge, write the reports. The outcome holds `new` (mismatches not mailed
     nor acknowledged yet: the ones that fail the task), `open` and `acknowledged` (how
     many), `mismatches` (how many new) and a readable `summary` of the new ones."""
-    cfg = config_module.load()
+    cfg = cfg or config_module.load()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     now = runs.now_utc()

@@ -1,0 +1,62 @@
+"""The DAG folder from config alone: Airflow's own DagBag loads dags/ over three configs
+and finds exactly the DAGs each asks for, with no import error; a default names no group."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kafka_archive import config
+
+BASE = "kafka: {bootstrap_servers: 'b:9092'}\narchive_root: s3://bucket/archive\n"
+EVENT_TIME = "{layout: {kind: event_time}, parser: {kind: json, field: ts}}"
+CONFIGS = {
+    "backup only": (BASE + "groups: {backup: {}}\n",
+                    ["kafka_archive_backup", "kafka_archive_replay"]),
+    "partitioned only": (BASE + f"groups: {{partitioned: {EVENT_TIME}}}\n",
+                         ["kafka_archive_backfill", "kafka_archive_partitioned"]),
+    "five groups": (BASE + "audit: {groups: [raw, clicks]}\ngroups:\n"
+                    "  raw: {}\n  clicks: {}\n  payments: {topics: {include: ['pay.*']}}\n"
+                    f"  by_hour: {EVENT_TIME}\n  by_day: {EVENT_TIME}\n",
+                    ["kafka_archive_audit", "kafka_archive_backfill", "kafka_archive_by_day",
+                     "kafka_archive_by_hour", "kafka_archive_clicks", "kafka_archive_payments",
+                     "kafka_archive_raw", "kafka_archive_replay"]),
+}
+
+
+def dag_bag(tmp_path, text: str) -> dict:
+    """DAG ids and import errors of the repo's dags/ folder over the config text."""
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(text)
+    code = textwrap.dedent(f"""
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder={str(config.REPO / "dags")!r})
+        print("RESULT:", json.dumps({{"ids": sorted(bag.dag_ids),
+                                      "errors": {{k: v[-300:] for k, v in bag.import_errors.items()}}}}))
+    """)
+    env = {**os.environ, "KAFKA_ARCHIVE_CONFIG": str(path), "AIRFLOW_HOME": str(tmp_path / "af")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=180)
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("RESULT: ")] or [
+        pytest.fail(out.stdout[-2000:] + out.stderr[-3000:])]
+    return json.loads(line[len("RESULT: "):])
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_dag_folder_holds_exactly_the_dags_the_config_asks_for(tmp_path, name):
+    text, expected = CONFIGS[name]
+    found = dag_bag(tmp_path, text)
+    assert found["errors"] == {}
+    assert found["ids"] == sorted(expected + ["kafka_archive_preflight"])
+
+
+def test_a_config_without_an_audit_section_audits_nothing_and_is_accepted(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text(BASE + f"groups: {{partitioned: {EVENT_TIME}}}\n")
+    assert config.load(path).audit.groups == ()
