@@ -48,6 +48,14 @@ def wait_for_mail(maildir, subject_part: str, timeout_s: float):
     raise AssertionError(f"no mail with {subject_part!r} in the subject after {timeout_s:.0f}s")
 
 
+def mails_about(maildir, subject_part: str) -> list:
+    import email
+    from email import policy
+
+    return [path for path in sorted(maildir.glob("*.eml")) if subject_part in email.message_from_bytes(
+        path.read_bytes(), policy=policy.default)["Subject"]]
+
+
 def parsed_since(stack, when: float, timeout_s: float = 120) -> None:
     """Wait until the dag-processor has parsed the DAG after `when` (a config change)."""
     deadline = time.monotonic() + timeout_s
@@ -142,6 +150,14 @@ def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp
     arrived, message = wait_for_mail(smtp_maildir, f"task plan failed in run {run_id}", TARGET_S)
 
     assert run["state"] == "failed"
+    # the run failed long before its deadline: when the deadline passes, no second alarm
+    deadline_s = cfg.group("backup").deadline_s
+    queued_at = when(airflow_stack.api.get(f"/api/v2/dags/{DAG}/dagRuns/{run_id}").json()["queued_at"])
+    wait_until = queued_at.timestamp() + deadline_s + 60  # the triggerer's usual delay
+    while time.time() < wait_until:
+        assert not mails_about(smtp_maildir, f"run {run_id} not finished"), "deadline mail"
+        time.sleep(1)
+    assert not mails_about(smtp_maildir, f"run {run_id} not finished")
     html = html_of(message)
     for expected in ("TerminalError", f"token backup/{topic} was written for Kafka at "
                      "other-cluster:9092", "No plan was made",

@@ -165,13 +165,22 @@ def deadline_alert(cfg: Config, group: Group):
                        "email_from": cfg.alerts.email_from}}))
 
 
+FINISHED = ("success", "failed")
+
+
 async def on_deadline_missed(group: str, deadline_s: int, archive_root: str, s3_conn_id: str,
                              alerts: dict, context: dict | None = None) -> str:
     """Run by the triggerer when a run missed its deadline. The context holds the run
-    (`dag_run`) and the deadline; the plan in flight tells what the run is archiving."""
+    (`dag_run`) and the deadline; the plan in flight tells what the run is archiving. A
+    run that already finished is no late run: Airflow still fires the deadline of a run
+    that failed before it, whose failure was mailed already; nothing is sent then."""
     context = context or {}
     run = context.get("dag_run") or {}
     run_id = run.get("dag_run_id") or run.get("run_id") or "?"
+    if run.get("state") in FINISHED:
+        log.info("run %s of group %s ended %s before its deadline: no deadline alert",
+                 run_id, group, run["state"])
+        return f"no alert: run {run_id} already {run['state']}"
     deadline_at = (context.get("deadline") or {}).get("deadline_time")
     plan, note = await asyncio.to_thread(_plan_in_flight, archive_root, s3_conn_id, group)
     message = deadline_missed(group, run_id, deadline_s, run.get("queued_at"),
