@@ -190,7 +190,7 @@ def run(argv: list[str] | None = None) -> int:
             list_files(config, args.group, args.topic, args.json, args.partition,
                        args.from_offset)
         elif args.command == "status":
-            show_status(config, args.group, args.json)
+            return show_status(config, args.group, args.json)
         elif args.command == "rewind":
             rewind(config, args)
         elif args.command == "accept-loss":
@@ -280,7 +280,8 @@ def list_files(config: Config, group: str, topic: str | None, as_json: bool,
     print(json.dumps(listing.as_json(files), indent=1) if as_json else listing.render(files))
 
 
-def show_status(config: Config, group: str | None, as_json: bool) -> None:
+def show_status(config: Config, group: str | None, as_json: bool) -> int:
+    """The table (or JSON); 1 when a topic could not be shown whole (flagged, named)."""
     tokens = _tokens(config)
     consumer = brokers.consumer(config)
     try:
@@ -289,6 +290,7 @@ def show_status(config: Config, group: str | None, as_json: bool) -> None:
     finally:
         consumer.close()
     print(json.dumps(status.as_json(rows), indent=1) if as_json else status.render(rows))
+    return 1 if any(s.problem for s in rows) else 0  # the rest was printed all the same
 
 
 def rewind(config: Config, args: argparse.Namespace) -> None:

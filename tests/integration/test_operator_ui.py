@@ -227,6 +227,22 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
                for row in browser.find_elements(By.CSS_SELECTOR, "#freshness tr[data-topic]")
                if row.get_attribute("data-topic") in topics)
 
+    # one malformed token: that topic is named first, every other topic is still shown
+    broken = Path(airflow_stack.config().token_root) / "backup" / f"{topics[0]}-broken.token"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text(f"# group: backup\n# topic: {topics[0]}-broken\nnot a token line\n")
+    try:
+        browser.get(page_url)
+        problems = wait_for(browser, lambda d: d.find_elements(By.ID, "problems"), "problems")
+        assert f"{topics[0]}-broken" in problems[0].text and "line 3" in problems[0].text
+        shown = {row.get_attribute("data-topic")
+                 for row in browser.find_elements(By.CSS_SELECTOR, "#lag-table tr[data-topic]")}
+        assert set(topics) <= shown
+        browser.set_window_size(1300, 900)
+        assert browser.save_screenshot(str(SCREENSHOT.with_name("kafka-archive-page-problem.png")))
+    finally:  # the stack is shared with later tests
+        broken.unlink()
+
     # the whole page (lag, runs, freshness, audit) in one picture
     height = browser.execute_script("return document.documentElement.scrollHeight")
     browser.set_window_size(1300, min(height + 140, 4000))

@@ -58,3 +58,17 @@ def test_status_reports_lag_in_messages_and_time(airflow_env, kafka, s3, unique,
     assert lines[(topic, "0")][3:7] == ["10", "17", "7", "1h00m"]
     assert lines[(topic, "1")][3:7] == ["10", "10", "0", "0s"]
     assert lines[(topic, "1")][-1] == "first"
+
+    # one malformed token: its topic is flagged and named, the others still printed, exit 1
+    broken = pipeline.token_root / "backup" / f"{unarchived}.token"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text(f"# group: backup\n# topic: {unarchived}\nnot a token line\n")
+    flagged = cli(pipeline, "status", "--group", "backup")
+    assert flagged.returncode == 1, flagged.stderr
+    assert "Traceback" not in flagged.stderr
+    lines = {tuple(line.split()[1:3]): line.split() for line in flagged.stdout.splitlines()[1:]
+             if not line.startswith("PROBLEM")}
+    assert lines[(topic, "0")][3:6] == ["10", "17", "7"] and (unarchived, "!") in lines
+    [problem] = [line for line in flagged.stdout.splitlines() if line.startswith("PROBLEM")]
+    assert problem.startswith(f"PROBLEM backup/{unarchived}: MalformedTokenError: ")
+    assert f"{unarchived}.token" in problem and "line 3" in problem

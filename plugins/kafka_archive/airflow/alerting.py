@@ -55,13 +55,14 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     manifest = json.loads(storage.get_bytes(layout.run_file(
         cfg.archive_root, group.name, summary["run_id"], "manifest.json")))
     store = connections.token_store(cfg)
-    tokens = {}
-    for topic in topics or store.topics(group.name):
-        read = store.read(group.name, topic)
-        tokens[topic] = dict(read.token.offsets) if read.token else {}
+    # a malformed token holds its topic (mailed when planned): the others are measured
+    tokens, unreadable = freshness.read_tokens(store, group.name, topics or store.topics(group.name))
+    for topic, problem in unreadable.items():
+        log.warning("freshness of %s/%s not measured: %s", group.name, topic, problem)
     consumer = brokers.consumer(cfg)
     try:
-        partitions = freshness.observe(consumer, group, tokens, manifest["slices"], topics)
+        partitions = freshness.observe(consumer, group, tokens, manifest["slices"], topics,
+                                       unreadable)
     finally:
         consumer.close()
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)

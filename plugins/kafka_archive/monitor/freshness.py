@@ -73,9 +73,26 @@ def past_sla(partitions: Iterable[PartitionFreshness], sla_s: Callable[[str], in
     return lagging
 
 
+def read_tokens(store, group: str, topics: Iterable[str]
+                ) -> tuple[dict[str, dict[int, int]], dict[str, str]]:
+    """Each topic's token offsets, and the topics whose token cannot be read with why:
+    a malformed token is that topic's problem (the plan holds it), not the group's."""
+    from kafka_archive.tokens import MalformedTokenError
+
+    offsets, unreadable = {}, {}
+    for topic in topics:
+        try:
+            token = store.read(group, topic).token
+        except MalformedTokenError as exc:
+            unreadable[topic] = str(exc)
+            continue
+        offsets[topic] = dict(token.offsets) if token else {}
+    return offsets, unreadable
+
+
 def observe(consumer, group: Group, tokens: dict[str, dict[int, int]],
-                      manifest_rows: list[dict], topics: Iterable[str] = ()
-                      ) -> list[PartitionFreshness]:
+                      manifest_rows: list[dict], topics: Iterable[str] = (),
+                      unreadable: Iterable[str] = ()) -> list[PartitionFreshness]:
     """Kafka's side now, against the tokens, for the group's topics (or only `topics`).
     The newest archived message's timestamp comes from the manifest when this run's slice
     reached the token, else from Kafka (the message just below the token, while retained)."""
@@ -84,9 +101,9 @@ def observe(consumer, group: Group, tokens: dict[str, dict[int, int]],
     timestamp_at = planning.oldest_pending_reader(consumer)  # first message at or after
     in_run = {(r["topic"], r["partition"]): r for r in manifest_rows if r["records"]}
     found = []
-    only = set(topics)
+    only, skipped = set(topics), set(unreadable)  # no token to measure from: not measured
     for s in planning.observe(consumer, group):
-        if only and s.topic not in only:
+        if (only and s.topic not in only) or s.topic in skipped:
             continue
         token = tokens.get(s.topic, {}).get(s.partition)
         archived_to = token if token is not None else (

@@ -43,8 +43,9 @@ class RunSummary:
 @dataclass(frozen=True)
 class TopicFreshness:
     topic: str
-    lag_s: float | None  # None: Kafka did not tell
+    lag_s: float | None  # None: Kafka did not tell, or the token is unreadable
     sla_s: int
+    problem: str | None = None  # why the lag is not known (a malformed token)
 
     @property
     def past_sla(self) -> bool:
@@ -86,14 +87,11 @@ def recent_runs(cat: catalog.Catalog, limit: int = RUNS_SHOWN) -> list[RunSummar
 def topic_freshness(config: Config, group_name: str, tokens: TokenStore, consumer,
                     now_ms: int) -> list[TopicFreshness]:
     group = config.group(group_name)
-    offsets = {}
-    for topic in tokens.topics(group.name):
-        token = tokens.read(group.name, topic).token
-        offsets[topic] = dict(token.offsets) if token else {}
-    partitions = freshness.observe(consumer, group, offsets, [])
+    offsets, unreadable = freshness.read_tokens(tokens, group.name, tokens.topics(group.name))
+    partitions = freshness.observe(consumer, group, offsets, [], unreadable=unreadable)
     lags = freshness.topic_lags(partitions, now_ms)
-    return [TopicFreshness(t, lags.get(t), group.policy_for(t).freshness_s)
-            for t in sorted({p.topic for p in partitions})]
+    return [TopicFreshness(t, lags.get(t), group.policy_for(t).freshness_s, unreadable.get(t))
+            for t in sorted({p.topic for p in partitions} | set(unreadable))]
 
 
 def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, consumer,

@@ -35,7 +35,8 @@ def render(o: GroupOverview, dag_link: str) -> str:
     body = [f"<h1>kafka-archive group <span id='group'>{escape(o.group)}</span></h1>",
             f"<p class='muted'>as of {at} &middot; <a href='{escape(dag_link)}' "
             f"target='_top'>DAG</a> &middot; <a href='../'>all groups</a></p>",
-            "<h2>Lag per topic-partition</h2>", lag_chart(o.partitions), lag_table(o.partitions),
+            _problems(o), "<h2>Lag per topic-partition</h2>",
+            lag_chart([p for p in o.partitions if not p.problem]), lag_table(o.partitions),
             "<h2>Freshness against SLA</h2>", _freshness(o), "<h2>Last runs</h2>", _runs(o),
             "<h2>Audit</h2>", _audit(o)]
     if o.accepted_losses:
@@ -56,6 +57,16 @@ def not_a_group(dag_id: str, groups: list[str]) -> str:
 def failure(group: str, problem: str) -> str:
     return _document("kafka-archive", f"<h1>kafka-archive group {escape(group)}</h1>"
                                       f"<p class='bad'>cannot show the group: {escape(problem)}</p>")
+
+
+def _problems(o: GroupOverview) -> str:
+    """Topics that cannot be shown whole, first: the rest of the page shows the others."""
+    found = [p for p in o.partitions if p.problem]
+    if not found:
+        return ""
+    items = "".join(f"<li data-topic='{escape(p.topic)}'><b>{escape(p.topic)}</b>: "
+                    f"{escape(p.problem)}</li>" for p in found)
+    return f"<h2 class='bad'>Topics with a problem</h2><ul id='problems' class='bad'>{items}</ul>"
 
 
 def lag_chart(partitions: list[PartitionStatus], width: int = 640) -> str:
@@ -83,8 +94,10 @@ def lag_chart(partitions: list[PartitionStatus], width: int = 640) -> str:
 def lag_table(partitions: list[PartitionStatus]) -> str:
     head = ("topic", "partition", "token", "Kafka end", "lag (messages)", "lag (time)",
             "archived records", "files", "last commit")
-    rows = [f"<tr data-topic='{escape(p.topic)}' data-partition='{p.partition}'>"
-            f"<td class='l'>{escape(p.topic)}</td><td>{p.partition}</td><td>{_num(p.token)}</td>"
+    rows = [f"<tr data-topic='{escape(p.topic)}' data-partition='{p.partition}'"
+            f"{' class=bad' if p.problem else ''}>"
+            f"<td class='l'>{escape(p.topic)}</td><td>{'!' if p.problem else p.partition}</td>"
+            f"<td>{_num(p.token)}</td>"
             f"<td>{_num(p.end)}</td><td class='lag{' bad' if p.lag_messages else ''}' "
             f"data-lag='{'' if p.lag_messages is None else p.lag_messages}'>{_num(p.lag_messages)}</td>"
             f"<td>{duration(p.lag_ms)}</td><td>{_num(p.archived_records)}</td>"
@@ -97,7 +110,8 @@ def _freshness(o: GroupOverview) -> str:
     rows = [f"<tr data-topic='{escape(t.topic)}'><td class='l'>{escape(t.topic)}</td>"
             f"<td>{'?' if t.lag_s is None else duration(int(t.lag_s * 1000))}</td>"
             f"<td>{duration(t.sla_s * 1000)}</td>"
-            f"<td class='l {'bad' if t.past_sla else 'ok'}'>{'PAST SLA' if t.past_sla else 'ok'}</td></tr>"
+            f"<td class='l {'bad' if t.past_sla or t.problem else 'ok'}'>"
+            f"{escape(t.problem) if t.problem else 'PAST SLA' if t.past_sla else 'ok'}</td></tr>"
             for t in o.freshness]
     return _table(("topic", "lag", "SLA", ""), rows, "freshness") if rows else \
         "<p class='muted'>no topic archived yet</p>"

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from kafka import TopicPartition
+from kafka.errors import KafkaError
 
 from kafka_archive import catalog
 from kafka_archive.config import Config, Group
 from kafka_archive.plan import planning
 from kafka_archive.storage import Storage
-from kafka_archive.tokens import Token, TokenStore
+from kafka_archive.tokens import MalformedTokenError, Token, TokenStore
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class PartitionStatus:
     run_id: str | None
     archived_records: int | None = None  # in the current rows; None: not looked up
     archived_files: int | None = None
+    problem: str | None = None  # why this topic cannot be shown whole (a malformed token...)
 
 
 def next_start(group: Group, token_offset: int | None, earliest: int, end: int) -> int:
@@ -80,21 +82,39 @@ def status(config: Config, tokens: TokenStore, consumer, now_ms: int,
     for g in groups:
         held = None if storage is None else _archived(config, storage, g.name)
         for topic in sorted({t for t in kafka_topics if g.selects(t)} | set(tokens.topics(g.name))):
-            token = tokens.read(g.name, topic).token
-            offsets = dict(token.offsets) if token else {}
-            tps = ([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-                   if topic in kafka_topics else [])
-            earliest = consumer.beginning_offsets(tps) if tps else {}
-            ends = consumer.end_offsets(tps) if tps else {}
-            kafka = {tp.partition: (earliest[tp], ends[tp]) for tp in tps}
-            starts = {p: next_start(g, offsets.get(p), first, end)
-                      for p, (first, end) in kafka.items()}
-            # a token below the earliest offset: the oldest message left is the earliest
-            oldest = {p: read_timestamp(topic, p, max(start, kafka[p][0]))
-                      for p, start in starts.items() if start < kafka[p][1]}
-            out += rows(g, topic, token, kafka, oldest, now_ms,
-                        None if held is None else held.get(topic, {}))
+            archived = None if held is None else held.get(topic, {})
+            try:
+                out += _topic(g, topic, tokens, consumer, kafka_topics, read_timestamp, now_ms,
+                              archived)
+            except (MalformedTokenError, KafkaError) as exc:
+                # one topic's problem, shown as its row: the other topics stay visible
+                out.append(PartitionStatus(g.name, topic, -1, None, None, None, None, None, None,
+                                           None, *(archived_totals(archived)),
+                                           problem=f"{type(exc).__name__}: {exc}"))
     return out
+
+
+def _topic(g: Group, topic: str, tokens: TokenStore, consumer, kafka_topics, read_timestamp,
+           now_ms: int, archived) -> list[PartitionStatus]:
+    token = tokens.read(g.name, topic).token
+    offsets = dict(token.offsets) if token else {}
+    tps = ([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+           if topic in kafka_topics else [])
+    earliest = consumer.beginning_offsets(tps) if tps else {}
+    ends = consumer.end_offsets(tps) if tps else {}
+    kafka = {tp.partition: (earliest[tp], ends[tp]) for tp in tps}
+    starts = {p: next_start(g, offsets.get(p), first, end) for p, (first, end) in kafka.items()}
+    # a token below the earliest offset: the oldest message left is the earliest
+    oldest = {p: read_timestamp(topic, p, max(start, kafka[p][0]))
+              for p, start in starts.items() if start < kafka[p][1]}
+    return rows(g, topic, token, kafka, oldest, now_ms, archived)
+
+
+def archived_totals(archived: dict[int, tuple[int, int]] | None) -> tuple[int | None, int | None]:
+    """(records, files) of a topic's partitions, when looked up."""
+    if archived is None:
+        return None, None
+    return sum(r for r, _ in archived.values()), sum(f for _, f in archived.values())
 
 
 def _archived(config: Config, storage: Storage, group: str) -> dict[str, dict[int, tuple[int, int]]]:
@@ -116,13 +136,15 @@ def render(statuses: list[PartitionStatus]) -> str:
     """A table for people, one line per partition."""
     head = ("GROUP", "TOPIC", "PARTITION", "TOKEN", "END", "LAG", "LAG TIME", "ARCHIVED",
             "FILES", "LAST COMMIT", "RUN")
-    table = [head] + [(s.group, s.topic, str(s.partition), _show(s.token), _show(s.end),
-                       _show(s.lag_messages), duration(s.lag_ms), _show(s.archived_records),
-                       _show(s.archived_files), s.committed_at or "-", s.run_id or "-")
+    table = [head] + [(s.group, s.topic, "!" if s.problem else str(s.partition), _show(s.token),
+                       _show(s.end), _show(s.lag_messages), duration(s.lag_ms),
+                       _show(s.archived_records), _show(s.archived_files),
+                       s.committed_at or "-", s.run_id or "-")
                       for s in statuses]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                     for row in table)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    return "\n".join(lines + [f"PROBLEM {s.group}/{s.topic}: {s.problem}"
+                              for s in statuses if s.problem])
 
 
 def _show(value: int | None) -> str:
