@@ -95,6 +95,24 @@ def test_invalid_trigger_params_are_refused_and_create_no_run(airflow_stack, uni
     assert airflow_stack.api.get(f"/api/v2/dags/{DAG}/dagRuns/{run_id}").status_code == 404
 
 
+@pytest.mark.parametrize("conf, named", [
+    ({"max_recrods": 5}, "DAG kafka_archive_backup has no trigger param 'max_recrods' (did you "
+                         "mean 'max_records'?)"),
+    ({"topics": ["no.such.topic"]}, "group backup does not archive topic(s) no.such.topic: "
+                                    "not in Kafka"),
+])
+def test_a_trigger_naming_an_unknown_param_or_topic_is_refused_naming_it(airflow_stack, unique,
+                                                                          conf, named):
+    airflow_stack.wait_for_dag(DAG)
+    run_id = f"closed-{unique}"
+
+    r = airflow_stack.trigger(DAG, conf, run_id=run_id)
+
+    assert r.status_code == 400, r.text
+    assert named in r.json()["detail"], r.text
+    assert airflow_stack.api.get(f"/api/v2/dags/{DAG}/dagRuns/{run_id}").status_code == 404
+
+
 def test_unauthenticated_requests_are_refused(airflow_stack):
     import httpx
 
