@@ -154,6 +154,15 @@ class Service:
                 time.sleep(0.25)
 
     def stop(self) -> bool:
+        """Stop it and wait until its whole session is gone. Holds the start lock: a start
+        meanwhile waits, then starts it afresh, instead of finding a process that is
+        shutting down and calling it running."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "start.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._stop()
+
+    def _stop(self) -> bool:
         pid = self.pid()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)

@@ -1,0 +1,51 @@
+"""scripts/localservices.py: a start while the service is shutting down waits for the
+stop and starts it afresh, instead of calling the dying process running."""
+
+from __future__ import annotations
+
+import fcntl
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import localservices  # noqa: E402
+
+# exits 1.5 s after SIGTERM, like a broker flushing its logs
+SLOW_TO_STOP = ("import signal, sys, time\n"
+                "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), sys.exit(0)))\n"
+                "while True: time.sleep(0.1)\n")
+
+
+def held(lock: Path) -> bool:
+    """Whether another holder has the lock (a stop in progress)."""
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_start_during_a_stop_waits_and_starts_afresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(localservices, "SERVICES_DIR", tmp_path)
+    service = localservices.Service(
+        name="slow", command=lambda env, home: [sys.executable, "-c", SLOW_TO_STOP],
+        ready=lambda env: None)
+    assert service.start({}) is True
+    first = service.pid()
+    stopping = threading.Thread(target=service.stop)
+    stopping.start()
+    deadline = time.monotonic() + 10
+    while not held(tmp_path / "slow" / "start.lock"):  # the stop is under way
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        assert service.start({}) is True  # waited for the stop, then started
+        assert service.pid() not in (None, first)
+    finally:
+        stopping.join()
+        service.stop()
+    assert service.pid() is None
