@@ -293,6 +293,7 @@ def test_rewinds_are_no_alarm_a_dropped_message_is_mailed_once_until_acknowledge
                                f"0 EXCESS in {orders}")
     assert f"MISSING 1: topic {orders}, source web-1" in body and "1 message(s) missing" in body
     assert "<td>0 [7, 10): 3</td>" in body  # partition 0: offset 6 skipped, 7..9 archived
+    assert "<td>hole: partition 0 [6, 7)</td>" in body  # named as verify names it
     window = reconcile.format_window(base + 3 * MIN, MIN).split(" ")[0]
     assert "/dags/kafka_archive_audit/runs/" in body
     assert "valid 168h 0m (604800 s)" in body  # a presigned link to the report, opened here

@@ -233,9 +233,10 @@ def audit_alert(outcome: dict, link: str, context=None) -> None:
     group = outcome["group"]
     new = [Alarm(**a) for a in outcome["new"]]
     located = incremental.locate(storage, cfg, group, new[:alerts.MAX_ROWS])
+    holes = incremental.holes(storage, cfg, group, new[:alerts.MAX_ROWS], located)
     report = storage.browser_link(outcome["report"], REPORT_LINK_S)
     message = alerts.audit_mismatch(group, new, located, link, report, REPORT_LINK_S,
-                                    outcome["open"] - len(new), outcome["acknowledged"])
+                                    outcome["open"] - len(new), outcome["acknowledged"], holes)
     alerting.send(cfg.alerts, message, context)
     incremental.mark_mailed(storage, cfg, group, [a.key for a in new],
                             runs.now_utc().isoformat(timespec="seconds"))

@@ -156,6 +156,36 @@ def locate(storage: Storage, config: Config, group: str, alarms: list[Alarm]) ->
     return found
 
 
+def holes(storage: Storage, config: Config, group: str, alarms: list[Alarm],
+          located: dict) -> dict:
+    """The holes near each alarm's window, as verify names them: alarm key -> (partition,
+    start, end) of offsets below the token that no current file holds and no accepted
+    loss explains, touching the offsets of the rows holding the window's messages (every
+    hole of the topic when none holds any). From the catalog's summaries."""
+    cat = catalog.open_catalog(storage, config, group)
+    lost = catalog.lost_ranges(cat.state)
+    found: dict = {}
+    for a in alarms:
+        topic = cat.state.topics.get(a.topic)
+        spans: dict[int, tuple[int, int]] = {}
+        for r in located.get(a.key, ()):
+            low, high = spans.get(r["partition"], (r["start"], r["end"]))
+            spans[r["partition"]] = (min(low, r["start"]), max(high, r["end"]))
+        found[a.key] = []
+        for summary in (topic.summaries.values() if topic else ()):
+            if summary.generation != config.generation:
+                continue
+            for (_, hole_from), (hole_to, _) in zip(summary.covered, summary.covered[1:]):
+                near = spans.get(summary.partition)
+                if spans and (near is None or hole_to < near[0] or hole_from > near[1]):
+                    continue  # not next to the window's messages
+                if any(lo < hole_to and hole_from < hi
+                       for lo, hi in lost.get((a.topic, summary.partition), ())):
+                    continue  # lost to retention, and accepted
+                found[a.key].append((summary.partition, hole_from, hole_to))
+    return found
+
+
 def _fold_new_events(config: Config, storage: Storage, cp: Checkpoint) -> list[str]:
     """Per partition folder, the files after the last one counted (zero-padded first
     offsets: names sort as the files were written)."""

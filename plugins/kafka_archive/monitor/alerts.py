@@ -160,10 +160,13 @@ def freshness_past_sla(group: str, run_id: str, lagging: list[freshness.TopicFre
 
 
 def audit_mismatch(group: str, new: list[Alarm], located: dict, link: str, report: str,
-                   report_expires_s: int, still_open: int, acknowledged: int) -> Message:
+                   report_expires_s: int, still_open: int, acknowledged: int,
+                   holes: dict | None = None) -> Message:
     """New audit mismatches, each mailed once: the windows and their messages, where they
-    are (located: alarm key -> rows of kafka_archive.audit.incremental.locate), commands
-    that investigate and acknowledge, and links a browser opens."""
+    are (located: alarm key -> rows of kafka_archive.audit.incremental.locate), the holes
+    next to them as verify names them (holes: alarm key -> (partition, start, end)),
+    commands that investigate and acknowledge, and links a browser opens."""
+    holes = holes or {}
     missing = [a for a in new if a.status == "MISSING"]
     excess = [a for a in new if a.status == "EXCESS"]
     topics = sorted({a.topic for a in new})
@@ -174,11 +177,14 @@ def audit_mismatch(group: str, new: list[Alarm], located: dict, link: str, repor
                f"or sent outside the audited producer) in {len(excess)}."),
             f"<pre>{_e(chr(10).join(describe(a) for a in new[:MAX_ROWS]))}</pre>",
             _table(("finding", "topic", "source", "window (UTC)", "expected", "archived",
-                    "archived in partition [offsets): messages of the window"),
+                    "archived in partition [offsets): messages of the window",
+                    "holes: partition [offsets) in no file"),
                    [(f"{a.status} {a.amount}", a.topic, a.source,
                      format_window(a.window_start_ms, a.window_ms), a.expected, a.archived,
                      "; ".join(f"{r['partition']} [{r['start']}, {r['end']}): {r['messages']}"
-                               for r in located.get(a.key, ())) or "none archived")
+                               for r in located.get(a.key, ())) or "none archived",
+                     "; ".join(f"hole: partition {p} [{s}, {e})"
+                               for p, s, e in holes.get(a.key, ())) or "none")
                     for a in new])]
     if still_open or acknowledged:
         body.append(_p(f"Not repeated here: {still_open} mismatch(es) mailed before and still "

@@ -228,3 +228,15 @@ def test_judged_windows_past_retire_after_leave_the_checkpoint_and_late_counts_a
     assert cp.retired_before_ms == 1_767_225_600_000 - 86_400_000
     env.events(3)  # a late event for the retired window: not a new partial window
     assert statuses(env.audit()) == {MIN: ("EXCESS", 4, 5)}
+
+
+def test_holes_next_to_a_windows_messages_are_named_as_verify_names_them(env):
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 6), env.row(1, 0, 4)])
+    env.run("r2", "2026-01-01T00:10:00+00:00", [env.row(0, 7, 10), env.row(1, 20, 24,
+                                                                            window=5 * MIN)])
+    env.events(14)  # one more than archived in window 0: MISSING 1
+    [alarm] = [a for a in env.audit().alarms if a.window_start_ms == 0]
+    located = incremental.locate(env.storage, env.cfg, "backup", [alarm])
+    # each hole touches offsets holding window 0's messages: [0, 6) and [7, 10), [0, 4)
+    assert incremental.holes(env.storage, env.cfg, "backup", [alarm], located) == {
+        alarm.key: [(0, 6, 7), (1, 4, 20)]}
