@@ -82,3 +82,31 @@ def test_the_listener_refuses_a_wrong_password(service_env):
                       security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
                       sasl_plain_username=user, sasl_plain_password="not-the-password",
                       request_timeout_ms=3000, bootstrap_timeout_ms=3000).close()
+
+
+def test_a_wrong_password_says_authentication_failed_at_once(sasl_pipeline, monkeypatch):
+    """The CLI (status), preflight and the plan name the refusal within seconds instead of
+    retrying for a minute and a half as an unreachable broker."""
+    import subprocess
+    import sys
+
+    from kafka_archive.airflow import tasks
+    from kafka_archive.brokers import AuthenticationFailed
+
+    env = {**sasl_pipeline.env, "KAFKA_ARCHIVE_KAFKA_PASSWORD": "not-the-password"}
+    cli = str(Path(sys.executable).parent / "kafka-archive")
+    for command in (["status", "--group", "backup"], ["preflight"]):
+        started = time.monotonic()
+        done = subprocess.run([cli, *command], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert time.monotonic() - started < 30, command  # not 90 s of retries
+        assert done.returncode == 1, done.stdout
+        assert "authentication failed for SASL user" in done.stderr + done.stdout, command
+        assert "not-the-password" not in done.stderr + done.stdout
+        assert "Traceback" not in done.stderr
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    started = time.monotonic()
+    with pytest.raises(AuthenticationFailed, match="authentication failed"):
+        tasks.plan("backup", f"wrong-password-{time.time_ns()}")
+    assert time.monotonic() - started < 15

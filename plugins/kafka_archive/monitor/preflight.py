@@ -28,6 +28,7 @@ PROBE_GROUP, PROBE_TOPIC = "_preflight", "probe"
 
 
 def kafka_topics(config: Config) -> list[str]:
+    brokers.check_authentication(config)  # refused credentials: said at once
     settings = {k: v for k, v in brokers.python_client_settings(config).items()
                 if k in KafkaAdminClient.DEFAULT_CONFIG}
     try:
