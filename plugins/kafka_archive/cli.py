@@ -5,22 +5,23 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import time
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import asdict
 from datetime import datetime, timezone
+from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 from kafka.errors import KafkaError
 
-from kafka_archive import brokers, config as config_module, spark
+from kafka_archive import brokers, catalog, config as config_module, layout, spark
 from kafka_archive.audit import incremental, reporting
 from kafka_archive.commit import losses
-from kafka_archive import catalog
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.monitor import preflight, status
@@ -334,14 +335,28 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     if url is None:
         return 0
     command = spark.replay_command(config, url, args.master, args.max_rate)
+    storage = _storage(config)
+    failure_url = layout.replay_failure(config.archive_root, request.replay_id())
+    storage.delete(failure_url)  # a failure of an earlier run is not this one's
     sys.stdout.flush()
-    code = subprocess.run(command, env=submit_environment(config, args.master),
-                          stdin=subprocess.DEVNULL).returncode
-    if code:
-        print(f"kafka-archive: replay {request.replay_id()}: spark-submit exited {code}; run "
-              "the same command again to resume it", file=sys.stderr)
-        return 1
-    return 0
+    # Spark's own output (Java stack traces of a failed task) only with -v; else in a file
+    with tempfile.NamedTemporaryFile("w+", prefix="kafka-archive-replay-", suffix=".log",
+                                     delete=False) as log:
+        code = subprocess.run(command, env=submit_environment(config, args.master),
+                              stdin=subprocess.DEVNULL,
+                              stderr=None if args.verbose else log).returncode
+    if not code:
+        Path(log.name).unlink()
+        return 0
+    failed = storage.get_or_none(failure_url)
+    failure = json.loads(failed) if failed else {"error": f"spark-submit exited {code}",
+                                                 "repeats": False}
+    advice = ("nothing more landed; change what it says, then run the same command again"
+              if failure["repeats"] else "run the same command again to resume it")
+    print(f"kafka-archive: replay {request.replay_id()} failed: {failure['error']}\n{advice}"
+          + ("" if args.verbose else f" (Spark's output: {log.name}; -v shows it)"),
+          file=sys.stderr)
+    return 1
 
 
 def _storage(config: Config) -> Storage:

@@ -269,6 +269,11 @@ def replay_file(root: str, replay_id: str, name: str) -> str:
     return join(root, "_replays", _safe(replay_id), name)
 
 
+def replay_failure(root: str, replay_id: str) -> str:
+    """Why the replay's last run failed, for the command that started it."""
+    return replay_file(root, replay_id, "failure.json")
+
+
 def replay_progress(root: str, replay_id: str, partition: int) -> str:
     return replay_file(root, replay_id, f"progress/partition={partition}.json")
 

@@ -181,3 +181,28 @@ def test_hash_by_key_fits_fewer_partitions_and_keeps_each_sources_order(archived
     for messages in original.values():  # the timestamps tell the messages apart
         times = {m[2] for m in messages}
         assert [m for m in landed if m[2] in times] == messages
+
+
+def test_a_refusal_that_repeats_names_offset_timestamp_and_setting(archived, kafka, unique):
+    """A target whose message.timestamp.before.max.ms refuses the archived (old) record
+    timestamps: the command names the first refused offset, its timestamp and the setting,
+    says what to change instead of "run it again", prints no stack trace, and nothing
+    lands."""
+    pipeline, topic, original = archived
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    strict = f"strict{unique}"
+    admin.create_topics([NewTopic(strict, PARTITIONS, 1, topic_configs={
+        "message.timestamp.before.max.ms": "60000"})])
+    admin.close()
+    job = cli(pipeline, "--topic", topic, "--to-topic", strict, "--partition", "0")
+    out, _ = job.communicate(timeout=600)
+    assert job.returncode == 1, out[-3000:]
+    first = min(m[2] for m in original[0])
+    when = datetime.fromtimestamp(first / 1000, timezone.utc).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+    assert f"the target refuses archived offset 0, whose record timestamp {when} is" in out
+    assert "message.timestamp.before.max.ms is 60000" in out
+    assert "This refusal repeats on every retry" in out and "LogAppendTime" in out
+    assert "run the same command again to resume it" not in out
+    assert "Traceback" not in out and "at org.apache" not in out  # no stack trace without -v
+    assert end_offsets(kafka, strict) == 0

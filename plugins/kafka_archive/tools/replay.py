@@ -33,6 +33,11 @@ class ReplayError(TerminalError):
     """The replay cannot be done as asked; nothing was produced."""
 
 
+class RefusedForGood(ReplayError):
+    """The target refuses a message and will refuse it again on every retry: something
+    must change first (the message says what)."""
+
+
 class MissingRangeError(ReplayError):
     """Part of the range is in no current file: a hole, or a loss accepted."""
 

@@ -29,7 +29,7 @@ from kafka_archive.config import Config
 from kafka_archive.formats.records import Record
 from kafka_archive.storage import Storage
 from kafka_archive.tools.cat import read_archived
-from kafka_archive.tools.replay import ReplayError
+from kafka_archive.tools.replay import RefusedForGood, ReplayError
 
 PROGRESS_EVERY = 20_000  # messages between progress records (each waits for every ack)
 PRODUCER_SETTINGS = {"enable_idempotence": True, "acks": "all", "linger_ms": 20,
@@ -49,8 +49,15 @@ def run(spark, config: Config, replay_url: str, max_rate: int | None = None) -> 
 
 def _task(config: Config, plan: dict, max_rate: int | None, parts: Iterator[dict]
           ) -> Iterator[dict]:
+    storage = Storage.from_environment()
     for part in parts:
-        yield replay_partition(config, plan, part, Storage.from_environment(), max_rate)
+        try:
+            yield replay_partition(config, plan, part, storage, max_rate)
+        except ReplayError as exc:  # for the command that started the replay, in its words
+            storage.put_bytes(layout.replay_failure(config.archive_root, plan["replay_id"]),
+                              json.dumps({"partition": part["partition"], "error": str(exc),
+                                          "repeats": isinstance(exc, RefusedForGood)}).encode())
+            raise
 
 
 def records(storage: Storage, files: list[dict], since_ms: int | None, until_ms: int | None
@@ -140,11 +147,11 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
                         "another producer writes to the target partition; stop it, or replay "
                         "into a new topic")
                 continue
-            futures.append(_send(producer, topic, target, r, where))
+            futures.append((_send(producer, topic, target, r, where), r))
             sent += 1
             size += len(r.key or b"") + len(r.value or b"")
             if len(futures) >= PROGRESS_EVERY:
-                _acknowledged(producer, futures, where)
+                _acknowledged(producer, futures, where, config, plan["target_bootstrap"], topic)
                 progress.save(acked=index, last_offset=r.offset)
             if rate:
                 ahead = sent / rate - (time.monotonic() - started)
@@ -154,7 +161,7 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
             raise ReplayError(f"{where}: the target holds {skip} messages since the replay "
                               f"started, more than the {index} it replays: another producer "
                               "writes to the target partition")
-        _acknowledged(producer, futures, where)
+        _acknowledged(producer, futures, where, config, plan["target_bootstrap"], topic)
     finally:
         producer.close()
     progress.save(acked=index, done=True)
@@ -174,13 +181,67 @@ def _send(producer, topic: str, partition: int | None, r: Record, where: str):
                          timestamp_ms=r.timestamp_ms, headers=list(r.headers) or None)
 
 
-def _acknowledged(producer, futures: list, where: str) -> None:
-    """Wait until every message sent is acknowledged; a refused one fails the task."""
+def _acknowledged(producer, futures: list, where: str, config: Config, bootstrap: str,
+                  topic: str) -> None:
+    """Wait until every message sent is acknowledged; a refused one fails the task,
+    naming the message, and whether the refusal will repeat."""
     producer.flush()
-    for future in futures:
+    for future, r in futures:
         if future.failed():
-            raise ReplayError(f"{where}: the target refused a message: {future.exception!r}")
+            raise refusal(where, r, future.exception,
+                          lambda: target_settings(config, bootstrap, topic))
     futures.clear()
+
+
+TIMESTAMP_SETTINGS = ("message.timestamp.type", "message.timestamp.after.max.ms",
+                      "message.timestamp.before.max.ms")
+
+
+def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str]:
+    """The target topic's timestamp settings, as the broker applies them."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    from kafka_archive import brokers
+
+    settings = {k: v for k, v in brokers.python_client_settings(config, bootstrap).items()
+                if k in KafkaAdminClient.DEFAULT_CONFIG}
+    admin = KafkaAdminClient(**settings)
+    try:
+        [described] = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        entries = described.to_object()["resources"][0]["configs"]
+        return {e["config_names"]: e["config_value"] for e in entries
+                if e["config_names"] in TIMESTAMP_SETTINGS}
+    finally:
+        admin.close()
+
+
+def refusal(where: str, r: Record, error, settings) -> ReplayError:
+    """The error for a message the target refused. A record timestamp outside the
+    target's window (Kafka answers INVALID_RECORD or INVALID_TIMESTAMP) is refused again
+    on every retry: it names the offset, the timestamp, the target's setting and what to
+    change. settings: a function reading the target's timestamp settings."""
+    from kafka.errors import InvalidRecordError, InvalidTimestampError
+
+    if not isinstance(error, (InvalidRecordError, InvalidTimestampError)):
+        return ReplayError(f"{where}: the target refused archived offset {r.offset}: {error!r}")
+    try:
+        found = settings()
+    except Exception as exc:  # the advice without the figures
+        found = {"unknown": repr(exc)}
+    ahead_ms = r.timestamp_ms - int(time.time() * 1000)
+    when = datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+    name = "message.timestamp.after.max.ms" if ahead_ms > 0 else "message.timestamp.before.max.ms"
+    return RefusedForGood(
+        f"{where}: the target refuses archived offset {r.offset}, whose record timestamp "
+        f"{when} is {abs(ahead_ms) // 1000} s {'ahead of' if ahead_ms > 0 else 'behind'} the "
+        f"broker's clock; the topic's {name} is {found.get(name, '?')} "
+        f"(message.timestamp.type {found.get('message.timestamp.type', '?')}). This refusal "
+        f"repeats on every retry: raise {name} of the target topic above "
+        f"{abs(ahead_ms)} (kafka-configs.sh --alter --entity-type topics --entity-name "
+        f"<topic> --add-config {name}=...), or set its message.timestamp.type to "
+        "LogAppendTime (the messages then get the time they land), then run the replay again "
+        f"({error})")
 
 
 def summary_lines(rows: list[dict], seconds: float) -> list[str]:
