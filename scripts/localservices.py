@@ -658,6 +658,14 @@ DEFAULT_SERVICES = ("kafka", "s3", "smtp")  # what `start` without names starts
 ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers
 
 
+def shell_env(env: dict[str, str]) -> dict[str, str]:
+    """`env`'s variables: the CLI, `airflow dags test` and the demo use the metadata DB of
+    the Airflow service (`start airflow`), and their mails link to its UI, so a run they
+    make is one the running UI shows."""
+    return {**client_env(env, SERVICES_DIR / "airflow"),
+            "AIRFLOW__API__BASE_URL": airflow_url(env)}
+
+
 def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
     """The environment under which Airflow, the kafka-archive CLI and Spark jobs use the
     local services: config references, Airflow connections, a SQLite-backed AIRFLOW_HOME
@@ -758,7 +766,7 @@ def main(argv: list[str]) -> int:
     action, names = argv[0], argv[1:]
     env = local_env()
     if action == "env":  # for eval in a shell; holds secrets, so never print it to a log
-        for key, value in client_env(env, CACHE / "airflow").items():
+        for key, value in shell_env(env).items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
     if action == "pids":

@@ -49,3 +49,14 @@ def test_a_start_during_a_stop_waits_and_starts_afresh(tmp_path, monkeypatch):
         stopping.join()
         service.stop()
     assert service.pid() is None
+
+
+def test_the_shells_airflow_is_the_running_one():
+    """`localservices.py env` (the demo, `airflow dags test`, the CLI) points at the
+    metadata DB of the Airflow service and links to its UI: one Airflow, not two."""
+    env = localservices.local_env()
+    shell, service = localservices.shell_env(env), localservices._airflow_process_env(env)
+    for name in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__API__BASE_URL",
+                 "AIRFLOW__CORE__DAGS_FOLDER"):
+        assert shell[name] == service[name], name
+    assert shell["AIRFLOW__API__BASE_URL"] == localservices.airflow_url(env)
