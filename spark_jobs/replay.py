@@ -6,6 +6,8 @@ partition (kafka_archive.tools.replay_job).
 """
 
 import argparse
+import os
+import sys
 import time
 
 from kafka_archive import config, spark as launch
@@ -23,5 +25,10 @@ try:
     rows = replay_job.run(spark, config.load(launch.shipped_file(args.config)), args.replay,
                            args.max_rate)
     print("\n".join(replay_job.summary_lines(rows, time.monotonic() - started)), flush=True)
+except Exception as exc:  # a task's failure, recorded beside the replay for the command
+    if os.environ.get("KAFKA_ARCHIVE_VERBOSE"):
+        raise
+    print(f"replay failed: {str(exc).splitlines()[0]}", file=sys.stderr)
+    sys.exit(1)
 finally:
     spark.stop()

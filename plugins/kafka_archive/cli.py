@@ -342,8 +342,9 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     # Spark's own output (Java stack traces of a failed task) only with -v; else in a file
     with tempfile.NamedTemporaryFile("w+", prefix="kafka-archive-replay-", suffix=".log",
                                      delete=False) as log:
-        code = subprocess.run(command, env=submit_environment(config, args.master),
-                              stdin=subprocess.DEVNULL,
+        environment = {**submit_environment(config, args.master),
+                       **({"KAFKA_ARCHIVE_VERBOSE": "1"} if args.verbose else {})}
+        code = subprocess.run(command, env=environment, stdin=subprocess.DEVNULL,
                               stderr=None if args.verbose else log).returncode
     if not code:
         Path(log.name).unlink()

@@ -206,11 +206,10 @@ def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str
     settings = {k: v for k, v in brokers.python_client_settings(config, bootstrap).items()
                 if k in KafkaAdminClient.DEFAULT_CONFIG}
     admin = KafkaAdminClient(**settings)
-    try:
-        [described] = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-        entries = described.to_object()["resources"][0]["configs"]
-        return {e["config_names"]: e["config_value"] for e in entries
-                if e["config_names"] in TIMESTAMP_SETTINGS}
+    try:  # kafka-python 3: {"topic": {name: {config: {"value": ...}}}}
+        entries = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        return {name: entry["value"] for name, entry in entries["topic"][topic].items()
+                if name in TIMESTAMP_SETTINGS}
     finally:
         admin.close()
 
