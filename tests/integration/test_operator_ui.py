@@ -219,7 +219,7 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
                 int(cell.text)
     assert shown_lags == lags
     run_row = browser.find_element(By.CSS_SELECTOR, f"#runs tr[data-run='{run_id}']")
-    assert float(run_row.find_element(By.CSS_SELECTOR, "td.mbps").text) > 0
+    assert float(run_row.find_element(By.CSS_SELECTOR, "td.mbps").get_attribute("data-mbps")) > 0
     assert "300" in run_row.text and "12" in run_row.text
     assert browser.find_elements(By.ID, "lag-chart")
     assert browser.find_elements(By.ID, "audit-ok") or browser.find_elements(By.ID, "alarms")
@@ -233,7 +233,7 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
     broken.write_text(f"# group: backup\n# topic: {topics[0]}-broken\nnot a token line\n")
     try:
         browser.get(page_url)
-        problems = wait_for(browser, lambda d: d.find_elements(By.ID, "problems"), "problems")
+        problems = wait_for(browser, lambda d: d.find_elements(By.ID, "attention"), "attention")
         assert f"{topics[0]}-broken" in problems[0].text and "line 3" in problems[0].text
         shown = {row.get_attribute("data-topic")
                  for row in browser.find_elements(By.CSS_SELECTOR, "#lag-table tr[data-topic]")}

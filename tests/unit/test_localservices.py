@@ -12,10 +12,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import localservices  # noqa: E402
 
-# exits 1.5 s after SIGTERM, like a broker flushing its logs
-SLOW_TO_STOP = ("import signal, sys, time\n"
+# exits 1.5 s after SIGTERM, like a broker flushing its logs; says when it listens for it
+SLOW_TO_STOP = ("import pathlib, signal, sys, time\n"
                 "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), sys.exit(0)))\n"
+                "pathlib.Path('ready').touch()\n"
                 "while True: time.sleep(0.1)\n")
+
+
+def ready_file(env):
+    if not (localservices.SERVICES_DIR / "slow" / "ready").exists():
+        raise localservices.NotReady("not yet")
 
 
 def held(lock: Path) -> bool:
@@ -33,9 +39,10 @@ def test_a_start_during_a_stop_waits_and_starts_afresh(tmp_path, monkeypatch):
     monkeypatch.setattr(localservices, "SERVICES_DIR", tmp_path)
     service = localservices.Service(
         name="slow", command=lambda env, home: [sys.executable, "-c", SLOW_TO_STOP],
-        ready=lambda env: None)
+        ready=ready_file)
     assert service.start({}) is True
     first = service.pid()
+    (tmp_path / "slow" / "ready").unlink()
     stopping = threading.Thread(target=service.stop)
     stopping.start()
     deadline = time.monotonic() + 10

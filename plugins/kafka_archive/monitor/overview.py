@@ -18,6 +18,7 @@ from kafka_archive.audit import incremental
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.config import Config
 from kafka_archive.monitor import freshness, status
+from kafka_archive.plan import inflight
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore
 
@@ -62,6 +63,7 @@ class GroupOverview:
     audited: bool
     alarms: list[Alarm]             # new, open and acknowledged mismatches
     accepted_losses: list[catalog.AcceptedLoss]  # ranges retention deleted, accepted
+    in_flight: str | None = None    # the run planned and not committed (failed, or running)
 
 
 def run_summary(run: dict) -> RunSummary:
@@ -107,4 +109,5 @@ def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, con
         runs=recent_runs(cat),
         audited=audited,
         alarms=incremental.alarms(storage, config, group) if audited else [],
-        accepted_losses=[catalog.AcceptedLoss(**a) for a in cat.state.accepted])
+        accepted_losses=[catalog.AcceptedLoss(**a) for a in cat.state.accepted],
+        in_flight=inflight.holding(storage, config.archive_root, group))

@@ -1,6 +1,9 @@
-"""The HTML of a group's page in the Airflow UI (kafka_archive.airflow.ui serves it): lag
-per topic-partition as a chart and a table, freshness against the SLA, the last runs with
-their throughput, the audit's unresolved mismatches and the ranges lost to retention.
+"""The HTML of a group's page in the Airflow UI (kafka_archive.airflow.ui serves it). First
+what needs a person (topics with a problem, open audit mismatches, SLA breaches, holes, a
+run that has not committed), then lag per topic, worst first, each opening onto its
+partitions (a 10,000-partition group stays one screen), freshness against the SLA, the last
+runs with their throughput, the audit and the ranges lost to retention. It reloads itself
+every minute. Colours mean something: green until a threshold is crossed.
 
 One self-contained page (inline CSS and SVG, nothing fetched from elsewhere), a pure
 function of a GroupOverview. Cells the tests read carry `data-` attributes.
@@ -8,6 +11,7 @@ function of a GroupOverview. Cells the tests read carry `data-` attributes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 
@@ -27,21 +31,119 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
 table{border-collapse:collapse} td,th{padding:3px 10px;border-bottom:1px solid #e2e8f0;text-align:right}
 th{background:#f7fafc} td.l,th.l{text-align:left}
 .bad{color:#c53030;font-weight:600} .ok{color:#2f855a} .muted{color:#718096}
+.warn{color:#b7791f;font-weight:600} details>summary{cursor:pointer}
+#attention{border-left:4px solid #c53030;padding:4px 12px;background:#fff5f5}
+#attention.calm{border-color:#2f855a;background:#f0fff4}
 """
+REFRESH_S = 60
+CHART_PARTITIONS = 60  # more partitions than this: the chart shows topics
 
 
 def render(o: GroupOverview, dag_link: str) -> str:
     at = _time(o.at_ms)
+    shown = [p for p in o.partitions if not p.problem]
+    chart = (lag_chart(shown) if len(shown) <= CHART_PARTITIONS
+             else topic_chart(topic_lags(o)[:CHART_PARTITIONS]))
     body = [f"<h1>kafka-archive group <span id='group'>{escape(o.group)}</span></h1>",
-            f"<p class='muted'>as of {at} &middot; <a href='{escape(dag_link)}' "
-            f"target='_top'>DAG</a> &middot; <a href='../'>all groups</a></p>",
-            _problems(o), "<h2>Lag per topic-partition</h2>",
-            lag_chart([p for p in o.partitions if not p.problem]), lag_table(o.partitions),
+            f"<p class='muted'>as of {at} (reloads every {REFRESH_S} s) &middot; "
+            f"<a href='{escape(dag_link)}' target='_top'>DAG</a> &middot; "
+            "<a href='../'>all groups</a></p>",
+            attention(o), "<h2>Lag per topic, worst first</h2>",
+            "<p class='muted'>Lag (time) is the age of the oldest message not archived yet, "
+            "from its record timestamp; 0 when the archive has caught up. Freshness below "
+            "is the same measure per topic, against its SLA: red past the SLA, amber past "
+            "half of it.</p>", chart, topic_table(o), lag_table(o.partitions, o),
             "<h2>Freshness against SLA</h2>", _freshness(o), "<h2>Last runs</h2>", _runs(o),
             "<h2>Audit</h2>", _audit(o)]
     if o.accepted_losses:
         body += ["<h2>Accepted losses (retention deleted them before archiving)</h2>", _lost(o)]
-    return _document(f"kafka-archive {o.group}", "\n".join(body))
+    return _document(f"kafka-archive {o.group}", "\n".join(body), refresh_s=REFRESH_S)
+
+
+def attention(o: GroupOverview) -> str:
+    """What needs a person, first: each item one line; or that nothing does."""
+    items = [f"topic {escape(p.topic)}: {escape(p.problem)}" for p in o.partitions if p.problem]
+    items += [f"audit: {a.status} {a.amount} in {escape(a.topic)} from {escape(a.source)}, "
+              f"window {_time(a.window_start_ms)} ({a.state})"
+              for a in o.alarms if a.state != "acknowledged"]
+    items += [f"{escape(t.topic)} is past its SLA: lag {_duration_s(t.lag_s)} &gt; "
+              f"{_duration_s(t.sla_s)}" for t in o.freshness if t.past_sla]
+    items += [f"hole in {escape(p.topic)} partition {p.partition}: offsets "
+              + ", ".join(f"[{a}, {b})" for a, b in p.holes) + " are in no file"
+              for p in o.partitions if p.holes]
+    items += [f"run {escape(o.in_flight)} was planned and has not committed: it failed, or "
+              "is still running" for _ in [0] if o.in_flight]
+    if not items:
+        return "<div id='attention' class='calm'><p class='ok'>nothing needs a person</p></div>"
+    lines = "".join(f"<li>{item}</li>" for item in items)
+    return (f"<div id='attention'><h2 class='bad'>Needs a person ({len(items)})</h2>"
+            f"<ul>{lines}</ul></div>")
+
+
+@dataclass(frozen=True)
+class TopicLag:
+    topic: str
+    partitions: int
+    lag_messages: int
+    lag_ms: int | None      # the worst partition's
+    records: int | None
+    files: int | None
+    sla_s: int | None
+
+
+def topic_lags(o: GroupOverview) -> list[TopicLag]:
+    """Per topic its partitions summed (time lag: the worst), worst first. Pure."""
+    sla = {t.topic: t.sla_s for t in o.freshness}
+    by_topic: dict[str, list[PartitionStatus]] = {}
+    for p in o.partitions:
+        if not p.problem:
+            by_topic.setdefault(p.topic, []).append(p)
+    found = []
+    for topic, parts in by_topic.items():
+        times = [p.lag_ms for p in parts if p.lag_ms is not None]
+        found.append(TopicLag(
+            topic, len(parts), sum(p.lag_messages or 0 for p in parts),
+            max(times) if times else None,
+            None if any(p.archived_records is None for p in parts) else
+            sum(p.archived_records for p in parts),
+            None if any(p.archived_files is None for p in parts) else
+            sum(p.archived_files for p in parts), sla.get(topic)))
+    return sorted(found, key=lambda t: (-(t.lag_ms or 0), -t.lag_messages, t.topic))
+
+
+def _lag_class(lag_ms: int | None, sla_s: int | None) -> str:
+    """Green until a threshold: red past the SLA, amber past half of it."""
+    if not lag_ms or not sla_s:
+        return "ok"
+    return "bad" if lag_ms > sla_s * 1000 else "warn" if lag_ms > sla_s * 500 else "ok"
+
+
+def topic_table(o: GroupOverview) -> str:
+    rows = [f"<tr data-topic='{escape(t.topic)}'><td class='l'>{escape(t.topic)}</td>"
+            f"<td>{t.partitions}</td><td class='{_lag_class(t.lag_ms, t.sla_s)}' "
+            f"data-lag='{t.lag_messages}'>{t.lag_messages}</td>"
+            f"<td class='{_lag_class(t.lag_ms, t.sla_s)}'>{duration(t.lag_ms)}</td>"
+            f"<td>{_num(t.records)}</td><td>{_num(t.files)}</td></tr>" for t in topic_lags(o)]
+    return _table(("topic", "partitions", "lag (messages)", "lag (time)", "archived records",
+                   "files"), rows, "topic-table") if rows else ""
+
+
+def topic_chart(lags: list[TopicLag], width: int = 640) -> str:
+    """Horizontal bars: messages not archived yet, per topic (the worst first)."""
+    bar, label_w = 18, 240
+    top = max((t.lag_messages for t in lags), default=0) or 1
+    rows = []
+    for i, t in enumerate(lags):
+        length = (width - label_w - 80) * t.lag_messages / top
+        colour = {"ok": "#2f855a", "warn": "#b7791f", "bad": "#c53030"}[
+            _lag_class(t.lag_ms, t.sla_s)]
+        rows.append(f"<text x='{label_w - 6}' y='{i * bar + 13}' text-anchor='end'>"
+                    f"{escape(t.topic)}</text><rect x='{label_w}' y='{i * bar + 3}' "
+                    f"width='{length:.1f}' height='{bar - 6}' fill='{colour}'/>"
+                    f"<text x='{label_w + length + 4:.1f}' y='{i * bar + 13}'>{t.lag_messages}</text>")
+    return (f"<svg id='lag-chart' role='img' aria-label='lag in messages per topic' "
+            f"width='{width}' height='{bar * len(lags)}' font-size='12' "
+            "xmlns='http://www.w3.org/2000/svg'>" + "".join(rows) + "</svg>")
 
 
 def index(groups: list[str], dag_ids: dict[str, str]) -> str:
@@ -59,17 +161,8 @@ def failure(group: str, problem: str) -> str:
                                       f"<p class='bad'>cannot show the group: {escape(problem)}</p>")
 
 
-def _problems(o: GroupOverview) -> str:
-    """Topics that cannot be shown whole, first: the rest of the page shows the others."""
-    found = [p for p in o.partitions if p.problem]
-    if not found:
-        return ""
-    items = "".join(f"<li data-topic='{escape(p.topic)}'><b>{escape(p.topic)}</b>: "
-                    f"{escape(p.problem)}</li>" for p in found)
-    return f"<h2 class='bad'>Topics with a problem</h2><ul id='problems' class='bad'>{items}</ul>"
-
-
-def lag_chart(partitions: list[PartitionStatus], width: int = 640) -> str:
+def lag_chart(partitions: list[PartitionStatus], width: int = 640,
+              sla_s: dict[str, int] | None = None) -> str:
     """Horizontal bars: messages not archived yet, per topic-partition."""
     if not partitions:
         return "<p class='muted'>no topic selected yet</p>"
@@ -83,7 +176,7 @@ def lag_chart(partitions: list[PartitionStatus], width: int = 640) -> str:
         rows.append(f"<text x='{label_w - 6}' y='{y + 13}' text-anchor='end'>"
                     f"{escape(p.topic)} [{p.partition}]</text>"
                     f"<rect x='{label_w}' y='{y + 3}' width='{length:.1f}' height='{bar - 6}' "
-                    f"fill='{'#c53030' if lag else '#2f855a'}'/>"
+                    f"fill='{'#2f855a' if not lag else '#b7791f'}'/>"
                     f"<text x='{label_w + length + 4:.1f}' y='{y + 13}'>{_num(p.lag_messages)}</text>")
     height = bar * len(partitions)
     return (f"<svg id='lag-chart' role='img' aria-label='lag in messages per partition' "
@@ -91,19 +184,27 @@ def lag_chart(partitions: list[PartitionStatus], width: int = 640) -> str:
             + "".join(rows) + "</svg>")
 
 
-def lag_table(partitions: list[PartitionStatus]) -> str:
+def lag_table(partitions: list[PartitionStatus], o: GroupOverview | None = None) -> str:
+    """Every partition, in a drill-down (collapsed) under the topic table."""
+    sla = {t.topic: t.sla_s for t in (o.freshness if o else ())}
     head = ("topic", "partition", "token", "Kafka end", "lag (messages)", "lag (time)",
             "archived records", "files", "last commit")
-    rows = [f"<tr data-topic='{escape(p.topic)}' data-partition='{p.partition}'"
+    rows = []
+    for p in partitions:
+        level = "bad" if p.problem or p.holes else _lag_class(p.lag_ms, sla.get(p.topic))
+        rows.append(
+            f"<tr data-topic='{escape(p.topic)}' data-partition='{p.partition}'"
             f"{' class=bad' if p.problem else ''}>"
             f"<td class='l'>{escape(p.topic)}</td><td>{'!' if p.problem else p.partition}</td>"
-            f"<td>{_num(p.token)}</td>"
-            f"<td>{_num(p.end)}</td><td class='lag{' bad' if p.lag_messages else ''}' "
-            f"data-lag='{'' if p.lag_messages is None else p.lag_messages}'>{_num(p.lag_messages)}</td>"
-            f"<td>{duration(p.lag_ms)}</td><td>{_num(p.archived_records)}</td>"
-            f"<td>{_num(p.archived_files)}</td><td class='l'>{escape(p.committed_at or '-')}</td></tr>"
-            for p in partitions]
-    return _table(head, rows, "lag-table")
+            f"<td>{_num(p.token)}</td><td>{_num(p.end)}</td><td class='lag {level}' "
+            f"data-lag='{'' if p.lag_messages is None else p.lag_messages}'>"
+            f"{_num(p.lag_messages)}</td><td class='{level}'>{duration(p.lag_ms)}</td>"
+            f"<td>{_num(p.archived_records)}</td><td>{_num(p.archived_files)}</td>"
+            f"<td class='l'>{escape(p.committed_at or '-')}</td></tr>")
+    table = _table(head, rows, "lag-table")
+    if len(partitions) <= CHART_PARTITIONS:
+        return table
+    return f"<details><summary>every partition ({len(partitions)})</summary>{table}</details>"
 
 
 def _freshness(o: GroupOverview) -> str:
@@ -122,10 +223,16 @@ def _runs(o: GroupOverview) -> str:
             f"<td class='l'>{escape(r.committed_at)}</td><td>{r.records}</td>"
             f"<td>{_bytes(r.bytes)}</td><td>{r.files}</td>"
             f"<td>{'?' if r.seconds is None else f'{r.seconds:.0f} s'}</td>"
-            f"<td class='mbps'>{'?' if r.mb_per_s is None else f'{r.mb_per_s:.3g}'}</td></tr>"
+            f"<td class='mbps' data-mbps='{'' if r.mb_per_s is None else r.mb_per_s}'>"
+            f"{'?' if r.mb_per_s is None else _rate(r.bytes / r.seconds)}</td></tr>"
             for r in o.runs]
-    return _table(("run", "committed", "records", "bytes", "files", "plan to commit", "MB/s"),
-                  rows, "runs") if rows else "<p class='muted'>no committed run yet</p>"
+    if o.in_flight:  # planned, not committed: a run that failed (or still runs)
+        rows.insert(0, f"<tr data-run='{escape(o.in_flight)}' class='bad'><td class='l'>"
+                       f"{escape(o.in_flight)}</td><td class='l' colspan='6'>not committed: "
+                       "failed, or still running (the next run re-executes its plan)</td></tr>")
+    return _table(("run", "committed", "records", "bytes", "files", "plan to commit",
+                   "throughput"), rows, "runs") if rows else \
+        "<p class='muted'>no committed run yet</p>"
 
 
 def _audit(o: GroupOverview) -> str:
@@ -161,9 +268,24 @@ def _table(head, rows: list[str], table_id: str) -> str:
     return f"<table id='{table_id}'><tr>{cells}</tr>{''.join(rows)}</table>"
 
 
-def _document(title: str, body: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{_STYLE}</style></head><body>{body}</body></html>")
+def _document(title: str, body: str, refresh_s: int | None = None) -> str:
+    refresh = f"<meta http-equiv='refresh' content='{refresh_s}'>" if refresh_s else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'>{refresh}"
+            f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>{body}"
+            "</body></html>")
+
+
+def _rate(bytes_per_s: float) -> str:
+    """1.2 MB/s, 340 kB/s, 40 B/s: readable at every scale."""
+    for unit in ("B/s", "kB/s", "MB/s"):
+        if bytes_per_s < 1000:
+            return f"{bytes_per_s:.0f} {unit}" if bytes_per_s >= 10 else f"{bytes_per_s:.1f} {unit}"
+        bytes_per_s /= 1000
+    return f"{bytes_per_s:.1f} GB/s"
+
+
+def _duration_s(seconds: float | int | None) -> str:
+    return duration(None if seconds is None else int(seconds * 1000))
 
 
 def _time(ms: int) -> str:

@@ -36,6 +36,33 @@ class PartitionStatus:
     archived_records: int | None = None  # in the current rows; None: not looked up
     archived_files: int | None = None
     problem: str | None = None  # why this topic cannot be shown whole (a malformed token...)
+    holes: tuple[tuple[int, int], ...] = ()  # [start, end) below the token in no current file
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the catalog holds of one partition (configured generation)."""
+    records: int
+    files: int
+    covered: tuple[tuple[int, int], ...] = ()  # the offset ranges its current rows cover
+    lost: tuple[tuple[int, int], ...] = ()     # ranges lost to retention and accepted
+
+
+def holes(held: Held | None, token: int | None) -> tuple[tuple[int, int], ...]:
+    """Offsets below the token that no current row covers and no accepted loss explains:
+    between covered ranges, and from the last one to the token. Pure."""
+    if held is None or not held.covered:
+        return ()  # nothing archived (yet, or the partition started at its end)
+    ends = [b for _, b in held.covered] + ([token] if token is not None else [])
+    starts = [a for a, _ in held.covered[1:]] + ([token] if token is not None else [])
+    found = []
+    for start, end in zip(ends, starts):
+        parts = [(start, end)] if end > start else []
+        for lo, hi in held.lost:  # take out what an accepted loss explains
+            parts = [piece for a, b in parts
+                     for piece in ((a, min(b, lo)), (max(a, hi), b)) if piece[1] > piece[0]]
+        found += parts
+    return tuple(found)
 
 
 def next_start(group: Group, token_offset: int | None, earliest: int, end: int) -> int:
@@ -48,12 +75,12 @@ def next_start(group: Group, token_offset: int | None, earliest: int, end: int) 
 
 def rows(group: Group, topic: str, token: Token | None, kafka: dict[int, tuple[int, int]],
          oldest_ms: dict[int, int | None], now_ms: int,
-         archived: dict[int, tuple[int, int]] | None = None) -> list[PartitionStatus]:
+         archived: dict[int, Held] | None = None) -> list[PartitionStatus]:
     """The status of every partition Kafka has or the token names.
 
     kafka: partition -> (earliest, end); oldest_ms: partition -> timestamp of the message
     the next run starts from (needed for lagging partitions only); archived: partition ->
-    (records, files) of the current rows, when looked up."""
+    what the catalog holds of it, when looked up."""
     offsets = dict(token.offsets) if token else {}
     out = []
     for p in sorted(set(kafka) | set(offsets)):
@@ -65,10 +92,13 @@ def rows(group: Group, topic: str, token: Token | None, kafka: dict[int, tuple[i
                 lag_ms = 0
             elif oldest_ms.get(p) is not None:
                 lag_ms = max(0, now_ms - oldest_ms[p])
-        held = (None, None) if archived is None else archived.get(p, (0, 0))
+        held = None if archived is None else archived.get(p, Held(0, 0))
         out.append(PartitionStatus(group.name, topic, p, offsets.get(p), earliest, end, lag,
                                    lag_ms, token.committed_at if token else None,
-                                   token.run_id if token else None, *held))
+                                   token.run_id if token else None,
+                                   None if held is None else held.records,
+                                   None if held is None else held.files,
+                                   holes=holes(held, offsets.get(p))))
     return out
 
 
@@ -110,21 +140,24 @@ def _topic(g: Group, topic: str, tokens: TokenStore, consumer, kafka_topics, rea
     return rows(g, topic, token, kafka, oldest, now_ms, archived)
 
 
-def archived_totals(archived: dict[int, tuple[int, int]] | None) -> tuple[int | None, int | None]:
+def archived_totals(archived: dict[int, Held] | None) -> tuple[int | None, int | None]:
     """(records, files) of a topic's partitions, when looked up."""
     if archived is None:
         return None, None
-    return sum(r for r, _ in archived.values()), sum(f for _, f in archived.values())
+    return sum(h.records for h in archived.values()), sum(h.files for h in archived.values())
 
 
-def _archived(config: Config, storage: Storage, group: str) -> dict[str, dict[int, tuple[int, int]]]:
-    """topic -> partition -> (records, files) in the group's current rows of the
-    configured generation."""
-    held: dict[str, dict[int, tuple[int, int]]] = {}
-    for name, topic in catalog.open_catalog(storage, config, group).state.topics.items():
-        for summary in topic.summaries.values():
-            if summary.generation == config.generation:
-                held.setdefault(name, {})[summary.partition] = (summary.records, summary.files)
+def _archived(config: Config, storage: Storage, group: str) -> dict[str, dict[int, Held]]:
+    """topic -> partition -> what the group's catalog holds of it (configured generation)."""
+    cat = catalog.open_catalog(storage, config, group)
+    lost = catalog.lost_ranges(cat.state)
+    held: dict[str, dict[int, Held]] = {}
+    for name, topic in cat.state.topics.items():
+        for s in topic.summaries.values():
+            if s.generation == config.generation:
+                held.setdefault(name, {})[s.partition] = Held(
+                    s.records, s.files, tuple(map(tuple, s.covered)),
+                    tuple(lost.get((name, s.partition), ())))
     return held
 
 

@@ -43,13 +43,15 @@ def test_the_page_shows_lag_chart_runs_freshness_audit_and_loss():
     html = page.render(overview(), "/dags/kafka_archive_backup")
     assert "<svg id='lag-chart'" in html and "t&lt;x&gt; [0]" in html  # escaped everywhere
     assert "data-partition='0'><td class='l'>t&lt;x&gt;</td>" in html
-    assert "data-lag='7'>7</td><td>1m05s</td>" in html and "data-lag='0'>0</td>" in html
-    assert "<td class='mbps'>0.1</td>" in html and "30 s" in html
-    assert "PAST SLA" in html and "2h00m" in html
+    # 65 s of lag inside a 1 h SLA: green, not alarm-red
+    assert "data-lag='7'>7</td><td class='ok'>1m05s</td>" in html and "data-lag='0'>0</td>" in html
+    assert "<td class='mbps' data-mbps='0.1'>100 kB/s</td>" in html and "30 s" in html
+    assert "PAST SLA" in html and "2h00m" in html and "http-equiv='refresh'" in html
     assert "<td class='l bad'>open</td><td class='l'>MISSING 2</td>" in html
     assert "acknowledged" in html and "ana now replayed" in html
     assert "<td>[0, 4)</td><td>4</td><td class='l'>ana</td>" in html and "retention too short" in html
-    assert "http" not in html.replace("http://www.w3.org/2000/svg", "")  # nothing fetched
+    assert "http" not in html.replace("http://www.w3.org/2000/svg", "").replace(
+        "http-equiv", "")  # nothing fetched
 
 
 def test_empty_states_are_said():
@@ -58,3 +60,35 @@ def test_empty_states_are_said():
     assert "no topic selected yet" in html and "no committed run yet" in html
     assert "no unresolved mismatch" in html and "Accepted losses" not in html
     assert "not audited" in page.render(overview(audited=False, alarms=[]), "/dags/x")
+
+
+def test_what_needs_a_person_comes_first_and_green_stays_green():
+    html = page.render(overview(), "/dags/x")
+    attention = html[html.index("<div id='attention'>"):html.index("Lag per topic")]
+    assert "Needs a person (2)" in attention
+    assert "audit: MISSING 2 in t&lt;x&gt; from app" in attention  # open; the acked one is not
+    assert "t&lt;x&gt; is past its SLA: lag 2h00m &gt; 1h00m" in attention
+    calm = page.render(overview(alarms=[], freshness=[TopicFreshness("t<x>", 10.0, 3600)]), "/x")
+    assert "nothing needs a person" in calm
+
+
+def test_a_hole_and_a_run_not_committed_are_flagged():
+    part = PartitionStatus("backup", "t", 0, 195, 0, 195, 0, 0, None, "r1", 190, 2,
+                           holes=((190, 195),))
+    html = page.render(overview(partitions=[part], alarms=[], freshness=[], in_flight="r2"), "/x")
+    assert "hole in t partition 0: offsets [190, 195) are in no file" in html
+    assert "run r2 was planned and has not committed" in html
+    assert "<tr data-run='r2' class='bad'>" in html
+
+
+def test_many_partitions_show_one_row_per_topic_worst_first_and_partitions_in_a_drill_down():
+    parts = [PartitionStatus("backup", f"topic-{t:03d}", p, 10, 0, 10 + t, t, t * 1000, None,
+                             None, 10, 1) for t in range(100) for p in range(20)]
+    html = page.render(overview(partitions=parts, freshness=[], alarms=[]), "/x")
+    topics = html[html.index("<table id='topic-table'>"):]
+    topics = topics[:topics.index("</table>")]
+    assert topics.count("<tr data-topic=") == 100
+    assert topics.index("topic-099") < topics.index("topic-098") < topics.index("topic-000")
+    assert "data-lag='1980'>1980</td>" in topics  # 20 partitions x 99
+    assert "<details><summary>every partition (2000)</summary>" in html
+    assert "aria-label='lag in messages per topic'" in html

@@ -1,7 +1,7 @@
 from dataclasses import replace
 
 from kafka_archive.config import FormatSpec, Group, Policy
-from kafka_archive.monitor.status import duration, render, rows
+from kafka_archive.monitor.status import Held, holes, duration, render, rows
 from kafka_archive.tokens import Token
 
 GROUP = Group(name="backup", schedule=None, include=(".*",), exclude=("_.*",),
@@ -34,7 +34,7 @@ def test_without_token_start_from_latest_has_no_lag_and_unknown_time_is_none():
 
 def test_table_has_a_header_and_one_aligned_line_per_partition():
     table = render(rows(GROUP, "t", TOKEN, {0: (0, 100)}, {0: NOW - 3_723_000}, NOW,
-                        {0: (70, 2)})).splitlines()
+                        {0: Held(70, 2)})).splitlines()
     assert table[0].split() == ["GROUP", "TOPIC", "PARTITION", "TOKEN", "END", "LAG", "LAG",
                                 "TIME", "ARCHIVED", "FILES", "LAST", "COMMIT", "RUN"]
     assert table[1].split() == ["backup", "t", "0", "70", "100", "30", "1h02m", "70", "2",
@@ -46,3 +46,10 @@ def test_table_has_a_header_and_one_aligned_line_per_partition():
 def test_duration():
     assert [duration(ms) for ms in (None, 0, 12_999, 307_000, 3_723_000, 93_600_000)] == [
         "?", "0s", "12s", "5m07s", "1h02m", "1d2h"]
+
+
+def test_holes_are_offsets_below_the_token_in_no_row_and_no_accepted_loss():
+    held = Held(180, 3, ((0, 100), (110, 190)), lost=((100, 105),))
+    assert holes(held, 195) == ((105, 110), (190, 195))  # [100, 105) accepted as lost
+    assert holes(held, 190) == ((105, 110),)
+    assert holes(Held(0, 0), 195) == () and holes(None, 5) == ()  # nothing archived yet
