@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from kafka_archive import brokers, config as config_module
 from kafka_archive.airflow import connections
 from kafka_archive.errors import ArchiveError
+from kafka_archive.audit import incremental
 from kafka_archive.monitor import overview, page
 from kafka_archive.monitor.alerts import dag_id as dag_of
 
@@ -51,7 +52,8 @@ async def _to_login(request: Request, exc: HTTPException):
 @app.get("/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
 def index() -> str:
     cfg = config_module.load()
-    return page.index(sorted(cfg.groups), {g: dag_of(g) for g in cfg.groups})
+    return page.index(overview.glance(cfg, connections.storage(cfg.s3_conn_id)),
+                      {g: dag_of(g) for g in cfg.groups})
 
 
 @app.get("/dag/{dag_id}", response_class=HTMLResponse,
@@ -61,6 +63,10 @@ def group_page(dag_id: str) -> HTMLResponse:
     so its blocking Kafka and S3 calls do not hold up the api-server)."""
     cfg = config_module.load()
     group = next((g for g in cfg.groups if dag_of(g) == dag_id), None)
+    if dag_id == "kafka_archive_audit":
+        storage = connections.storage(cfg.s3_conn_id)
+        return HTMLResponse(page.audit_page(
+            {g: incremental.alarms(storage, cfg, g) for g in cfg.audit.groups}, sorted(cfg.groups)))
     if group is None:
         return HTMLResponse(page.not_a_group(dag_id, sorted(cfg.groups)))
     consumer = None

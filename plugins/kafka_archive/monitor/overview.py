@@ -66,6 +66,36 @@ class GroupOverview:
     in_flight: str | None = None    # the run planned and not committed (failed, or running)
 
 
+@dataclass(frozen=True)
+class Glance:
+    """A group at a glance, for the all-groups page: no Kafka call, a catalog read."""
+    group: str
+    topics: int
+    partitions: int
+    files: int
+    last_commit: str | None
+    in_flight: str | None
+    open_alarms: int | None  # None: not audited
+
+
+def glance(config: Config, storage: Storage) -> list[Glance]:
+    found = []
+    for name in sorted(config.groups):
+        cat = catalog.open_catalog(storage, config, name)
+        summaries = [s for t in cat.state.topics.values() for s in t.summaries.values()
+                     if s.rows]
+        commits = [r for r in cat.state.recent if r.get("kind", "commit") == "commit"]
+        found.append(Glance(
+            name, sum(1 for t in cat.state.topics.values()
+                      if any(s.rows for s in t.summaries.values())),
+            len(summaries), sum(s.files for s in summaries),
+            commits[0]["committed_at"] if commits else None,
+            inflight.holding(storage, config.archive_root, name),
+            sum(1 for a in incremental.alarms(storage, config, name) if a.state != "acknowledged")
+            if name in config.audit.groups else None))
+    return found
+
+
 def run_summary(run: dict) -> RunSummary:
     """A run as the catalog keeps it (catalog.run_summary). Pure."""
     seconds = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 
-from kafka_archive.monitor.overview import GroupOverview
+from kafka_archive.monitor.overview import Glance, GroupOverview
 from kafka_archive.monitor.status import PartitionStatus, duration
 
 PREFIX = "/kafka-archive"  # where the api-server mounts the pages
@@ -146,9 +146,37 @@ def topic_chart(lags: list[TopicLag], width: int = 640) -> str:
             "xmlns='http://www.w3.org/2000/svg'>" + "".join(rows) + "</svg>")
 
 
-def index(groups: list[str], dag_ids: dict[str, str]) -> str:
-    items = "".join(f"<li><a href='dag/{escape(dag_ids[g])}'>{escape(g)}</a></li>" for g in groups)
-    return _document("kafka-archive", f"<h1>kafka-archive groups</h1><ul>{items}</ul>")
+def index(glances: list[Glance], dag_ids: dict[str, str]) -> str:
+    """Every group's state at a glance: what needs a person there, its last commit, size."""
+    rows = []
+    for g in glances:
+        trouble = ([f"run {escape(g.in_flight)} not committed"] if g.in_flight else []) + (
+            [f"{g.open_alarms} open audit mismatch(es)"] if g.open_alarms else [])
+        rows.append(f"<tr data-group='{escape(g.group)}'><td class='l'><a href='dag/"
+                    f"{escape(dag_ids[g.group])}'>{escape(g.group)}</a></td>"
+                    f"<td class='l {'bad' if trouble else 'ok'}'>"
+                    f"{'; '.join(trouble) if trouble else 'ok'}</td>"
+                    f"<td class='l'>{escape(g.last_commit or 'never')}</td><td>{g.topics}</td>"
+                    f"<td>{g.partitions}</td><td>{g.files}</td>"
+                    f"<td class='l'>{'not audited' if g.open_alarms is None else 'audited'}</td></tr>")
+    table = _table(("group", "state", "last commit", "topics", "partitions", "files", "audit"),
+                   rows, "groups")
+    return _document("kafka-archive", "<h1>kafka-archive groups</h1><p class='muted'>each "
+                     "group's page shows its lag (Kafka is asked there, not here)</p>" + table,
+                     refresh_s=REFRESH_S)
+
+
+def audit_page(alarms: dict[str, list], groups: list[str]) -> str:
+    """The audit DAG's tab: the unresolved mismatches of every audited group."""
+    body = ["<h1>kafka-archive audit</h1>"]
+    if not alarms:
+        body.append("<p class='muted'>no group is audited (config: audit.groups)</p>")
+    for group, found in sorted(alarms.items()):
+        body += [f"<h2>group {escape(group)}</h2>",
+                 _audit(GroupOverview(group, 0, [], [], [], True, found, []))]
+    body.append("<p class='muted'>groups: " + ", ".join(
+        f"<a href='kafka_archive_{escape(g)}'>{escape(g)}</a>" for g in groups) + "</p>")
+    return _document("kafka-archive audit", "\n".join(body), refresh_s=REFRESH_S)
 
 
 def not_a_group(dag_id: str, groups: list[str]) -> str:

@@ -92,3 +92,23 @@ def test_many_partitions_show_one_row_per_topic_worst_first_and_partitions_in_a_
     assert "data-lag='1980'>1980</td>" in topics  # 20 partitions x 99
     assert "<details><summary>every partition (2000)</summary>" in html
     assert "aria-label='lag in messages per topic'" in html
+
+
+def test_the_all_groups_page_shows_each_groups_state():
+    from kafka_archive.monitor.overview import Glance
+
+    html = page.index([Glance("backup", 3, 12, 40, "2026-01-01T00:00:30+00:00", None, 0),
+                       Glance("partitioned", 1, 3, 9, None, "manual__1", None)],
+                      {"backup": "kafka_archive_backup", "partitioned": "kafka_archive_partitioned"})
+    assert ("<tr data-group='backup'><td class='l'><a href='dag/kafka_archive_backup'>backup</a>"
+            "</td><td class='l ok'>ok</td><td class='l'>2026-01-01T00:00:30+00:00</td>"
+            "<td>3</td><td>12</td><td>40</td>") in html
+    assert "<td class='l bad'>run manual__1 not committed</td><td class='l'>never</td>" in html
+    assert "not audited" in html
+
+
+def test_the_audit_tab_lists_every_audited_groups_mismatches():
+    alarms = overview().alarms
+    html = page.audit_page({"backup": alarms, "partitioned": []}, ["backup", "partitioned"])
+    assert "<h2>group backup</h2>" in html and "MISSING 2" in html
+    assert "<h2>group partitioned</h2>\n<p class='ok' id='audit-ok'>no unresolved mismatch</p>" in html
