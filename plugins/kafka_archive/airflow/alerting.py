@@ -28,7 +28,7 @@ from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
 from airflow.sdk.log import redact
 
-from kafka_archive import brokers, config as config_module, layout
+from kafka_archive import brokers, catalog, config as config_module, layout
 from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import TerminalError, TransientError
@@ -61,8 +61,9 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
         log.warning("freshness of %s/%s not measured: %s", group.name, topic, problem)
     consumer = brokers.consumer(cfg)
     try:
-        partitions = freshness.observe(consumer, group, tokens, manifest["slices"], topics,
-                                       unreadable)
+        partitions = freshness.observe(
+            consumer, group, tokens, manifest["slices"], topics, unreadable,
+            freshness.caught_up(catalog.open_catalog(storage, cfg, group.name)))
     finally:
         consumer.close()
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)

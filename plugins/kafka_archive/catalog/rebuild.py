@@ -76,9 +76,13 @@ def run_folder(root: str, group: str, run_id: str) -> str:
 def catalog_row(row: dict, run: str, plan: dict, spec: layout.LayoutSpec, root: str,
                 group: str) -> dict:
     """A manifest (or backfill) row as the catalog keeps it: with `_run`, the folder of
-    the run whose plan made the slice, `_generation`, and each file's time partition."""
-    return with_time_partitions({**row, "_run": run, "_generation": plan.get("generation", 1)},
-                                spec, root, group)
+    the run whose plan made the slice, `_generation`, each file's time partition, and
+    `caught_up_at`, the plan's time, when the slice reached the end Kafka had then."""
+    latest = plan.get("latest", {}).get(row["topic"], {}).get(str(row["partition"]))
+    caught_up = ({"caught_up_at": plan["created_at"]}
+                 if latest is not None and row["end"] >= latest and plan.get("created_at") else {})
+    return with_time_partitions({**row, "_run": run, "_generation": plan.get("generation", 1),
+                                 **caught_up}, spec, root, group)
 
 
 def run_summary(plan: dict, manifest: dict, committed: dict) -> dict:

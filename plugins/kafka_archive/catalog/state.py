@@ -61,6 +61,7 @@ class Summary:
     rows: int = 0
     covered: list[list[int]] = field(default_factory=list)  # merged [start, end) of its rows
     last_run: str | None = None   # the run that wrote the row reaching furthest
+    caught_up_at: str | None = None  # the last plan time the archive held all Kafka had
 
     @property
     def end(self) -> int | None:
@@ -76,6 +77,8 @@ class Summary:
             self.covered = (_union if sign > 0 else _minus)(self.covered, row["start"], row["end"])
         if sign > 0 and self.end == row["end"]:
             self.last_run = row["_run"].rsplit("/", 1)[-1]
+        if sign > 0 and (row.get("caught_up_at") or "") > (self.caught_up_at or ""):
+            self.caught_up_at = row["caught_up_at"]
 
     def overlap(self, start: int, end: int) -> Range | None:
         for a, b in self.covered:

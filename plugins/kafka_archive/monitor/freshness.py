@@ -24,15 +24,21 @@ class PartitionFreshness:
     newest_kafka_ms: int | None     # timestamp of the newest message in Kafka
     newest_archived_ms: int | None  # ... of the newest archived one; None: nothing archived
     oldest_pending_ms: int | None   # ... of the oldest not archived (read if none archived)
+    caught_up_ms: int | None = None  # when the archive last held everything Kafka had
 
     @property
     def pending(self) -> int:
         return max(0, self.latest - self.archived_to)
 
     def lag_s(self, now_ms: int) -> float | None:
-        """None when Kafka did not answer with the timestamps needed."""
+        """How far behind the archive is. By offsets when known: the time since the
+        archive last held everything Kafka had (a plan whose slice reached Kafka's end,
+        then committed), which no producer's record timestamp can skew; else by record
+        timestamps. None when Kafka did not answer with the timestamps needed."""
         if self.pending == 0:
             return 0.0
+        if self.caught_up_ms is not None:
+            return max(0.0, (now_ms - self.caught_up_ms) / 1000)
         if self.newest_archived_ms is not None:
             if self.newest_kafka_ms is None:
                 return None
@@ -90,9 +96,21 @@ def read_tokens(store, group: str, topics: Iterable[str]
     return offsets, unreadable
 
 
+def caught_up(cat) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> when the archive last held everything Kafka had (ms), from
+    the catalog's summaries (catalog.state.Summary.caught_up_at)."""
+    from datetime import datetime
+
+    return {(name, s.partition): int(datetime.fromisoformat(s.caught_up_at).timestamp() * 1000)
+            for name, t in cat.state.topics.items() for s in t.summaries.values()
+            if s.caught_up_at}
+
+
 def observe(consumer, group: Group, tokens: dict[str, dict[int, int]],
                       manifest_rows: list[dict], topics: Iterable[str] = (),
-                      unreadable: Iterable[str] = ()) -> list[PartitionFreshness]:
+                      unreadable: Iterable[str] = (),
+                      caught_up_at: dict[tuple[str, int], int] | None = None
+                      ) -> list[PartitionFreshness]:
     """Kafka's side now, against the tokens, for the group's topics (or only `topics`).
     The newest archived message's timestamp comes from the manifest when this run's slice
     reached the token, else from Kafka (the message just below the token, while retained)."""
@@ -119,5 +137,6 @@ def observe(consumer, group: Group, tokens: dict[str, dict[int, int]],
             if newest_archived is None:
                 oldest_pending = timestamp_at(s.topic, s.partition, max(archived_to, s.earliest))
         found.append(PartitionFreshness(s.topic, s.partition, archived_to, s.latest,
-                                        newest_kafka, newest_archived, oldest_pending))
+                                        newest_kafka, newest_archived, oldest_pending,
+                                        (caught_up_at or {}).get((s.topic, s.partition))))
     return found

@@ -117,10 +117,11 @@ def recent_runs(cat: catalog.Catalog, limit: int = RUNS_SHOWN) -> list[RunSummar
 
 
 def topic_freshness(config: Config, group_name: str, tokens: TokenStore, consumer,
-                    now_ms: int) -> list[TopicFreshness]:
+                    now_ms: int, cat: catalog.Catalog | None = None) -> list[TopicFreshness]:
     group = config.group(group_name)
     offsets, unreadable = freshness.read_tokens(tokens, group.name, tokens.topics(group.name))
-    partitions = freshness.observe(consumer, group, offsets, [], unreadable=unreadable)
+    partitions = freshness.observe(consumer, group, offsets, [], unreadable=unreadable,
+                                   caught_up_at=freshness.caught_up(cat) if cat else None)
     lags = freshness.topic_lags(partitions, now_ms)
     return [TopicFreshness(t, lags.get(t), group.policy_for(t).freshness_s, unreadable.get(t))
             for t in sorted({p.topic for p in partitions} | set(unreadable))]
@@ -135,7 +136,7 @@ def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, con
     return GroupOverview(
         group=group, at_ms=now_ms,
         partitions=status.status(config, tokens, consumer, now_ms, group, storage),
-        freshness=topic_freshness(config, group, tokens, consumer, now_ms),
+        freshness=topic_freshness(config, group, tokens, consumer, now_ms, cat),
         runs=recent_runs(cat),
         audited=audited,
         alarms=incremental.alarms(storage, config, group) if audited else [],

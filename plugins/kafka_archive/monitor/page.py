@@ -49,10 +49,14 @@ def render(o: GroupOverview, dag_link: str) -> str:
             f"<a href='{escape(dag_link)}' target='_top'>DAG</a> &middot; "
             "<a href='../'>all groups</a></p>",
             attention(o), "<h2>Lag per topic, worst first</h2>",
-            "<p class='muted'>Lag (time) is the age of the oldest message not archived yet, "
-            "from its record timestamp; 0 when the archive has caught up. Freshness below "
-            "is the same measure per topic, against its SLA: red past the SLA, amber past "
-            "half of it.</p>", chart, topic_table(o), lag_table(o.partitions, o),
+            "<p class='muted'>Two measures of time lag, both 0 when the archive has caught "
+            "up. <b>Behind</b>, by offsets: the time since the archive last held everything "
+            "Kafka had (a run that reached Kafka's end and committed); no producer's record "
+            "timestamp can skew it, and freshness below checks it against each topic's SLA "
+            "(red past the SLA, amber past half of it). <b>Lag (time)</b>, by record time: "
+            "the age of the oldest message not archived yet, from the timestamp its producer "
+            "set; shown beside it. Without a run that caught up yet, freshness uses record "
+            "time.</p>", chart, topic_table(o), lag_table(o.partitions, o),
             "<h2>Freshness against SLA</h2>", _freshness(o), "<h2>Last runs</h2>", _runs(o),
             "<h2>Audit</h2>", _audit(o)]
     if o.accepted_losses:
@@ -100,7 +104,9 @@ def topic_lags(o: GroupOverview) -> list[TopicLag]:
             by_topic.setdefault(p.topic, []).append(p)
     found = []
     for topic, parts in by_topic.items():
-        times = [p.lag_ms for p in parts if p.lag_ms is not None]
+        # behind (by offsets) where known, record time where not
+        times = [lag for p in parts
+                 if (lag := p.lag_ms if p.behind_ms is None else p.behind_ms) is not None]
         found.append(TopicLag(
             topic, len(parts), sum(p.lag_messages or 0 for p in parts),
             max(times) if times else None,
@@ -215,18 +221,20 @@ def lag_chart(partitions: list[PartitionStatus], width: int = 640,
 def lag_table(partitions: list[PartitionStatus], o: GroupOverview | None = None) -> str:
     """Every partition, in a drill-down (collapsed) under the topic table."""
     sla = {t.topic: t.sla_s for t in (o.freshness if o else ())}
-    head = ("topic", "partition", "token", "Kafka end", "lag (messages)", "lag (time)",
-            "archived records", "files", "last commit")
+    head = ("topic", "partition", "token", "Kafka end", "lag (messages)", "behind",
+            "lag (time)", "archived records", "files", "last commit")
     rows = []
     for p in partitions:
-        level = "bad" if p.problem or p.holes else _lag_class(p.lag_ms, sla.get(p.topic))
+        level = "bad" if p.problem or p.holes else _lag_class(
+            p.lag_ms if p.behind_ms is None else p.behind_ms, sla.get(p.topic))
         rows.append(
             f"<tr data-topic='{escape(p.topic)}' data-partition='{p.partition}'"
             f"{' class=bad' if p.problem else ''}>"
             f"<td class='l'>{escape(p.topic)}</td><td>{'!' if p.problem else p.partition}</td>"
             f"<td>{_num(p.token)}</td><td>{_num(p.end)}</td><td class='lag {level}' "
             f"data-lag='{'' if p.lag_messages is None else p.lag_messages}'>"
-            f"{_num(p.lag_messages)}</td><td class='{level}'>{duration(p.lag_ms)}</td>"
+            f"{_num(p.lag_messages)}</td><td class='{level}'>{duration(p.behind_ms)}</td>"
+            f"<td>{duration(p.lag_ms)}</td>"
             f"<td>{_num(p.archived_records)}</td><td>{_num(p.archived_files)}</td>"
             f"<td class='l'>{escape(p.committed_at or '-')}</td></tr>")
     table = _table(head, rows, "lag-table")

@@ -37,6 +37,7 @@ class PartitionStatus:
     archived_files: int | None = None
     problem: str | None = None  # why this topic cannot be shown whole (a malformed token...)
     holes: tuple[tuple[int, int], ...] = ()  # [start, end) below the token in no current file
+    behind_ms: int | None = None  # since the archive last held all Kafka had; None: unknown
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Held:
     files: int
     covered: tuple[tuple[int, int], ...] = ()  # the offset ranges its current rows cover
     lost: tuple[tuple[int, int], ...] = ()     # ranges lost to retention and accepted
+    caught_up_at: str | None = None            # the last time it held all Kafka had
 
 
 def holes(held: Held | None, token: int | None) -> tuple[tuple[int, int], ...]:
@@ -98,7 +100,8 @@ def rows(group: Group, topic: str, token: Token | None, kafka: dict[int, tuple[i
                                    token.run_id if token else None,
                                    None if held is None else held.records,
                                    None if held is None else held.files,
-                                   holes=holes(held, offsets.get(p))))
+                                   holes=holes(held, offsets.get(p)),
+                                   behind_ms=_behind(held, lag, now_ms)))
     return out
 
 
@@ -140,6 +143,18 @@ def _topic(g: Group, topic: str, tokens: TokenStore, consumer, kafka_topics, rea
     return rows(g, topic, token, kafka, oldest, now_ms, archived)
 
 
+def _behind(held: Held | None, lag: int | None, now_ms: int) -> int | None:
+    """The lag by offsets: 0 when caught up, else the time since the archive last held
+    everything Kafka had (no record timestamp involved)."""
+    if lag is not None and lag <= 0:
+        return 0
+    if held is None or held.caught_up_at is None:
+        return None
+    from datetime import datetime
+
+    return max(0, now_ms - int(datetime.fromisoformat(held.caught_up_at).timestamp() * 1000))
+
+
 def archived_totals(archived: dict[int, Held] | None) -> tuple[int | None, int | None]:
     """(records, files) of a topic's partitions, when looked up."""
     if archived is None:
@@ -157,7 +172,7 @@ def _archived(config: Config, storage: Storage, group: str) -> dict[str, dict[in
             if s.generation == config.generation:
                 held.setdefault(name, {})[s.partition] = Held(
                     s.records, s.files, tuple(map(tuple, s.covered)),
-                    tuple(lost.get((name, s.partition), ())))
+                    tuple(lost.get((name, s.partition), ())), s.caught_up_at)
     return held
 
 

@@ -100,6 +100,9 @@ class Plan:
     # final when planned; the job writes their late messages beside them (`_late/`)
     finalized: dict[str, int] = field(default_factory=dict)
     topic_formats: dict[str, dict] = field(default_factory=dict)  # topics not in `format`
+    # per topic and partition Kafka's end offset when planned: a slice reaching it means
+    # the archive then held everything Kafka had (freshness measured by offsets)
+    latest: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def format_for(self, topic: str) -> dict:
         return self.topic_formats.get(topic, self.format)

@@ -70,7 +70,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         token_versions={t: reads[t].version for t in topics},
         base_offsets={t: {str(p): o for p, o in offsets[t].items()} for t in topics},
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
-        finalized=_watermarks(cat, group, topics))
+        finalized=_watermarks(cat, group, topics),
+        latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics})
     if dry_run or not slices:
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")

@@ -151,3 +151,11 @@ def test_a_group_that_committed_nothing_has_an_empty_catalog_and_writes_none(env
     cat = env.opened()
     assert cat.state.seq == 0 and cat.rows() == []
     assert not list(env.storage.list(store.folder(env.cfg.archive_root, GROUP)))
+
+
+def test_a_row_reaching_the_end_kafka_had_when_planned_marks_the_partition_caught_up(env):
+    plan = {"created_at": "2026-01-01T00:15:00+00:00", "latest": {"a": {"0": 10, "1": 50}}}
+    rows = [catalog.catalog_row(env.row("a", p, 0, 10), "run", plan, layout.LayoutSpec(),
+                                env.cfg.archive_root, GROUP) for p in (0, 1)]
+    assert rows[0]["caught_up_at"] == "2026-01-01T00:15:00+00:00"
+    assert "caught_up_at" not in rows[1]  # capped at 10 of 50: still behind

@@ -34,3 +34,15 @@ def test_topic_lags_take_the_worst_partition_and_leave_out_unknown_ones():
     partitions = [fresh("a", 0, 5, 20, -60, -960), fresh("a", 1, 0, 3, -1, -100),
                   fresh("b", 0, 5, 20, newest_archived_s=-5)]  # Kafka did not answer
     assert topic_lags(partitions, NOW_MS) == {"a": 900}
+
+
+def test_an_odd_producer_timestamp_cannot_put_a_topic_past_its_sla():
+    """By offsets: the archive held everything Kafka had 10 minutes ago, so it is 10
+    minutes behind, whatever the pending message's record timestamp says (2001)."""
+    ancient = 978_307_200_000  # 2001-01-01
+    by_offsets = PartitionFreshness("t", 0, 100, 101, ancient, ancient - 1, None,
+                                    caught_up_ms=NOW_MS - 600_000)
+    assert by_offsets.lag_s(NOW_MS) == 600
+    assert past_sla([by_offsets], lambda t: 3600, NOW_MS) == []
+    by_record_time = PartitionFreshness("t", 0, 100, 101, NOW_MS, ancient, None)
+    assert by_record_time.lag_s(NOW_MS) > 3600  # what record time alone would say
