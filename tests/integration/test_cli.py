@@ -155,3 +155,29 @@ def test_verify_full_fails_on_a_copy_that_duplicates_offsets(archive, s3):
     assert f"duplicate offsets [0, 14] are in both {original} and {copy}" in result.stdout
     assert f"{copy}: first record has offset 0, but the file name says 5" in result.stdout
     assert result.stdout.rstrip().endswith("group backup: 2 partitions, 3 files, 2 errors")
+
+
+def test_every_command_uses_the_config_it_was_given(archive, kafka, tmp_path):
+    """`--config X` wins over $KAFKA_ARCHIVE_CONFIG for every subcommand (the audit's tasks
+    used to read the environment's config): here the environment names a file that does
+    not exist, so any command reading it fails."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    monitoring = f"_mon-{archive.topic}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.create_topics([NewTopic(monitoring, 1, 1)])
+    admin.close()
+    given = tmp_path / "given.yaml"
+    given.write_text(Path(archive.env["KAFKA_ARCHIVE_CONFIG"]).read_text()
+                     + f"audit: {{topic: {monitoring}, window: 1m, grace: 0, groups: [backup]}}\n")
+    env = {**archive.env, "KAFKA_ARCHIVE_CONFIG": str(tmp_path / "not-this-one.yaml")}
+    commands = [["status", "--group", "backup"], ["verify", "--group", "backup"],
+                ["ls", "--group", "backup"], ["catalog", "--group", "backup"],
+                ["cat", _file_url(archive, 0, 0), "--limit", "1"],
+                ["audit", "--group", "backup"], ["audit", "list", "--group", "backup"],
+                ["preflight"]]
+    for command in commands:
+        done = subprocess.run([CLI, "--config", str(given), *command], env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, (command, done.stdout[-1500:], done.stderr[-1500:])
+        assert "not-this-one" not in done.stdout + done.stderr, command
