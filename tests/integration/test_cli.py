@@ -157,7 +157,7 @@ def test_verify_full_fails_on_a_copy_that_duplicates_offsets(archive, s3):
     assert result.stdout.rstrip().endswith("group backup: 2 partitions, 3 files, 2 errors")
 
 
-def test_every_command_uses_the_config_it_was_given(archive, kafka, tmp_path):
+def test_every_command_uses_the_config_it_was_given(archive, kafka, tmp_path, smtp_maildir):
     """`--config X` wins over $KAFKA_ARCHIVE_CONFIG for every subcommand (the audit's tasks
     used to read the environment's config): here the environment names a file that does
     not exist, so any command reading it fails."""
