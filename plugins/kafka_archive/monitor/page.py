@@ -66,7 +66,8 @@ def render(o: GroupOverview, dag_link: str) -> str:
 
 def attention(o: GroupOverview) -> str:
     """What needs a person, first: each item one line; or that nothing does."""
-    items = [f"topic {escape(p.topic)}: {escape(p.problem)}" for p in o.partitions if p.problem]
+    items = [f"topic {escape(topic)}: {escape(problem)}"
+             for topic, problem in sorted({(p.topic, p.problem) for p in o.partitions if p.problem})]
     items += [f"audit: {a.status} {a.amount} in {escape(a.topic)} from {escape(a.source)}, "
               f"window {_time(a.window_start_ms)} ({a.state})"
               for a in o.alarms if a.state != "acknowledged"]

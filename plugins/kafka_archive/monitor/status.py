@@ -9,7 +9,7 @@ tokens.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from kafka import TopicPartition
 from kafka.errors import KafkaError
@@ -131,6 +131,10 @@ def _topic(g: Group, topic: str, tokens: TokenStore, consumer, kafka_topics, rea
            now_ms: int, archived) -> list[PartitionStatus]:
     token = tokens.read(g.name, topic).token
     offsets = dict(token.offsets) if token else {}
+    if offsets and topic not in kafka_topics:  # as the plan holds it (a `vanished` anomaly)
+        return [replace(row, problem="Kafka has no such topic (deleted, or another cluster); "
+                                     "its token is kept")
+                for row in rows(g, topic, token, {}, {}, now_ms, archived)]
     tps = ([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
            if topic in kafka_topics else [])
     earliest = consumer.beginning_offsets(tps) if tps else {}
@@ -191,8 +195,9 @@ def render(statuses: list[PartitionStatus]) -> str:
                       for s in statuses]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-    return "\n".join(lines + [f"PROBLEM {s.group}/{s.topic}: {s.problem}"
-                              for s in statuses if s.problem])
+    problems = dict.fromkeys(f"PROBLEM {s.group}/{s.topic}: {s.problem}"
+                             for s in statuses if s.problem)  # once a topic, in order
+    return "\n".join(lines + list(problems))
 
 
 def _show(value: int | None) -> str:

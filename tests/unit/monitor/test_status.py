@@ -53,3 +53,25 @@ def test_holes_are_offsets_below_the_token_in_no_row_and_no_accepted_loss():
     assert holes(held, 195) == ((105, 110), (190, 195))  # [100, 105) accepted as lost
     assert holes(held, 190) == ((105, 110),)
     assert holes(Held(0, 0), 195) == () and holes(None, 5) == ()  # nothing archived yet
+
+
+def test_a_topic_kafka_no_longer_has_is_flagged_and_the_others_shown(tmp_path):
+    from kafka_archive import config
+    from kafka_archive.monitor.status import status
+    from kafka_archive.tokens import LocalTokenStore, Token
+
+    path = tmp_path / "c.yaml"
+    path.write_text("kafka: {bootstrap_servers: 'b:9092'}\narchive_root: file:///x\n"
+                    "groups: {backup: {}}\n")
+    cfg = config.load(path)
+    tokens = LocalTokenStore(tmp_path / "tokens")
+    tokens.write(Token("backup", "gone", "b:9092", {0: 5, 1: 7}), None)
+
+    class Kafka:  # a cluster without that topic and with no other
+        def topics(self):
+            return set()
+
+    found = status(cfg, tokens, Kafka(), NOW, "backup")
+    assert [(s.topic, s.partition, s.token) for s in found] == [("gone", 0, 5), ("gone", 1, 7)]
+    assert all(s.problem.startswith("Kafka has no such topic") for s in found)
+    assert render(found).count("PROBLEM backup/gone: Kafka has no such topic") == 1
