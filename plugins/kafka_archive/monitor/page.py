@@ -36,13 +36,15 @@ th{background:#f7fafc} td.l,th.l{text-align:left}
 #attention.calm{border-color:#2f855a;background:#f0fff4}
 """
 REFRESH_S = 60
+_COLOURS = {"ok": "#2f855a", "warn": "#b7791f", "bad": "#c53030"}
 CHART_PARTITIONS = 60  # more partitions than this: the chart shows topics
 
 
 def render(o: GroupOverview, dag_link: str) -> str:
     at = _time(o.at_ms)
     shown = [p for p in o.partitions if not p.problem]
-    chart = (lag_chart(shown) if len(shown) <= CHART_PARTITIONS
+    sla = {t.topic: t.sla_s for t in o.freshness}
+    chart = (lag_chart(shown, sla_s=sla) if len(shown) <= CHART_PARTITIONS
              else topic_chart(topic_lags(o)[:CHART_PARTITIONS]))
     body = [f"<h1>kafka-archive group <span id='group'>{escape(o.group)}</span></h1>",
             f"<p class='muted'>as of {at} (reloads every {REFRESH_S} s) &middot; "
@@ -142,8 +144,7 @@ def topic_chart(lags: list[TopicLag], width: int = 640) -> str:
     rows = []
     for i, t in enumerate(lags):
         length = (width - label_w - 80) * t.lag_messages / top
-        colour = {"ok": "#2f855a", "warn": "#b7791f", "bad": "#c53030"}[
-            _lag_class(t.lag_ms, t.sla_s)]
+        colour = _COLOURS[_lag_class(t.lag_ms, t.sla_s)]
         rows.append(f"<text x='{label_w - 6}' y='{i * bar + 13}' text-anchor='end'>"
                     f"{escape(t.topic)}</text><rect x='{label_w}' y='{i * bar + 3}' "
                     f"width='{length:.1f}' height='{bar - 6}' fill='{colour}'/>"
@@ -208,10 +209,12 @@ def lag_chart(partitions: list[PartitionStatus], width: int = 640,
         lag = p.lag_messages or 0
         length = (width - label_w - 80) * lag / top
         y = i * bar
+        level = _lag_class(p.lag_ms if p.behind_ms is None else p.behind_ms,
+                           (sla_s or {}).get(p.topic))
         rows.append(f"<text x='{label_w - 6}' y='{y + 13}' text-anchor='end'>"
                     f"{escape(p.topic)} [{p.partition}]</text>"
                     f"<rect x='{label_w}' y='{y + 3}' width='{length:.1f}' height='{bar - 6}' "
-                    f"fill='{'#2f855a' if not lag else '#b7791f'}'/>"
+                    f"fill='{_COLOURS[level]}'/>"
                     f"<text x='{label_w + length + 4:.1f}' y='{y + 13}'>{_num(p.lag_messages)}</text>")
     height = bar * len(partitions)
     return (f"<svg id='lag-chart' role='img' aria-label='lag in messages per partition' "
