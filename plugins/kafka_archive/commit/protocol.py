@@ -91,6 +91,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                                     "archive job did not finish, so nothing was committed")
     manifest = json.loads(manifest)
     ends = verify(plan, manifest, storage.size)
+    add_to_catalog(config, plan, manifest, storage, now, dry_run=True)  # refused: before tokens
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
         offsets.update({p: end for (t, p), end in ends.items() if t == topic})
@@ -124,10 +125,13 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
 
 
 def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
-                   now: datetime) -> None:
+                   now: datetime, dry_run: bool = False) -> None:
     """The run's rows into the catalog; out go the current rows at or beyond the start
     of a slice whose partition the plan rewound (the files it moved aside). Nothing when
-    the catalog holds this run already (a commit re-run after a crash)."""
+    the catalog holds this run already (a commit re-run after a crash). dry_run: only
+    check that the catalog takes the entry (catalog.OverlapError if a row's offsets are
+    in a current file already), writing nothing: the commit does so before any token
+    moves, so a refusal leaves the run as it was."""
     root, group = config.archive_root, plan.group
     run = catalog.run_folder(root, group, plan.run_id)
     plan_dict = json.loads(plan.to_json())
@@ -151,4 +155,9 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
                 "lost": [{"topic": a.topic, "partition": a.partition, "lost_from": a.lost_from,
                           "lost_to": a.lost_to} for a in plan.anomalies if a.action == "skipped"]}
 
+    if dry_run:
+        cat = catalog.open_catalog(storage, config, group)
+        if (found := entry(cat)) is not None:
+            cat.state.apply({**found, "seq": cat.state.seq + 1}, check=True)
+        return
     catalog.append(storage, config, group, entry)

@@ -159,3 +159,28 @@ def test_a_row_reaching_the_end_kafka_had_when_planned_marks_the_partition_caugh
                                 env.cfg.archive_root, GROUP) for p in (0, 1)]
     assert rows[0]["caught_up_at"] == "2026-01-01T00:15:00+00:00"
     assert "caught_up_at" not in rows[1]  # capped at 10 of 50: still behind
+
+
+def test_a_commit_whose_rows_a_current_file_holds_is_refused_before_any_token_moves(env):
+    """commit.protocol checks the catalog before the tokens: a refused run changes nothing."""
+    from datetime import datetime, timezone
+
+    from kafka_archive.commit import protocol
+    from kafka_archive.plan.planning import Plan, Slice
+    from kafka_archive.tokens import LocalTokenStore
+
+    env.commit([env.row("a", 0, 0, 10)])
+    row = env.row("a", 0, 5, 15)
+    url = row["files"][0]["url"]
+    Storage.put_bytes(env.storage, url, b"x" * row["files"][0]["bytes"])
+    plan = Plan(group=GROUP, run_id="late", created_at="2026-01-02T00:00:00+00:00", bootstrap="b",
+                generation=1, format={}, slices=(Slice("a", 0, 5, 15, 1 << 30),),
+                token_versions={"a": None}, base_offsets={"a": {}})
+    Storage.put_bytes(env.storage, layout.run_file(env.cfg.archive_root, GROUP, "late",
+                                                   "manifest.json"),
+                      json.dumps({"run_id": "late", "slices": [
+                          {**row, "cut": False, "gaps": []}]}).encode())
+    tokens = LocalTokenStore(env.cfg.path.parent / "tokens")
+    with pytest.raises(OverlapError, match=r"offsets \[5, 10\) of run late"):
+        protocol.commit(env.cfg, plan, env.storage, tokens, datetime.now(timezone.utc))
+    assert tokens.read(GROUP, "a").token is None  # no token moved
