@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from kafka_archive import layout
-from kafka_archive.catalog.state import State, row_files, with_time_partitions
+from kafka_archive.catalog.state import State, row_files, row_key, with_time_partitions
 from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url, snapshot_url,
                                          _load_json)
 from kafka_archive.errors import TerminalError
@@ -98,7 +98,7 @@ def run_summary(plan: dict, manifest: dict, committed: dict) -> dict:
 def from_run_folders(storage: Storage, root: str, group: str, spec: layout.LayoutSpec
                      ) -> tuple[State, list[dict]]:
     """The state and current rows of a group, replayed from its run folders."""
-    events, plans, summaries = [], {}, []
+    events, plans = [], {}
     for run, names in run_folders(storage, layout.runs_dir(root, group)).items():
         if "committed.json" in names:
             committed = _load_json(storage, f"{run}/committed.json")
@@ -108,34 +108,49 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
             events.append((_load_json(storage, f"{run}/backfill.json")["at"], run, "backfill", None))
     by_id = {run.rsplit("/", 1)[-1]: run for run in plans}
     rows: dict[tuple, dict] = {}
-    lost = []
-    for _, run, kind, committed in sorted(events, key=lambda e: e[:3]):
+    state = State()  # the fold of the same entries the commits and backfills append
+
+    def replace_rows(gone: list[dict], added: list[dict]) -> list[dict]:
+        """Take out `gone` and any current row a new one replaces by key; put `added`."""
+        out = {row_key(r): r for r in gone}
+        out.update((row_key(r), rows[row_key(r)]) for r in added if row_key(r) in rows)
+        for key in out:
+            rows.pop(key, None)
+        for row in added:
+            rows[row_key(row)] = row
+        return list(out.values())
+
+    for at, run, kind, committed in sorted(events, key=lambda e: e[:3]):
         if kind == "commit":
             plan = plans[run]
             moved = set(plan.get("superseded", ()))
-            if moved:
-                rows = {key: row for key, row in rows.items()
-                        if not any(f["url"] in moved for f in row_files(row))}
-            lost += [{"topic": a["topic"], "partition": a["partition"],
-                      "lost_from": a["lost_from"], "lost_to": a["lost_to"]}
-                     for a in plan.get("anomalies", ()) if a.get("action") == "skipped"]
+            gone = [r for r in rows.values() if any(f["url"] in moved for f in row_files(r))]
             manifest = _load_json(storage, f"{run}/manifest.json")
-            summaries.append(run_summary(plan, manifest, committed))
-            for row in manifest["slices"]:
-                _put(rows, catalog_row(row, run, plan, spec, root, group))
+            added = [catalog_row(r, run, plan, spec, root, group) for r in manifest["slices"]]
+            state.apply({"kind": "commit", "seq": 0, "run_id": plan.get("run_id"), "at": at,
+                         "run": run_summary(plan, manifest, committed),
+                         "remove": replace_rows(gone, added), "add": added,
+                         "lost": [{"topic": a["topic"], "partition": a["partition"],
+                                   "lost_from": a["lost_from"], "lost_to": a["lost_to"]}
+                                  for a in plan.get("anomalies", ())
+                                  if a.get("action") == "skipped"]})
         else:
-            for row in _load_json(storage, f"{run}/backfill.json")["slices"]:
+            backfill = _load_json(storage, f"{run}/backfill.json")
+            added = []
+            for r in backfill["slices"]:
                 # the replaced run by its id: its folder's URL depends on how the root is spelled
-                planned = by_id.get(row["replaces_run"].rsplit("/", 1)[-1])
+                planned = by_id.get(r["replaces_run"].rsplit("/", 1)[-1])
                 if planned in plans:
-                    _put(rows, catalog_row(row, planned, plans[planned], spec, root, group))
-    state = State()
-    state.apply({"kind": "commit", "seq": 0, "add": [rows[k] for k in sorted(rows)],
-                 "lost": lost})
+                    added.append(catalog_row(r, planned, plans[planned], spec, root, group))
+            state.apply({"kind": "backfill", "seq": 0, "run_id": run.rsplit("/", 1)[-1],
+                         "at": at, "run": {"run_id": run.rsplit("/", 1)[-1], "planned_at": at,
+                                           "committed_at": at,
+                                           "records": sum(r["records"] for r in added),
+                                           "bytes": sum(r.get("bytes") or 0 for r in added),
+                                           "files": sum(len(row_files(r)) for r in added)},
+                         "remove": replace_rows([], added), "add": added})
     for loss in accepted(storage, root, group):
         state.apply({"kind": "loss", "seq": 0, "loss": asdict(loss)})
-    for summary in sorted(summaries, key=lambda s: s["committed_at"])[-20:]:
-        state.recent.insert(0, {**summary, "kind": "commit"})
     for name, topic in state.topics.items():
         stored = storage.get_or_none(layout.finalized_state(root, group, name))
         if stored is not None:
@@ -143,10 +158,6 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
             topic.open_time = {p for p in topic.open_time if topic.finalized_through_ms
                                < layout.time_partition_range(p, spec)[1]}
     return state, [rows[k] for k in sorted(rows)]
-
-
-def _put(rows: dict, row: dict) -> None:
-    rows[(row["topic"], row["partition"], row["_generation"], row["start"])] = row
 
 
 def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec) -> Catalog:

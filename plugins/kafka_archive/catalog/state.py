@@ -73,12 +73,15 @@ class Summary:
         self.records += sign * row["records"]
         self.bytes += sign * (row.get("bytes") or 0)
         self.rows += sign
+        furthest = row["end"] >= (self.end or 0)
         if row["end"] > row["start"]:
             self.covered = (_union if sign > 0 else _minus)(self.covered, row["start"], row["end"])
-        if sign > 0 and self.end == row["end"]:
+        if sign > 0 and furthest:
             self.last_run = row["_run"].rsplit("/", 1)[-1]
         if sign > 0 and (row.get("caught_up_at") or "") > (self.caught_up_at or ""):
-            self.caught_up_at = row["caught_up_at"]
+            self.caught_up_at = row["caught_up_at"]  # each such row says: all was held then
+        elif sign < 0 and furthest:
+            self.caught_up_at = None  # a rewind took out the end: not known to be held
 
     def overlap(self, start: int, end: int) -> Range | None:
         for a, b in self.covered:
