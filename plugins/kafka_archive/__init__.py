@@ -7,8 +7,8 @@ The packages follow one run's data flow:
     archive/  the Spark job: read exactly the planned slices, write the files
               (layout, parsers, slice writer)                       -> files + manifest.json
     formats/  how records become bytes: SequenceFile, text, Baldr, the record key
-    commit/   check the manifest against the plan, advance the tokens by compare-and-swap;
-              finalize time partitions; which rows of a group are current
+    commit/   check the manifest against the plan, advance the tokens by compare-and-swap,
+              add the run to the group's catalog; finalize time partitions
     monitor/  after commit: freshness, status and lag, alert messages, preflight
     audit/    producers' counts against what was archived: producer, events, verdicts, reports
     tools/    operators' commands over the archive: verify, backfill, cat
@@ -16,7 +16,8 @@ The packages follow one run's data flow:
               connections, alert sending
 
 under a shared base: config, errors, storage (S3 or local files), tokens (the offset
-token files), layout (every path under the archive root), brokers (Kafka clients) and
-spark (how a job is launched). Airflow puts plugins/ on sys.path; tests and the CLI
+token files), layout (every path under the archive root, and back), catalog (what is
+where: every current file of a group, read by everything after the commit), brokers
+(Kafka clients) and spark (how a job is launched). Airflow puts plugins/ on sys.path; tests and the CLI
 import the package through the editable install.
 """

@@ -4,7 +4,7 @@
   tracks its progress with its own token (group `_audit`), advanced by compare-and-swap
   after the events file is durable, like any archive run;
 - archived counts: the per-(topic, source, window) counts in the group's current
-  manifest rows (kafka_archive.commit.current), or, when the manifests are in doubt, a
+  rows (the catalog), or, when the manifests are in doubt, a
   re-scan of the archived files themselves;
 - how far each topic is archived in time: per partition, the timestamp of the first
   message not yet archived (now, when caught up); the topic's is the minimum.

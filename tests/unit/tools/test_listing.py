@@ -1,4 +1,4 @@
-"""`kafka-archive ls` lists what commit.current says is current, one line per file."""
+"""`kafka-archive ls` lists what the catalog says is current, one line per file."""
 
 from __future__ import annotations
 
