@@ -239,6 +239,7 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
                  for row in browser.find_elements(By.CSS_SELECTOR, "#lag-table tr[data-topic]")}
         assert set(topics) <= shown
         browser.set_window_size(1300, 900)
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         assert browser.save_screenshot(str(SCREENSHOT.with_name("kafka-archive-page-problem.png")))
     finally:  # the stack is shared with later tests
         broken.unlink()
