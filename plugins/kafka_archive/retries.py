@@ -43,6 +43,16 @@ TRANSIENT_S3_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException",
                                 "RequestTimeout", "RequestTimeoutException", "InternalError",
                                 "ServiceUnavailable", "503", "500", "502", "504"})
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# refusals that repeat on every retry, and what a person changes for each
+S3_REFUSALS = {
+    "AccessDenied": "the S3 connection's credentials may not do this: grant them the "
+                    "bucket and prefix (its policy), or use a connection that may",
+    "NoSuchBucket": "create the bucket, or correct archive_root / token_root",
+    "InvalidAccessKeyId": "the S3 connection's access key is unknown to the server: fix "
+                          "its login",
+    "SignatureDoesNotMatch": "the S3 connection's secret key is wrong: fix its password",
+    "InvalidBucketName": "correct the bucket name in archive_root / token_root",
+}
 
 
 class DiskFullError(TerminalError):
@@ -110,6 +120,8 @@ def classify(exc: BaseException, what: str) -> ArchiveError:
     kind = TransientError if is_transient(exc) else TerminalError
     status = s3_status(exc)
     detail = f"{exc!r}" if status is None else f"{exc} (HTTP {status})"
+    if advice := S3_REFUSALS.get(s3_error_code(exc)):
+        detail += f"; this refusal repeats on every retry: {advice}"
     return kind(f"{what}: {detail}")
 
 

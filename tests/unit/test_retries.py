@@ -101,3 +101,11 @@ def test_s3_config_bounds_retries():
     config = retries.s3_config()
     assert config.retries == {"max_attempts": retries.S3_MAX_ATTEMPTS, "mode": "standard"}
     assert config.read_timeout == retries.S3_READ_TIMEOUT_S
+
+
+def test_a_refusal_that_repeats_says_so_and_what_to_change():
+    denied = retries.classify(s3_error("AccessDenied", 403), "S3 PUT s3://b/k")
+    assert isinstance(denied, TerminalError)
+    assert "this refusal repeats on every retry: the S3 connection's credentials may not" in str(denied)
+    assert "create the bucket" in str(retries.classify(s3_error("NoSuchBucket", 404), "x"))
+    assert "repeats" not in str(retries.classify(s3_error("SlowDown", 503), "x"))  # transient
