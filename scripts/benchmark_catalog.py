@@ -82,7 +82,7 @@ def main() -> int:
                             aws_secret_access_key=client._request_signer._credentials.secret_key,
                             region_name="us-east-1",
                             config=BotoConfig(max_pool_connections=32))
-        bench = Bench(env, client, fast, counter, Path(f"/tmp/kafka-archive-catalog-bench"))
+        bench = Bench(env, client, fast, counter, Path("/tmp/kafka-archive-catalog-bench"))
         print(f"uptime: {Path('/proc/loadavg').read_text().strip()}")
         for runs in (int(n) for n in args.runs.split(",")):
             bench.history(runs, args.partitions)

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 from kafka import TopicPartition
 
-from kafka_archive import catalog, layout
+from kafka_archive import catalog
 from kafka_archive.catalog import row_files
 from kafka_archive.catalog.state import part_key
 from kafka_archive.config import Config
