@@ -1,35 +1,29 @@
 """The training run of the JVM class-data sharing archive scripts/install builds
 (.cache/spark-cds/spark.jsa): a spark-submit application that loads the classes the archive
-job's driver loads (SparkSession, the SQL planner and code generator, a Python mapInArrow
-over binary, long and header columns, Arrow, collect), run once with
-`-XX:ArchiveClassesAtExit`. Jobs started with `-XX:SharedArchiveFile` then map those
-classes instead of finding, reading and verifying them in Spark's ~250 jars: about 40% of
-the driver's CPU at start-up (issue 14). Needs no broker and no S3.
+job's driver loads (a SparkContext, a Python RDD's tasks of pickled slices, collect), run
+once with `-XX:ArchiveClassesAtExit`. Jobs started with `-XX:SharedArchiveFile` then map
+those classes instead of finding, reading and verifying them in Spark's ~250 jars: a good
+part of the driver's CPU at start-up (issue 14). Needs no broker and no S3.
 
     spark-submit --master local[2] --driver-java-options -XX:ArchiveClassesAtExit=OUT \
         scripts/spark_class_archive.py
 """
 
-from pyspark.sql import SparkSession
+from pyspark import SparkConf, SparkContext
 
-spark = (SparkSession.builder.appName("kafka-archive-class-archive")
-         .config("spark.ui.enabled", "false").config("spark.log.level", "WARN").getOrCreate())
+sc = SparkContext.getOrCreate(SparkConf().setAppName("kafka-archive-class-archive")
+                              .set("spark.ui.enabled", "false").set("spark.log.level", "WARN"))
 
 
-def write(batches):
-    import pyarrow as pa
-
-    for batch in batches:
-        yield pa.RecordBatch.from_pylist([{"records": batch.num_rows}])
+def archive(tasks):
+    for slices in tasks:
+        for topic, partition in slices:
+            yield {"topic": topic, "partition": partition, "records": 1}
 
 
 try:
-    frame = spark.range(0, 1000, numPartitions=2).selectExpr(
-        "'topic' AS topic", "CAST(id % 2 AS INT) AS partition", "id AS offset",
-        "CAST(NULL AS BINARY) AS key", "CAST(repeat('x', 100) AS BINARY) AS value",
-        "unix_millis(current_timestamp()) AS timestamp_ms",
-        "array(named_struct('key', 'k', 'value', CAST('v' AS BINARY))) AS headers")
-    rows = frame.mapInArrow(write, "records long").collect()
-    assert sum(r.records for r in rows) == 1000, rows
+    tasks = [[("topic", p)] for p in range(4)]
+    rows = sc.parallelize(tasks, len(tasks)).mapPartitions(archive).collect()
+    assert sorted(r["partition"] for r in rows) == [0, 1, 2, 3], rows
 finally:
-    spark.stop()
+    sc.stop()

@@ -16,16 +16,12 @@ parser.add_argument("--plan", required=True)
 args = parser.parse_args()
 
 started = time.monotonic()
-spark = (launch.job_session("kafka-archive")
-         # Spark 4.1 sizes each Arrow batch row by row, quadratic in the list-typed
-         # headers column; batches stay capped at maxRecordsPerBatch rows anyway
-         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
-         .getOrCreate())
+sc = launch.job_context("kafka-archive")
 ready = time.monotonic()
 try:
-    manifest = job.run(spark, config.load(launch.shipped_file(args.config)), args.plan)
+    manifest = job.run(sc, config.load(launch.shipped_file(args.config)), args.plan)
     # spark-submit's output is the task's log (the Spark provider logs each line)
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)),
           flush=True)
 finally:
-    spark.stop()
+    sc.stop()

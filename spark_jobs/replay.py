@@ -20,9 +20,9 @@ parser.add_argument("--max-rate", type=int, help="messages per second per source
 args = parser.parse_args()
 
 started = time.monotonic()
-spark = launch.job_session("kafka-archive-replay").getOrCreate()
+sc = launch.job_context("kafka-archive-replay")
 try:
-    rows = replay_job.run(spark, config.load(launch.shipped_file(args.config)), args.replay,
+    rows = replay_job.run(sc, config.load(launch.shipped_file(args.config)), args.replay,
                            args.max_rate)
     print("\n".join(replay_job.summary_lines(rows, time.monotonic() - started)), flush=True)
 except Exception as exc:  # a task's failure, recorded beside the replay for the command
@@ -31,4 +31,4 @@ except Exception as exc:  # a task's failure, recorded beside the replay for the
     print(f"replay failed: {str(exc).splitlines()[0]}", file=sys.stderr)
     sys.exit(1)
 finally:
-    spark.stop()
+    sc.stop()

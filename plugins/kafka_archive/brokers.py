@@ -1,6 +1,14 @@
-"""Kafka clients from config: kafka-python for Airflow tasks, options for Spark's source.
-Both get the same bootstrap servers and extra client properties (security settings),
-written once in the config with Java's names (`kafka.properties`)."""
+"""Kafka clients from config: kafka-python for the Airflow tasks' metadata and offset
+look-ups, librdkafka (confluent-kafka) where bytes move: the archive job's range reads and
+the replay's producer. All get the same bootstrap servers and extra client properties
+(security settings), written once in the config with Java's names (`kafka.properties`)
+and translated here; a property one client cannot honour is refused by name.
+
+Isolation: the archive reads committed messages only (`isolation.level` read_committed
+unless the config says read_uncommitted): an aborted transaction's messages were never
+sent, as far as a consumer of the topic knows, so the archive leaves them out, and their
+offsets are gaps like a transaction's markers. The planner asks for the same level's end
+offset, the last stable offset, so a run never waits on an open transaction."""
 
 from __future__ import annotations
 
@@ -29,6 +37,8 @@ def python_client_settings(config: Config, bootstrap: str | None = None) -> dict
     config's (a replay's target), reached with the same properties."""
     settings = {"bootstrap_servers": bootstrap or config.bootstrap_servers}
     for name, value in config.kafka_properties.items():
+        if name == "isolation.level":  # a consumer's alone: consumer() sets it
+            continue
         if name == "sasl.jaas.config":
             settings.update(_jaas_credentials(config, value))
         else:
@@ -100,6 +110,7 @@ def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
     check_authentication(config, bootstrap)
     return retries.call(
         lambda: KafkaConsumer(group_id=None, enable_auto_commit=False, request_timeout_ms=30000,
+                              isolation_level=isolation_level(config),
                               **python_client_settings(config, bootstrap)),
         f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
 
@@ -110,6 +121,84 @@ def producer(config: Config, bootstrap: str | None = None, **settings) -> KafkaP
     return retries.call(
         lambda: KafkaProducer(**python_client_settings(config, bootstrap), **settings),
         f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
+
+
+def isolation_level(config: Config) -> str:
+    level = config.kafka_properties.get("isolation.level", "read_committed")
+    if level not in ("read_committed", "read_uncommitted"):
+        raise ConfigError(f"{config.path}: kafka.properties.isolation.level must be "
+                          f"read_committed or read_uncommitted, got {level!r}")
+    return level
+
+
+# Java client properties librdkafka knows by the same name, and those it calls otherwise
+_SAME_IN_LIBRDKAFKA = {
+    "security.protocol", "sasl.mechanism", "client.id", "isolation.level", "fetch.max.bytes",
+    "max.partition.fetch.bytes", "fetch.min.bytes", "reconnect.backoff.ms",
+    "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
+    "connections.max.idle.ms", "ssl.key.password", "ssl.keystore.location",
+    "ssl.keystore.password", "ssl.endpoint.identification.algorithm", "socket.connection.setup.timeout.ms"}
+_RENAMED_IN_LIBRDKAFKA = {
+    "fetch.max.wait.ms": "fetch.wait.max.ms", "request.timeout.ms": "socket.timeout.ms",
+    "receive.buffer.bytes": "socket.receive.buffer.bytes",
+    "send.buffer.bytes": "socket.send.buffer.bytes",
+    "ssl.truststore.certificates": "ssl.ca.pem",
+    "ssl.keystore.certificate.chain": "ssl.certificate.pem", "ssl.keystore.key": "ssl.key.pem"}
+
+
+def librdkafka_settings(config: Config, bootstrap: str | None = None) -> dict:
+    """The config's Kafka properties (Java names) as librdkafka's. PEM trust and key
+    stores map to ssl.ca.location and ssl.certificate.location/ssl.key.location, a PKCS12
+    keystore passes as it is; a JKS store, or any property librdkafka has no equivalent
+    for, is a ConfigError naming it (its value may be a secret: never shown)."""
+    props = dict(config.kafka_properties)
+    settings = {"bootstrap.servers": bootstrap or config.bootstrap_servers,
+                "isolation.level": isolation_level(config)}
+    stores = {kind: props.pop(f"ssl.{kind}store.type", "JKS").upper()
+              for kind in ("trust", "key")}
+    for name, value in props.items():
+        if name == "sasl.jaas.config":
+            found = _jaas_credentials(config, value)
+            settings["sasl.username"] = found["sasl_plain_username"]
+            settings["sasl.password"] = found["sasl_plain_password"]
+        elif name == "ssl.truststore.location" and stores["trust"] == "PEM":
+            settings["ssl.ca.location"] = value
+        elif name == "ssl.keystore.location" and stores["key"] == "PEM":
+            # Java's PEM keystore holds the key and its certificate chain in one file
+            settings["ssl.certificate.location"] = settings["ssl.key.location"] = value
+        elif name == "ssl.keystore.location" and stores["key"] == "PKCS12":
+            settings[name] = value
+        elif name in ("ssl.truststore.location", "ssl.keystore.location"):
+            kind = name.split(".")[1]
+            raise ConfigError(
+                f"{config.path}: kafka.properties.{name}: a {stores[kind[:-5]]} {kind} has no "
+                f"librdkafka equivalent (the archive job reads with librdkafka): convert it "
+                f"to PEM and set ssl.{kind}.type: PEM")
+        elif name == "ssl.endpoint.identification.algorithm":
+            settings[name] = value or "none"  # Java's empty value turns the check off
+        elif name in _SAME_IN_LIBRDKAFKA:
+            settings[name] = value
+        elif name in _RENAMED_IN_LIBRDKAFKA:
+            settings[_RENAMED_IN_LIBRDKAFKA[name]] = value
+        else:
+            raise ConfigError(
+                f"{config.path}: kafka.properties.{name} has no librdkafka equivalent known "
+                f"to kafka-archive (the archive job and the replay use librdkafka); remove it")
+    return settings
+
+
+def range_consumer(config: Config):
+    """A librdkafka consumer for reading assigned offset ranges (the archive job's tasks):
+    it joins no group and commits nothing (progress lives in token files), reports the
+    end of a partition (so a range ending in markers does not wait out a timeout), and
+    starts a range whose head retention deleted at the earliest offset left (the job
+    records the loss)."""
+    from confluent_kafka import Consumer
+
+    return Consumer({**librdkafka_settings(config), "group.id": "kafka-archive",
+                     "enable.auto.commit": False, "enable.auto.offset.store": False,
+                     "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                     "log_level": 0})
 
 
 def spark_options(config: Config) -> dict[str, str]:

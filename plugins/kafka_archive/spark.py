@@ -1,5 +1,4 @@
-"""How kafka-archive launches Spark: pyspark's own spark-submit, Spark's Kafka source jars
-from the install cache, the library shipped to the executors as a zip (`--py-files`), the
+"""How kafka-archive launches Spark: pyspark's own spark-submit, the library shipped to the executors as a zip (`--py-files`), the
 config as a file (`--files`), and S3 credentials handed from the driver to the executors
 without any command line holding them.
 
@@ -113,7 +112,6 @@ class Submit:
     master: str
     deploy_mode: str | None
     conf: dict[str, str]
-    jars: list[str]
     py_files: list[str]
     files: list[str]
 
@@ -133,7 +131,7 @@ class Submit:
 def archive_submit(config: Config, master: str | None = None) -> Submit:
     """spark-submit settings of the archive job: the master (argument, else the config's
     `spark.master`, else local[2]), deploy mode and extra conf from the config's `spark:`
-    section, the Kafka source jars, the library zip, the config file."""
+    section, the library zip, the config file."""
     master = master or config.spark.master or DEFAULT_MASTER
     deploy_mode = config.spark.deploy_mode
     if master.startswith("spark://") and deploy_mode == "cluster":
@@ -148,7 +146,7 @@ def archive_submit(config: Config, master: str | None = None) -> Submit:
         options = [*DRIVER_JAVA_OPTIONS, f"-XX:SharedArchiveFile={archive}" if archive else None,
                    conf.get("spark.driver.extraJavaOptions")]
         conf["spark.driver.extraJavaOptions"] = " ".join(o for o in options if o)
-    return Submit(master=master, deploy_mode=deploy_mode, conf=conf, jars=kafka_source_jars(),
+    return Submit(master=master, deploy_mode=deploy_mode, conf=conf,
                   py_files=[str(library_zip())], files=[str(config.path)])
 
 
@@ -199,25 +197,24 @@ def job_command(config: Config, application: Path, args: list[str], name: str,
         command += ["--deploy-mode", s.deploy_mode]
     for key, value in sorted(s.conf.items()):
         command += ["--conf", f"{key}={value}"]
-    return [*command, *extra, "--name", name, "--jars", ",".join(s.jars),
-            "--py-files", ",".join(s.py_files), "--files", ",".join(s.files),
+    return [*command, *extra, "--name", name, "--py-files", ",".join(s.py_files), "--files", ",".join(s.files),
             str(application), "--config", str(config.path), *args]
 
 
 # --- inside the job (spark_jobs/archive.py) ----------------------------------------------
 
-def job_session(name: str):
-    """A SparkSession builder for a job of spark_jobs/: Spark's own log at the job's level
-    (its INFO lines would bury the job's), and the driver's S3 credentials handed to the
-    executors (never on a command line)."""
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
+def job_context(name: str):
+    """The SparkContext of a job of spark_jobs/: Spark's own log at the job's level (its
+    INFO lines would bury the job's), and the driver's S3 credentials handed to the
+    executors (never on a command line). A context, not a session: the jobs schedule
+    their own tasks, and a driver that never loads Spark SQL starts faster."""
+    from pyspark import SparkConf, SparkContext
 
     from kafka_archive.archive import progress
 
-    return (SparkSession.builder.appName(name)
-            .config(conf=SparkConf().set("spark.log.level", progress.SPARK_LOG_LEVEL))
-            .config(map=executor_env_conf(dict(os.environ))))
+    conf = (SparkConf().setAppName(name).set("spark.log.level", progress.SPARK_LOG_LEVEL)
+            .setAll(executor_env_conf(dict(os.environ)).items()))
+    return SparkContext.getOrCreate(conf)
 
 
 def executor_env_conf(environ: dict[str, str]) -> dict[str, str]:

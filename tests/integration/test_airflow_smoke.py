@@ -35,7 +35,7 @@ def test_dags_test_runs_preflight_dag_against_real_services(airflow_env, kafka, 
     checks = report["checks"]
     assert checks["monitoring_topic"] == f"ok: {Audit().topic}", checks
     assert checks["smtp"].startswith("ok: 127.0.0.1:"), checks
-    assert checks["token_root"].startswith("ok: ") and checks["spark_kafka_jars"].startswith("ok: ")
+    assert checks["token_root"].startswith("ok: ") and checks["kafka_client"].startswith("ok: ")
 
 
 def test_preflight_names_every_check_that_fails(airflow_env, kafka, s3, unique, tmp_path):

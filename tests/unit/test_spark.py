@@ -45,11 +45,7 @@ def test_library_zip_alone_provides_the_package(tmp_path):
     assert result.stdout.strip() == f"{built}/kafka_archive/errors.py"
 
 
-def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_path, monkeypatch):
-    jars = tmp_path / "jars"
-    jars.mkdir()
-    (jars / "spark-sql-kafka.jar").write_bytes(b"")
-    monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_JARS_DIR", str(jars))
+def test_submit_ships_library_and_config_with_the_config_spark_section(tmp_path, monkeypatch):
     monkeypatch.setenv("KAFKA_ARCHIVE_PY_FILES_DIR", str(tmp_path / "py"))
     monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_CDS", str(tmp_path / "none.jsa"))  # not built
     cfg = load(tmp_path, "spark:\n  master: spark://h:7077\n  conf:\n"
@@ -68,7 +64,7 @@ def test_submit_ships_library_config_and_jars_with_the_config_spark_section(tmp_
                       # the executors' Python is not the driver's
                       "spark.pyspark.driver.python": sys.executable}
     assert s.py_files == [str(spark.library_zip(tmp_path / "py"))]
-    assert s.files == [str(cfg.path)] and s.jars == [str(jars / "spark-sql-kafka.jar")]
+    assert s.files == [str(cfg.path)]  # and no jars: the tasks read Kafka with librdkafka
     assert spark.archive_submit(cfg, master="local[2]").master == "local[2]"  # the caller's
     ui_on = load(tmp_path, "spark:\n  conf:\n    spark.ui.enabled: true\n")
     assert spark.archive_submit(ui_on).conf["spark.ui.enabled"] == "true"  # the config's
@@ -121,7 +117,7 @@ def test_standalone_cluster_mode_is_refused_for_a_python_job(tmp_path):
     ("local[2]", None, True), ("spark://h:7077", "client", True), ("yarn", None, False),
     ("yarn", "cluster", False), ("k8s://https://api:6443", "cluster", False)])
 def test_credentials_go_to_spark_submit_only_where_it_runs_the_driver(master, deploy_mode, takes):
-    s = spark.Submit(master, deploy_mode, {}, [], [], [])
+    s = spark.Submit(master, deploy_mode, {}, [], [])
     assert s.takes_credentials() is takes
 
 

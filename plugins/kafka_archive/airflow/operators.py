@@ -3,7 +3,7 @@ ReplayOperator, spark_jobs/replay.py on one replay's plan).
 
 Everything environment-specific is resolved when the task runs, not when the DAG is
 parsed: the Spark master and deploy mode (the Spark connection), the config's `spark:`
-settings, the library zip and the Kafka source jars (kafka_archive.spark.archive_submit),
+settings and the library zip (kafka_archive.spark.archive_submit),
 and the S3 credentials, which reach the driver through spark-submit's process
 environment (boto3's AWS_* variables) and the executors through the driver
 (spark.executorEnv, set inside the job): never through a templated field, a command line
@@ -66,7 +66,6 @@ class ArchiveOperator(SparkSubmitOperator):
                              f"connection {self._conn_id} says {master}: in Airflow the "
                              "connection decides; make them agree or drop spark.master")
         submit = spark.archive_submit(cfg, master)
-        self.jars = ",".join(submit.jars)
         self.py_files = ",".join(submit.py_files)
         self.files = ",".join(submit.files)
         self.conf = {**submit.conf, **(self.conf or {})}

@@ -36,7 +36,7 @@ PRODUCER_SETTINGS = {"enable_idempotence": True, "acks": "all", "linger_ms": 20,
                      "batch_size": 512 * 1024, "max_request_size": 16 * 1024 * 1024}
 
 
-def run(spark, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
+def run(sc, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
     """Replay every source partition of the plan, one Spark task each, each at most
     max_rate messages per second; their summaries."""
     plan = json.loads(Storage.from_environment().get_bytes(replay_url))
@@ -44,7 +44,7 @@ def run(spark, config: Config, replay_url: str, max_rate: int | None = None) -> 
     if not parts:
         return []
     task = partial(_task, config, plan, max_rate)
-    return spark.sparkContext.parallelize(parts, len(parts)).mapPartitions(task).collect()
+    return sc.parallelize(parts, len(parts)).mapPartitions(task).collect()
 
 
 def _task(config: Config, plan: dict, max_rate: int | None, parts: Iterator[dict]

@@ -1,4 +1,4 @@
-"""Deterministic Kafka records as Spark's Kafka source hands them to mapInArrow, and the
+"""Deterministic Kafka records (as Arrow batches, the columns the job's reader builds), and the
 archive job's files for them in every format: the input of the byte-identity test
 (test_output_bytes.py) and of its golden checksums (golden_output.json), which were
 computed with the per-record writer (commit "golden checksums") before the job learnt
@@ -18,7 +18,7 @@ from pathlib import Path
 from kafka_archive import config as config_module
 from kafka_archive.archive import job
 from kafka_archive.plan.planning import Plan, Slice
-from kafka_archive.storage import local_path
+from kafka_archive.storage import Storage, local_path
 
 AUDIT_HEADER = "kafka-archive-source"
 FORMATS = {
@@ -107,7 +107,7 @@ def records(seed: int = 14, newlines: bool = True) -> list[dict]:
 
 
 def arrow_batches(rows: list[dict], rows_per_batch: int = BATCH_ROWS):
-    """Spark's Arrow batches of the Kafka source columns the job selects."""
+    """The golden records as Arrow batches of rows_per_batch rows, across partitions."""
     import pyarrow as pa
 
     schema = pa.schema([
@@ -116,6 +116,20 @@ def arrow_batches(rows: list[dict], rows_per_batch: int = BATCH_ROWS):
         ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
     for i in range(0, len(rows), rows_per_batch):
         yield pa.RecordBatch.from_pylist(rows[i:i + rows_per_batch], schema=schema)
+
+
+def partition_batches(batches) -> dict[int, list]:
+    """Each partition's records, as the job's Kafka reader hands them to a slice."""
+    import pyarrow.compute as pc
+
+    from kafka_archive.formats.batch import Batch
+
+    found: dict[int, list] = {}
+    for b in batches:
+        for partition in sorted(set(b.column("partition").to_pylist())):
+            part = b.filter(pc.equal(b.column("partition"), partition))
+            found.setdefault(partition, []).append(Batch.from_arrow(part))
+    return found
 
 
 def plan(fmt: dict) -> Plan:
@@ -128,7 +142,7 @@ def plan(fmt: dict) -> Plan:
 
 
 def write(folder: Path, fmt: dict, batches=None) -> dict:
-    """Run the job's mapInArrow function over the golden records in format `fmt`, to a
+    """Run the job's task body over the golden records in format `fmt`, to a
     local archive root: per file (relative name) its sha256 and size, and the manifest
     rows (URLs relative to the root, the long audit counts as their sha256)."""
     root = f"file://{folder}"
@@ -138,9 +152,10 @@ def write(folder: Path, fmt: dict, batches=None) -> dict:
     config = config_module.load(path)
     newlines = fmt.get("kind") != "text" or fmt.get("escape_newlines")
     batches = batches if batches is not None else arrow_batches(records(newlines=newlines))
-    rows = []
-    for out in job.SliceWriter(config, plan(fmt))(batches):
-        rows += out.to_pylist()
+    task, storage = job.ArchiveTask(config, plan(fmt)), Storage.from_environment()
+    per_partition = partition_batches(batches)
+    rows = [task.archive(s, iter(per_partition.get(s.partition, [])), storage)
+            for s in plan(fmt).slices]
     files = {}
     for row in rows:
         for f in json.loads(row["files"]):

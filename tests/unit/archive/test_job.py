@@ -1,26 +1,24 @@
 import pytest
 
-from kafka_archive.archive.job import rows_for_empty_slices
-from kafka_archive.commit.protocol import verify
+from kafka_archive.archive import job
 from kafka_archive.plan.planning import Plan, Slice
+from kafka_archive.storage import Storage
 
 
-def test_slice_without_any_record_still_gets_a_manifest_row_that_commits():
-    # e.g. [41, 42) holds only a transaction commit marker: Spark returns no row for it
-    marker_only, normal = Slice("t", 0, 41, 42, 1000), Slice("t", 1, 0, 2, 1000)
-    written = [{"topic": "t", "partition": 1, "start": 0, "end": 2, "records": 2, "gaps": [],
-                "cut": False, "url": "s3://b/f", "bytes": 10}]
-    rows = written + rows_for_empty_slices([marker_only, normal], written)
-    assert rows[1]["gaps"] == [[41, 42]] and rows[1]["url"] is None
-    plan = Plan(group="backup", run_id="r", created_at="", bootstrap="b", generation=1,
-                format={}, slices=(marker_only, normal), token_versions={}, base_offsets={})
-    assert verify(plan, {"run_id": "r", "slices": rows}, lambda url: 10) == \
-        {("t", 0): 42, ("t", 1): 2}
+def test_each_slice_is_a_task_until_there_are_many_more_than_spark_runs_at_once():
+    few = [Slice("t", p, 0, 100 * (p + 1), 1 << 20) for p in range(8)]
+    assert sorted(len(t) for t in job.task_slices(few, parallelism=2)) == [1] * 8
+    many = [Slice("t", p, 0, 1 + p % 7, 1 << 20) for p in range(10_000)]
+    tasks = job.task_slices(many, parallelism=2)
+    assert len(tasks) == 10_000 // job.SLICES_PER_TASK
+    assert sorted((s.topic, s.partition) for t in tasks for s in t) == \
+        sorted((s.topic, s.partition) for s in many)  # each slice in exactly one task
+    loads = [sum(s.end - s.start for s in t) for t in tasks]
+    assert max(loads) - min(loads) <= 7  # balanced by offsets, longest first
 
 
-def _writer(tmp_path):
+def _task(tmp_path):
     from kafka_archive import config
-    from kafka_archive.archive.job import SliceWriter
 
     path = tmp_path / "kafka-archive.yaml"
     path.write_text(f"kafka: {{bootstrap_servers: b:9092}}\narchive_root: file://{tmp_path}/archive\n")
@@ -28,38 +26,65 @@ def _writer(tmp_path):
                 format={"kind": "sequencefile", "key": "msgpack", "compression": "default"},
                 slices=(Slice("t", 0, 0, 3, 1 << 20), Slice("t", 1, 0, 3, 1 << 20)),
                 token_versions={}, base_offsets={})
-    return SliceWriter(config.load(path), plan)
+    return job.ArchiveTask(config.load(path), plan), plan
 
 
-def _batch(partition: int, offsets: range):
+def _batch(offsets: range):
+    import numpy as np
     import pyarrow as pa
 
+    from kafka_archive.formats.batch import HEADER_TYPE, Batch
+
     n = len(offsets)
-    return pa.RecordBatch.from_pydict({
-        "topic": ["t"] * n, "partition": [partition] * n, "offset": list(offsets),
-        "key": [None] * n, "value": [b"v%d" % o for o in offsets],
-        "timestamp_ms": [1_795_300_000_000 + o for o in offsets], "headers": [None] * n})
+    return Batch(np.array(offsets, np.int64), pa.array([None] * n, pa.binary()),
+                 pa.array([b"v%d" % o for o in offsets], pa.binary()),
+                 np.array([1_795_300_000_000 + o for o in offsets], np.int64),
+                 pa.array([None] * n, HEADER_TYPE))
 
 
 def test_slice_temp_files_live_in_sparks_local_dir_and_go_away(tmp_path, monkeypatch):
     scratch = tmp_path / "spark-local"
     scratch.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(scratch))
-    seen = []
+    task, plan = _task(tmp_path)
+    storage = Storage.from_environment()
+    seen, closed = [], []
 
-    def batches():
-        yield _batch(0, range(3))
-        seen.extend(scratch.iterdir())  # slice 0, still open: its temp file
-        yield _batch(1, range(2))
-        raise OSError("the Kafka fetch failed mid-slice")
+    def failing_read():
+        try:
+            yield _batch(range(2))
+            seen.extend(scratch.iterdir())  # the slice, still open: its temp file
+            raise OSError("the Kafka fetch failed mid-slice")
+        finally:
+            closed.append(True)
 
-    rows = _writer(tmp_path)(batches())
-    assert next(rows).num_rows == 1  # slice 0 done
     with pytest.raises(OSError, match="mid-slice"):
-        next(rows)
+        task.archive(plan.slices[1], failing_read(), storage)
     assert [p.name.startswith("kafka-archive-") for p in seen] == [True]
-    assert list(scratch.iterdir()) == []  # nor the failed slice's temp file
+    assert list(scratch.iterdir()) == [] and closed == [True]  # nor the failed slice's
 
-    rows = list(_writer(tmp_path)(iter([_batch(0, range(3)), _batch(1, range(3))])))
-    assert len(rows) == 2 and list(scratch.iterdir()) == []
-    assert len(list((tmp_path / "archive" / "backup" / "t").rglob("*.seq"))) == 2
+    row = task.archive(plan.slices[0], iter([_batch(range(3))]), storage)
+    assert row["records"] == 3 and row["gaps"] == "[]" and list(scratch.iterdir()) == []
+    assert len(list((tmp_path / "archive" / "backup" / "t").rglob("*.seq"))) == 1
+
+
+def test_a_slice_without_any_message_gets_a_row_whose_gap_is_the_whole_range(tmp_path):
+    # e.g. [41, 42) holds only a transaction marker: the reader yields no message
+    task, plan = _task(tmp_path)
+    row = task.archive(Slice("t", 0, 41, 42, 1 << 20), iter([]), Storage.from_environment())
+    assert (row["records"], row["gaps"], row["url"], row["files"]) == (0, "[[41, 42]]", None, "[]")
+
+
+def test_reading_stops_at_the_slice_cap_and_the_read_is_closed(tmp_path):
+    task, plan = _task(tmp_path)
+    closed = []
+
+    def endless():
+        try:
+            for start in range(0, 10_000, 10):
+                yield _batch(range(start, start + 10))
+        finally:
+            closed.append(True)
+
+    row = task.archive(Slice("t", 0, 0, 10_000, 25), endless(), Storage.from_environment())
+    assert row["cut"] and row["end"] == row["records"] == 11 and closed == [True]  # 2+2+...+3 bytes
