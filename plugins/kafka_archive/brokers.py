@@ -198,7 +198,11 @@ def range_consumer(config: Config):
     return Consumer({**librdkafka_settings(config), "group.id": "kafka-archive",
                      "enable.auto.commit": False, "enable.auto.offset.store": False,
                      "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                     "log_level": 0})
+                     # a range ending at the partition's end learns it within 0.1 s (the
+                     # broker holds a fetch with nothing to return this long)
+                     "fetch.wait.max.ms": 100,
+                     # each fetch brings up to 16 MiB of a partition (1 MiB by default)
+                     "max.partition.fetch.bytes": 16 << 20, "log_level": 0})
 
 
 def spark_options(config: Config) -> dict[str, str]:

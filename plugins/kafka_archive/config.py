@@ -43,7 +43,7 @@ class FormatSpec:
     """What a group's files hold (kafka_archive.formats): sequencefile | text | baldr."""
     kind: str = "sequencefile"
     key: str = "msgpack"          # msgpack map (lossless, replayable) | offset (Secor legacy)
-    compression: str = "default"  # none | default (DefaultCodec) | gzip; text: none | gzip
+    compression: str = "default"  # none | default | gzip | fast | snappy; text: none | gzip
     escape_newlines: bool = False  # text: escape newlines (and backslashes), don't refuse them
     level: int = 6                # sequencefile default|gzip: zlib level (1 fastest, 9 smallest)
 

@@ -142,11 +142,14 @@ class Format(Section):
         for key in sorted(self.model_fields_set - takes - {"kind"}):
             raise problem(f"format kind {self.kind} does not take {key} (it takes "
                           f"{', '.join(sorted(takes | {'kind'}))})", key=key)
-        compressions = {"sequencefile": ("none", "default", "gzip"), "text": ("none", "gzip"),
-                        "baldr": ("gzip",)}[self.kind]
+        compressions = {"sequencefile": tuple(formats.SEQUENCEFILE_COMPRESSION),
+                        "text": ("none", "gzip"), "baldr": ("gzip",)}[self.kind]
         if self.compression is not None and self.compression not in compressions:
             raise problem(f"must be one of {', '.join(compressions)} for format kind "
                           f"{self.kind}, got {self.compression!r}", key="compression")
+        if self.level is not None and (self.compression or "default") not in ("default", "gzip"):
+            raise problem(f"a level is zlib's: it applies to compression default or gzip, not "
+                          f"{self.compression}", key="level")
         return self
 
 

@@ -123,21 +123,20 @@ def airflow_env(service_env, tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def sc():
-    """A local SparkContext: Hadoop's own readers, to check what the pipeline wrote; with
-    Spark's Kafka source, so a test can also run the archive job in it."""
-    from pyspark.sql import SparkSession
+    """A local SparkContext: Hadoop's own readers, to check what the pipeline wrote; a test
+    can also run the archive job in it."""
+    from pyspark import SparkConf, SparkContext
 
     from kafka_archive import spark
 
     with pytest.MonkeyPatch.context() as patch:  # undone after the session
         for name, value in spark.submit_env().items():
             patch.setenv(name, value)
-        session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-                   .config("spark.jars", ",".join(spark.kafka_source_jars()))
-                   .getOrCreate())
-        gateway = session.sparkContext._gateway
-        yield session.sparkContext
-        session.stop()
+        context = SparkContext.getOrCreate(
+            SparkConf().setMaster("local[1]").set("spark.ui.enabled", "false"))
+        gateway = context._gateway
+        yield context
+        context.stop()
         # stop() leaves pyspark's gateway JVM running until this process exits; end it
         # now (it exits when its stdin closes) so the suite leaves no process behind
         gateway.shutdown()

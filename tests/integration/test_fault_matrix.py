@@ -54,9 +54,7 @@ RESULTS: list[str] = []
 
 @pytest.fixture(scope="module")
 def bench(service_env, airflow_env, kafka, s3, toxiproxy, sc):
-    """The two S3 endpoints with faults (Toxiproxy, the status proxy) and a Spark session."""
-    from pyspark.sql import SparkSession
-
+    """The two S3 endpoints with faults (Toxiproxy, the status proxy) and a SparkContext."""
     first_port = int(service_env["KAFKA_ARCHIVE_PROXY_PORT"])
     s3_port = int(service_env["KAFKA_ARCHIVE_S3_PORT"])
     tox = Toxiproxy(toxiproxy)
@@ -64,7 +62,7 @@ def bench(service_env, airflow_env, kafka, s3, toxiproxy, sc):
     statuses = HttpStatusFaults(first_port + 1, ("127.0.0.1", s3_port))
     print(f"\nfault matrix seed {SEED} (KAFKA_ARCHIVE_FAULT_SEED={SEED} repeats it)")
     yield {"toxiproxy": tox, "toxiproxy_endpoint": f"http://127.0.0.1:{first_port}",
-           "statuses": statuses, "spark": SparkSession.builder.getOrCreate(),
+           "statuses": statuses, "spark": sc,
            "direct": localservices.s3_endpoint(service_env)}
     tox.delete("s3")
     tox.close()
@@ -94,7 +92,7 @@ class FaultRuns:
         self.monkeypatch.setenv("AIRFLOW_CONN_KAFKA_ARCHIVE_S3", json.dumps(conn))
         for name, value in s3_environment("kafka_archive_s3").items():
             self.monkeypatch.setenv(name, value)  # the job's driver (Storage.from_environment)
-            self.b["spark"].sparkContext.environment[name] = value  # its Python workers
+            self.b["spark"].environment[name] = value  # its Python workers
 
     def produce(self, count: int) -> None:
         for _ in range(count):
@@ -233,7 +231,7 @@ def test_broker_stopped_and_restarted_during_the_spark_job(faults, bench, servic
     # stops while the stage runs and its later slices must reach Kafka after that
     name = bench["toxiproxy"].add_toxic("s3", "latency", {"latency": 400}, "downstream")
     faults.through(bench["toxiproxy_endpoint"])
-    tracker = bench["spark"].sparkContext.statusTracker()
+    tracker = bench["spark"].statusTracker()
     killed_mid_stage = []
 
     def stop_broker_mid_stage():

@@ -6,9 +6,11 @@ import pytest
 from kafka_archive.formats.sequencefile import (
     BYTES_WRITABLE, LONG_WRITABLE, SequenceFileReader, SequenceFileWriter, sync_marker_for)
 
-MODES = ["none", "block-default", "block-gzip"]
+MODES = ["none", "block-default", "block-gzip", "block-fast", "block-snappy"]
+# "bigger" spans several Snappy chunks of a block section
 RECORDS = [(b"key-0", b""), (b"", b"empty key"), (b"bin", bytes(range(256))),
-           (b"lines", b"one\ntwo\r\nthree\n"), (b"big", b"x" * 100_000)]
+           (b"lines", b"one\ntwo\r\nthree\n"), (b"big", b"x" * 100_000),
+           (b"bigger", bytes(range(256)) * 1600)]
 
 
 def write_file(path, records, compression, key_class=BYTES_WRITABLE, block_size=1_000_000):
@@ -48,7 +50,8 @@ def test_hadoop_reads_several_blocks(sc, tmp_path, compression):
 
 
 @pytest.mark.parametrize("codec", [None, "org.apache.hadoop.io.compress.DefaultCodec",
-                                   "org.apache.hadoop.io.compress.GzipCodec"])
+                                   "org.apache.hadoop.io.compress.GzipCodec",
+                                   "org.apache.hadoop.io.compress.SnappyCodec"])
 def test_reader_reads_files_hadoop_wrote(sc, tmp_path, codec):
     records = [(f"key-{i}".encode(), bytes(range(i % 256))) for i in range(3000)]
     out = tmp_path / "hadoop"

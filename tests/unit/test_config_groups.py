@@ -61,6 +61,8 @@ def test_partitioned_group_with_per_topic_parsers(tmp_path):
     ("{kind: sequencefile, key: offset, compression: gzip}",
      FormatSpec("sequencefile", "offset", "gzip")),
     ("{kind: sequencefile, level: 1}", FormatSpec("sequencefile", level=1)),
+    ("{kind: sequencefile, compression: fast}", FormatSpec("sequencefile", compression="fast")),
+    ("{kind: sequencefile, compression: snappy}", FormatSpec("sequencefile", compression="snappy")),
 ])
 def test_format_kinds(tmp_path, fmt, expected):
     assert load(tmp_path, f"format: {fmt}\n")[0].format == expected
@@ -78,6 +80,10 @@ EVENT_TIME = "layout: event_time\n"
     ("format: {kind: sequencefile, level: 10}", r"groups.g.format.level: .*less than or equal to 9"),
     ("format: {kind: sequencefile, level: 0}", r"groups.g.format.level: .*greater than or equal to 1"),
     ("format: {kind: text, level: 1}", r"groups.g.format.level: format kind text does not take level"),
+    ("format: {kind: sequencefile, compression: lz4}",
+     r"groups.g.format.compression: must be one of none, default, gzip, fast, snappy"),
+    ("format: {kind: sequencefile, compression: fast, level: 1}",
+     r"groups.g.format.level: a level is zlib's: it applies to compression default or gzip, not fast"),
     ("format: {kind: text, escape_newlines: maybe}",
      r"groups.g.format.escape_newlines: must be a valid boolean"),
     ("layout: sideways", r"groups.g.layout.kind: must be 'partition' or 'event_time'"),

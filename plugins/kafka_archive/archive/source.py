@@ -41,7 +41,9 @@ def read(consumer, topic: str, partition: int, start: int, end: int,
     position, last_progress, last_error = start, time.monotonic(), None
     try:
         while position < end:
-            messages = consumer.consume(BATCH_MESSAGES, timeout=1.0)
+            # consume() waits until it has as many messages as asked for, or the timeout:
+            # never ask for more than the range can hold, nor wait long for the last ones
+            messages = consumer.consume(min(BATCH_MESSAGES, end - position), timeout=0.1)
             offsets, keys, values, stamps, headers = [], [], [], [], []
             progressed = False
             for m in messages:

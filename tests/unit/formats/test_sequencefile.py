@@ -3,12 +3,13 @@ import struct
 
 import pytest
 
+from kafka_archive.formats import sequencefile as seq
 from kafka_archive.formats.sequencefile import (
-    BYTES_WRITABLE, LONG_WRITABLE, SYNC_INTERVAL, SequenceFileReader, SequenceFileWriter,
+    COMPRESSIONS, BYTES_WRITABLE, LONG_WRITABLE, SYNC_INTERVAL, SequenceFileReader, SequenceFileWriter,
     decode_vlong, encode_vlong, sync_marker_for)
 
 MARKER = sync_marker_for("test-file")
-MODES = ["none", "block-default", "block-gzip"]
+MODES = list(COMPRESSIONS)
 
 AWKWARD_VALUES = [b"", bytes(range(256)), b"line one\nline two\r\n", b"\x00" * 1000, b"x"]
 
@@ -196,4 +197,46 @@ def test_wrong_sync_marker_is_corruption(compression):
     position = data.index(struct.pack(">i", -1) + MARKER, header_length) + 4
     data[position] ^= 0xFF
     with pytest.raises(ValueError, match=r"wrong sync marker at byte \d+"):
+        read(bytes(data))
+
+
+@pytest.mark.parametrize("compression, codec", [("block-fast", seq.DEFAULT_CODEC),
+                                                ("block-snappy", seq.SNAPPY_CODEC)])
+def test_fast_compressions_name_the_codec_hadoop_reads_them_with(compression, codec):
+    data = write([(b"k", b"v" * 1000)], compression=compression)
+    reader = SequenceFileReader(io.BytesIO(data))
+    assert reader.codec == codec and list(reader) == [(b"k", b"v" * 1000)]
+
+
+def test_fast_deflate_is_a_zlib_stream_smaller_than_level_1_costs():
+    import zlib
+
+    values = [(b"k%d" % i, b"GET /api/v1/items/%d 200 %d ms\n" % (i, i % 97)) for i in range(5000)]
+    fast, zlib6 = write(values, compression="block-fast"), write(values)
+    assert read(fast) == read(zlib6) == values
+    assert len(fast) < 2 * len(zlib6)  # bigger, not unboundedly
+    section = seq._compressor("block-fast", 6)(b"abc" * 1000)
+    assert zlib.decompress(section) == b"abc" * 1000  # what DefaultCodec's inflater reads
+
+
+@pytest.mark.parametrize("size", [0, 1, seq.HADOOP_BLOCK_CHUNK, 3 * seq.HADOOP_BLOCK_CHUNK + 5])
+def test_hadoop_block_framing_chunks_within_hadoops_buffer(size):
+    import cramjam
+
+    data = bytes(i % 251 for i in range(size))
+    framed = seq._hadoop_blocks(data, cramjam.snappy.compress_raw)
+    assert seq._hadoop_unblock(framed, cramjam.snappy.decompress_raw) == data
+    chunks, pos = [], 0
+    while pos < len(framed):
+        total, compressed = struct.unpack_from(">ii", framed, pos) if size else (0, 0)
+        chunks.append(total)
+        pos += 8 + compressed if size else 4
+    assert sum(chunks) == size and max(chunks) <= seq.HADOOP_BLOCK_CHUNK
+
+
+def test_a_damaged_snappy_chunk_names_its_block():
+    data = bytearray(write([(b"k%d" % i, b"value %d" % i * 50) for i in range(200)],
+                           compression="block-snappy"))
+    data[-20:-10] = b"\xff" * 10
+    with pytest.raises(ValueError, match=r"cannot decompress values of the block at byte \d+"):
         read(bytes(data))
