@@ -98,9 +98,17 @@ TARGET_PARTITIONED_RATIO = 0.7  # partitioned job's throughput / the backup job'
 MIB = 1 << 20
 POOL_SIZE = 50_000
 # issue 14: the bar is the Structured Streaming query a user would write instead
-TARGET_PEER_TEXT = 1.0       # archive (compression none) / peer writing text
-TARGET_PEER_PARQUET = 1.5    # archive (default codec) / peer writing parquet
+# issue 22's targets: throughput ratios to the peer without start-up, and whole
+TARGET_PEER_QUERY = 3.0      # archive / peer, Spark job against the query, both w/o start-up
+TARGET_PEER_WHOLE = 2.0      # archive / peer, whole spark-submit
+TARGET_CONSUMER = 0.5        # archive w/o start-up / ConsumerPerformance on the same topic
+TARGET_REPLAY_MSG_S = 100_000
+TARGET_PEAK_RSS_MIB = 1536   # with 1 GiB slices
 TARGET_FIXED_COST_S = 10.0   # a whole run archiving one message, idle machine
+# each compression's run, and the peer sink it is compared with: text beside none, parquet
+# (Spark's default codec, Snappy) beside the compressed ones
+PEER_SINK = {"none": "text", "fast": "parquet", "snappy": "parquet", "default": "parquet",
+             "gzip": "parquet"}
 TARGET_PLAN_S = 5.0          # planning --plan-partitions partitions
 SAMPLE_EVERY_S = 0.2
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -401,19 +409,63 @@ class SparkRun:
 
 
 def spark_submit(config_path: Path, plan_url: str, spark_args: list[str],
-                 log_path: Path, master: str | None = None) -> SparkRun:
+                 log_path: Path, master: str | None = None,
+                 profile: Path | None = None) -> SparkRun:
     """spark-submit of spark_jobs/archive.py: the settings ArchiveOperator.execute passes
     through SparkSubmitHook (spark.archive_submit: master local[2] as the kafka_archive_spark
     connection says, or `master`; --name, --jars, --py-files, --files, the config's spark
     conf) and the same environment (operators.submit_environment: the S3 credentials of the
     Airflow connection). spark_args: what --driver-memory and --conf of this script add (nothing by
-    default)."""
+    default). profile: py-spy records the Python processes of the tree into this file."""
     from kafka_archive import config, spark
     from kafka_archive.airflow import operators
 
     cfg = config.load(config_path)
     command = spark.archive_command(cfg, plan_url, master, extra=spark_args)
-    return sampled_spark_submit(command, operators.submit_environment(cfg, master), log_path)
+    if profile is not None:
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        command = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
+                   "--nonblocking", "--format", "raw", "--rate", "200", "--output",
+                   str(profile), "--", *command]
+    run = sampled_spark_submit(command, operators.submit_environment(cfg, master), log_path)
+    if profile is not None:
+        say(describe_profile(profile))
+    return run
+
+
+def describe_profile(path: Path, top: int = 14) -> str:
+    """Where the Python processes' CPU went, from py-spy's collapsed stacks: the share of
+    the driver and of the workers, of imports, and the functions with the most samples of
+    their own (with the kafka_archive function they ran under)."""
+    own: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    total = importing = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        # py-spy nests each subprocess's stacks under its parents' "process <pid>:<command>"
+        nested = max(i for i, f in enumerate(frames) if f.startswith("process "))
+        process, frames = frames[nested], frames[nested + 1:]
+        samples = int(count)
+        total += samples
+        kind = "worker" if "pyspark.daemon" in process or "pyspark.worker" in process else "driver"
+        kinds[kind] = kinds.get(kind, 0) + samples
+        if any(f.startswith("_find_and_load ") for f in frames):
+            importing += samples
+        if not frames:
+            continue
+        leaf = re.sub(r" \((.*/)?", " (", frames[-1])
+        ours = next((re.sub(r" \((.*/)?", " (", f) for f in reversed(frames)
+                     if "kafka_archive/" in f or "spark_jobs/" in f), None)
+        key = leaf if ours in (None, leaf) else f"{leaf}  under  {ours}"
+        own[key] = own.get(key, 0) + samples
+    share = lambda n: f"{100 * n / max(total, 1):.1f}%"  # noqa: E731
+    lines = [f"  py-spy profile {path}: {total:,} samples at 200 Hz ({total / 200:.1f} CPU-s of "
+             f"Python); " + ", ".join(f"{k} {share(v)}" for k, v in sorted(kinds.items()))
+             + f"; importing modules {share(importing)}"]
+    for name, count in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"    {share(count):>6}  {name}")
+    return "\n".join(lines)
 
 
 def sampled_spark_submit(command: list[str], env: dict[str, str], log_path: Path) -> SparkRun:
@@ -528,6 +580,7 @@ class ArchiveRun:
     idle_plan_cold_s: float | None = None
     plan_url: str = ""
     load: str = ""  # `uptime` right after spark-submit
+    largest_slice: int = 0  # messages in the plan's largest slice
 
     @property
     def total_s(self) -> float:
@@ -542,7 +595,7 @@ def timed(fn, *args):
 
 def archive_run(label: str, config_path: Path, expected_records: int, spark_args: list[str],
                 work: Path, measure_idle: bool = False, group: str = GROUP,
-                master: str | None = None) -> ArchiveRun:
+                master: str | None = None, profile: Path | None = None) -> ArchiveRun:
     """plan, spark-submit, commit, as the DAG runs them; then optionally plan again with
     nothing left to archive."""
     from kafka_archive import config as config_module
@@ -555,7 +608,8 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     if plan_url is None:
         raise RuntimeError(f"{label}: the plan found nothing to archive")
     spark_run = spark_submit(config_path, plan_url, spark_args,
-                             work / f"spark-{label}.log", master)
+                             work / f"spark-{label}.log", master,
+                             profile / f"{label}.txt" if profile else None)
     load = uptime()
     summary, commit_s = timed(tasks.commit, plan_url)
     if summary["records"] != expected_records:
@@ -566,8 +620,10 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
                            "parser did not read them, so this is not the parsing path")
     storage = connections.storage(cfg.s3_conn_id)
     output = sum(size for _, size in storage.list(f"{cfg.archive_root}/{group}"))
+    plan = json.loads(storage.get_bytes(plan_url))
     run = ArchiveRun(label, plan_s, spark_run, commit_s, summary["records"], summary["files"],
-                     output, plan_url=plan_url, load=load)
+                     output, plan_url=plan_url, load=load,
+                     largest_slice=max(s["end"] - s["start"] for s in plan["slices"]))
     if measure_idle:
         for i in range(3):
             again, seconds = timed(tasks.plan, GROUP, f"{run_id}__idle{i}")
@@ -758,8 +814,8 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
         f"{produced.msg_s:,.0f} msg/s")
     say(f"  consumer baseline (ConsumerPerformance, faster of {len(consumers)} runs): "
         f"{best.mib_s:,.1f} MiB/s, {best.msg_s:,.0f} msg/s")
-    row("", "compression=none", "default codec")
-    order = [runs["none"], runs["default"]]
+    order = [runs[c] for c in args.compressions]
+    row("", *(f"compression={r.label}" for r in order))
     job = all(r.spark.log.job_s for r in order)
     rows = [
         ("archive, spark-submit alone: seconds", lambda r: f"{r.spark.seconds:,.1f}"),
@@ -800,10 +856,11 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
     row("uptime after spark-submit", "")
     for r in order:
         say(f"    {r.label}: {r.load}")
-    warm = runs["none"].idle_plan_warm_s
+    first = runs[args.compressions[0]]
+    warm = first.idle_plan_warm_s
     say(f"  fixed cost of a run with nothing to archive (plan returns None; archive and commit "
         f"are skipped): {statistics.median(warm):.2f} s in a warm process (median of "
-        f"{', '.join(f'{s:.2f}' for s in warm)}), {runs['none'].idle_plan_cold_s:.2f} s in a "
+        f"{', '.join(f'{s:.2f}' for s in warm)}), {first.idle_plan_cold_s:.2f} s in a "
         f"fresh Python process (imports included)")
     if tiny is not None:
         say(f"  Spark start-up overhead (a run archiving 1 message): spark-submit "
@@ -812,14 +869,27 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
             f"peak RSS {tiny.spark.memory.peak_total_mib:,.0f} MiB; uptime: {tiny.load}")
         verdict("fixed cost of a whole run archiving one message (plan + spark-submit + "
                 "commit), seconds", tiny.total_s, TARGET_FIXED_COST_S, higher_is_better=False)
-    for peer_sink, label, target in (("text", "none", TARGET_PEER_TEXT),
-                                     ("parquet", "default", TARGET_PEER_PARQUET)):
-        if peer_sink in peers:
-            verdict(f"archive ({label}) / peer ({peer_sink}) throughput, spark-submit alone",
-                    peers[peer_sink].spark.seconds / runs[label].spark.seconds, target)
-            if runs[label].spark.log.job_s:
-                verdict(f"archive ({label}) / peer ({peer_sink}) throughput, without start-up",
-                        peers[peer_sink].query_s / runs[label].spark.log.job_s, target)
+    for r in order:
+        peer = peers.get(PEER_SINK[r.label])
+        if peer is None:
+            continue
+        what = f"archive ({r.label}) / peer ({peer.sink}) throughput"
+        verdict(f"{what}, whole spark-submit", peer.spark.seconds / r.spark.seconds,
+                TARGET_PEER_WHOLE)
+        if r.spark.log.job_s:
+            verdict(f"{what}, without start-up", peer.query_s / r.spark.log.job_s,
+                    TARGET_PEER_QUERY)
+        if r.label != "none":
+            verdict(f"archive ({r.label}) output / peer ({peer.sink}) output",
+                    r.output_bytes / peer.output_bytes, 1.0, higher_is_better=False)
+    for r in order:
+        if r.spark.log.job_s:
+            verdict(f"archive ({r.label}) without start-up / ConsumerPerformance",
+                    mib / r.spark.log.job_s / best.mib_s, TARGET_CONSUMER)
+    largest = max(r.largest_slice for r in order) * args.message_bytes
+    verdict(f"peak RSS of the Spark job's process tree, MiB, largest slice "
+            f"{largest / MIB:,.0f} MiB", max(r.spark.memory.peak_total_mib for r in order),
+            TARGET_PEAK_RSS_MIB, higher_is_better=False)
     if PARTITIONED in runs:
         describe_partitioned(runs[PARTITIONED], runs["default"], mib, messages)
 
@@ -827,8 +897,9 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
 def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float,
               best: ConsumerRun) -> None:
     """The peer beside each archive run: text beside compression none, parquet (Spark's
-    default codec, snappy) beside the default codec."""
-    pairs = [(runs["none"], peers.get("text")), (runs["default"], peers.get("parquet"))]
+    default codec, snappy) beside the compressed ones."""
+    pairs = [(r, peers.get(PEER_SINK[r.label])) for r in runs.values()
+             if r.label in PEER_SINK]
     rows = [
         ("peer (Structured Streaming availableNow) sink", lambda r, p: p.sink),
         ("peer, spark-submit alone: seconds", lambda r, p: f"{p.spark.seconds:,.1f}"),
@@ -851,9 +922,8 @@ def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float
     for name, value in rows:
         row(name, *(value(r, p) if p else "-" for r, p in pairs))
     row("uptime after the peer's spark-submit", "")
-    for _, p in pairs:
-        if p:
-            say(f"    {p.sink}: {p.load}")
+    for p in {p.sink: p for _, p in pairs if p}.values():
+        say(f"    {p.sink}: {p.load}")
 
 
 def verdict(what: str, value: float, target: float, higher_is_better: bool = True) -> None:
@@ -976,6 +1046,15 @@ def main() -> int:
                         help="also run the partitioned group (JSON parser on the log lines' ts, "
                              "hourly event-time layout, default codec) on the same topic and "
                              "report its throughput next to the backup job's")
+    parser.add_argument("--compressions", type=lambda text: text.split(","),
+                        default=["none", "fast", "snappy", "default"],
+                        help="the archive runs, in order (default none,fast,snappy,default): "
+                             "the peer writes text beside none, parquet beside the first "
+                             "compressed one")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="record each archive run's spark-submit process tree with py-spy "
+                             "(its Python driver and workers) into DIR/<compression>.txt "
+                             "(collapsed stacks), and print the top functions")
     parser.add_argument("--skip-peer", action="store_true",
                         help="skip the Structured Streaming peer (text and parquet)")
     parser.add_argument("--level", type=int, default=None,
@@ -1056,7 +1135,8 @@ def main() -> int:
 
         runs, peers = {}, {}
         # each archive run and its peer back to back, so both see the same machine
-        for compression, peer_sink in (("none", "text"), ("default", "parquet")):
+        for compression in args.compressions:
+            peer_sink = PEER_SINK[compression]
             # the default-codec run is the cluster's reference: its tasks are logged too
             events = event_log_conf(work / "events-local") if args.master and compression == "default" else None
             config_path = write_config(work / compression, topic,
@@ -1064,9 +1144,10 @@ def main() -> int:
                                        spark_conf=events, level=args.level)
             say(f"archive, compression={compression}:")
             runs[compression] = archive_run(compression, config_path, messages, spark_args,
-                                            work, measure_idle=compression == "none")
+                                            work, measure_idle=compression == args.compressions[0],
+                                            profile=args.profile)
             describe_spark(runs[compression], payload)
-            if not args.skip_peer:
+            if not args.skip_peer and peer_sink not in peers:
                 say(f"peer, Structured Streaming availableNow -> {peer_sink}:")
                 peers[peer_sink] = peer_run(peer_sink, bootstrap, topic, messages, spark_args,
                                             work)

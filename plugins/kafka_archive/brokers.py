@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterator
-
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
+from typing import TYPE_CHECKING, Iterator
 
 from kafka_archive import retries
 from kafka_archive.config import Config
 from kafka_archive.errors import ConfigError, TerminalError, TransientError
+
+if TYPE_CHECKING:  # kafka-python where a task asks Kafka, not in the job's Spark tasks
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.consumer.fetcher import ConsumerRecord
 
 # username="..." and password="..." in a JAAS line (Java string escapes allowed)
 _JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -107,6 +108,8 @@ def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
     nothing: progress lives in token files only. Reaching the broker is retried a few
     times (a broker restarting); then the run fails as transient. Refused credentials
     fail at once (check_authentication)."""
+    from kafka import KafkaConsumer
+
     check_authentication(config, bootstrap)
     return retries.call(
         lambda: KafkaConsumer(group_id=None, enable_auto_commit=False, request_timeout_ms=30000,
@@ -117,6 +120,8 @@ def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
 
 def producer(config: Config, bootstrap: str | None = None, **settings) -> KafkaProducer:
     """A producer (a replay's), reaching the broker like `consumer`."""
+    from kafka import KafkaProducer
+
     check_authentication(config, bootstrap)
     return retries.call(
         lambda: KafkaProducer(**python_client_settings(config, bootstrap), **settings),

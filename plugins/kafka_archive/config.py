@@ -12,15 +12,14 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import ValidationError
-
-from kafka_archive import config_schema as schema
 from kafka_archive.archive.parsers import ParserSpec
 from kafka_archive.errors import ConfigError
 from kafka_archive.layout import LayoutSpec
+
+if TYPE_CHECKING:  # YAML and pydantic where a file is loaded, not where a Config is used
+    from kafka_archive import config_schema as schema
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PATH = REPO / "config" / "kafka-archive.yaml"
@@ -136,6 +135,12 @@ class Config:
 
 def load(path: str | Path | None = None) -> Config:
     """The config file, checked whole: every problem is a line naming the file and key."""
+    # the Spark job's tasks receive a loaded Config: they need neither YAML nor pydantic
+    import yaml
+    from pydantic import ValidationError
+
+    from kafka_archive import config_schema as schema
+
     path = Path(path or os.environ.get("KAFKA_ARCHIVE_CONFIG") or DEFAULT_PATH)
     try:
         raw = yaml.safe_load(path.read_text())

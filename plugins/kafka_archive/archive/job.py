@@ -11,6 +11,7 @@ mode worked the same way: the engine schedules the ranges, each task reads its o
 
 from __future__ import annotations
 
+import gc
 import heapq
 import json
 import math
@@ -138,6 +139,10 @@ class ArchiveTask:
 
         storage = Storage.from_environment()
         consumer = brokers.range_consumer(self.config)
+        # PySpark's worker runs a full garbage collection after each task: everything
+        # loaded by now (modules, botocore's service model) lives as long as the worker,
+        # so spare the collections walking it
+        gc.freeze()
         try:
             for s in chain.from_iterable(tasks):
                 yield self.archive(s, source.read(consumer, s.topic, s.partition, s.start, s.end),

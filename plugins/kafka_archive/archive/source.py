@@ -2,7 +2,7 @@
 librdkafka (brokers.range_consumer) and handed on as formats.batch.Batch columns.
 
 The Python work per message is a few attribute reads into lists; the columns are built
-from the lists in one call each, so the encoders see whole batches. Offsets the reader
+from the lists' buffers (formats.batch.binary_array), so the encoders see whole batches. Offsets the reader
 never sees (compacted away, transaction markers, an aborted transaction under
 read_committed) are gaps the slice writer records; a range that ends in such offsets ends
 at the partition's end-of-partition event or at the first message past it, never at a
@@ -29,10 +29,9 @@ def read(consumer, topic: str, partition: int, start: int, end: int,
          stall_s: float = STALL_S) -> Iterator:
     """The messages of [start, end) in offset order, as Batches of up to BATCH_MESSAGES."""
     import numpy as np
-    import pyarrow as pa
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-    from kafka_archive.formats.batch import HEADER_TYPE, Batch
+    from kafka_archive.formats.batch import Batch, binary_array, headers_array
 
     # errors that no retry mends: fail the task at once
     refused = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
@@ -69,9 +68,9 @@ def read(consumer, topic: str, partition: int, start: int, end: int,
                     last_error = error
             if offsets:
                 position = max(position, offsets[-1] + 1)
-                yield Batch(np.array(offsets, np.int64), pa.array(keys, pa.binary()),
-                            pa.array(values, pa.binary()), np.array(stamps, np.int64),
-                            pa.array(headers, HEADER_TYPE))
+                yield Batch(np.array(offsets, np.int64), binary_array(keys),
+                            binary_array(values), np.array(stamps, np.int64),
+                            headers_array(headers))
             if progressed:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_s:

@@ -73,6 +73,38 @@ class Batch:
                          [(h["key"], h["value"]) for h in headers[i] or ()])
 
 
+def binary_array(items: list) -> pa.Array:
+    """A binary array of Python bytes (None: null), built from one joined buffer and the
+    lengths: a copy of the bytes, no per-item conversion (and pa.array's look for pandas
+    types, which imports pandas into every Spark worker)."""
+    n = len(items)
+    validity = None
+    if None in items:
+        valid = np.fromiter((item is not None for item in items), bool, n)
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        items = [item or b"" for item in items]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, items), np.int64, n), out=offsets[1:])
+    if offsets[-1] >= 2**31:  # beyond binary's int32 offsets (a batch is far smaller)
+        raise ValueError(f"{offsets[-1]} bytes do not fit one binary array")
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(b"".join(items))])
+
+
+def headers_array(headers: list) -> pa.Array:
+    """HEADER_TYPE from librdkafka's headers: a list of (name, value) pairs per record,
+    or None; a record without headers gets an empty list."""
+    counts = np.fromiter((len(h) if h else 0 for h in headers), np.int64, len(headers))
+    offsets = np.zeros(len(headers) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    pairs = [pair for h in headers if h for pair in h]
+    names = binary_array([name.encode() for name, _ in pairs]).view(pa.string())
+    values = binary_array([value for _, value in pairs])
+    entries = pa.StructArray.from_arrays([names, values], fields=list(HEADER_TYPE.value_type))
+    return pa.Array.from_buffers(HEADER_TYPE, len(headers), [None, pa.py_buffer(offsets)],
+                                 children=[entries])
+
+
 def first_header_values(b: Batch, name: str) -> tuple[list[bytes | None], np.ndarray]:
     """The value of each record's first header called `name`, as (distinct values, index
     of each record's value in them): index 0, value None, for records without one."""

@@ -84,3 +84,21 @@ def test_append_batch_refuses_null_bytes_keys_and_a_closed_file():
     w.close()
     with pytest.raises(ValueError, match="closed"):
         w.append_batch(pa.array([b"k"]), pa.array([b"v"]))
+
+
+@pytest.mark.parametrize("items", [[], [b"a", None, b"", b"xyz"], [None, None], [b"\x00" * 70_000] * 3])
+def test_binary_array_is_pa_array_of_the_bytes(items):
+    built = batch.binary_array(items)
+    assert built.equals(pa.array(items, pa.binary())) and built.to_pylist() == items
+
+
+def test_headers_array_holds_librdkafkas_pairs():
+    headers = [None, [("a", b"1"), ("b", None)], [], [("\u00e9t\u00e9", b"")]]
+    built = batch.headers_array(headers)
+    assert built.type == batch.HEADER_TYPE
+    assert built.to_pylist() == [[], [{"key": "a", "value": b"1"}, {"key": "b", "value": None}],
+                                 [], [{"key": "\u00e9t\u00e9", "value": b""}]]
+    b = batch.Batch(np.arange(4), batch.binary_array([None] * 4), batch.binary_array([b"v"] * 4),
+                    np.arange(4), built)
+    assert [r.headers for r in b.records()] == [[], [("a", b"1"), ("b", None)], [], [("\u00e9t\u00e9", b"")]]
+    assert batch.msgpack_keys(b).to_pylist() == [records.encode_key(r) for r in b.records()]
