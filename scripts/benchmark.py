@@ -35,12 +35,11 @@ scripts/localservices.py if they are not running, and stops only what it started
    The peer (issue 14) runs right after each: the Structured Streaming query a user would
    write instead (scripts/benchmark_peer.py, availableNow, same master and jars) on the same
    topic, to local text after compression `none`, to parquet (Spark's default codec) after
-   `default`.
+   the first compressed run (--compressions, default none,fast,snappy,default).
 5. Prints a table: throughput of spark-submit alone, of the Spark job without its start-up
-   (the job's own clock from its SparkSession ready to its manifest written, which it
-   prints) and of plan+archive+commit, in MiB/s and messages/s; the ratios archive/consumer and archive/peer and whether the targets hold
-   (archive/peer text >= 1.0, archive/peer parquet >= 1.5, a run archiving one message
-   <= 10 s); output size, peak memory, and CPU seconds of the JVM, of Python, of the broker
+   (the job's own clock from its SparkContext ready to its manifest written, which it
+   prints) and of plan+archive+commit, in MiB/s and messages/s; the ratios archive/consumer
+   and archive/peer and whether issue 22's targets hold (TARGET_* below); output size, peak memory, and CPU seconds of the JVM, of Python, of the broker
    and MinIO, and of everything else on the machine (the noise); `uptime` with each figure.
    --plan-partitions N: planning N partitions from synthetic offsets (target < 5 s).
 With --partitioned, also the partitioned group (JSON parser on each line's `ts`, hourly
@@ -772,8 +771,8 @@ def describe_spark(run: ArchiveRun, payload_bytes: int) -> None:
                 "MinIO": s.services_cpu_s.get("s3", 0.0)}
     if s.log.job_s is not None:
         say(f"  the job's own clock: from the Spark session ready to the manifest written (plan "
-            f"read, Kafka read + mapInArrow + uploads, manifest) {s.log.job_s:.1f} s "
-            f"({payload_bytes / MIB / s.log.job_s:,.1f} MiB/s); the SparkSession took "
+            f"read, the tasks' Kafka reads, encoding and uploads, manifest) {s.log.job_s:.1f} s "
+            f"({payload_bytes / MIB / s.log.job_s:,.1f} MiB/s); the SparkContext took "
             f"{s.log.session_s:.1f} s; the JVM's and Python's start and shut-down the other "
             f"{s.seconds - s.log.job_s - s.log.session_s:.1f} s")
     say(f"  CPU seconds during spark-submit: {cpu}; broker {services['broker']:,.1f}, MinIO "

@@ -21,7 +21,7 @@ from kafka_archive.config import Config
 from kafka_archive.errors import ConfigError, TerminalError, TransientError
 
 if TYPE_CHECKING:  # kafka-python where a task asks Kafka, not in the job's Spark tasks
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import KafkaConsumer, TopicPartition
     from kafka.consumer.fetcher import ConsumerRecord
 
 # username="..." and password="..." in a JAAS line (Java string escapes allowed)
@@ -118,14 +118,16 @@ def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
         f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
 
 
-def producer(config: Config, bootstrap: str | None = None, **settings) -> KafkaProducer:
-    """A producer (a replay's), reaching the broker like `consumer`."""
-    from kafka import KafkaProducer
+def producer(config: Config, bootstrap: str | None = None, **settings):
+    """A librdkafka producer (a replay's), reaching `bootstrap` (or the config's cluster)
+    with the config's properties; `settings` are librdkafka's. Refused credentials fail at
+    once (check_authentication)."""
+    from confluent_kafka import Producer
 
     check_authentication(config, bootstrap)
-    return retries.call(
-        lambda: KafkaProducer(**python_client_settings(config, bootstrap), **settings),
-        f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
+    client = librdkafka_settings(config, bootstrap)
+    client.pop("isolation.level")  # a consumer's: a producer would warn about it
+    return Producer({**client, "log_level": 0, **settings})
 
 
 def isolation_level(config: Config) -> str:

@@ -55,3 +55,48 @@ archive_root: s3://bucket/prefix
     assert brokers.spark_options(loaded) == {  # Spark's source takes text
         "kafka.bootstrap.servers": "b:9092", "kafka.fetch.max.wait.ms": "1500",
         "kafka.security.protocol": "SASL_SSL"}
+
+
+def test_java_properties_become_librdkafka_settings():
+    settings = brokers.librdkafka_settings(make_config({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": f'{SCRAM} required username="archiver" password="pw";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/etc/ca.pem",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": "/etc/client.pem",
+        "ssl.key.password": "kp", "ssl.endpoint.identification.algorithm": "",
+        "fetch.max.wait.ms": "200", "client.id": "archiver"}))
+    assert settings == {
+        "bootstrap.servers": "k:9094", "isolation.level": "read_committed",
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "archiver", "sasl.password": "pw", "ssl.ca.location": "/etc/ca.pem",
+        "ssl.certificate.location": "/etc/client.pem", "ssl.key.location": "/etc/client.pem",
+        "ssl.key.password": "kp", "ssl.endpoint.identification.algorithm": "none",
+        "fetch.wait.max.ms": "200", "client.id": "archiver"}
+    pkcs12 = brokers.librdkafka_settings(make_config({
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/etc/c.p12",
+        "ssl.keystore.password": "s", "isolation.level": "read_uncommitted"}))
+    assert pkcs12["ssl.keystore.location"] == "/etc/c.p12"
+    assert pkcs12["isolation.level"] == "read_uncommitted"
+
+
+@pytest.mark.parametrize("properties, named", [
+    ({"ssl.truststore.location": "/etc/trust.jks", "ssl.truststore.password": "secret1"},
+     "kafka.properties.ssl.truststore.location: a JKS truststore has no librdkafka equivalent"),
+    ({"ssl.keystore.type": "JKS", "ssl.keystore.location": "/k.jks"},
+     "kafka.properties.ssl.keystore.location: a JKS keystore"),
+    ({"sasl.login.callback.handler.class": "com.example.Secret1"},
+     "kafka.properties.sasl.login.callback.handler.class has no librdkafka equivalent"),
+    ({"isolation.level": "read_maybe"}, "isolation.level must be read_committed or read_uncommitted"),
+])
+def test_a_property_librdkafka_cannot_honour_is_refused_by_name(properties, named):
+    with pytest.raises(ConfigError) as caught:
+        brokers.librdkafka_settings(make_config(properties))
+    assert named in str(caught.value) and "/etc/ka.yaml" in str(caught.value)
+    assert "secret1" not in str(caught.value)  # a value may be a password: never shown
+
+
+def test_kafka_python_consumers_read_committed_and_producers_get_no_isolation():
+    cfg = make_config({"isolation.level": "read_uncommitted", "client.id": "a"})
+    assert "isolation_level" not in brokers.python_client_settings(cfg)
+    assert brokers.isolation_level(cfg) == "read_uncommitted"
+    assert brokers.isolation_level(make_config({})) == "read_committed"

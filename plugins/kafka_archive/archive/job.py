@@ -28,6 +28,7 @@ from kafka_archive.plan.planning import Anomaly, Plan, Slice
 from kafka_archive.storage import Storage
 
 SLICES_PER_TASK = 16  # at most, when a plan has many more slices than Spark runs at once
+TASKS_PER_CORE = 64   # one slice a task up to this many slices per core
 
 
 def run(sc, config: Config, plan_url: str) -> dict:
@@ -59,10 +60,11 @@ def run(sc, config: Config, plan_url: str) -> dict:
 
 def task_slices(slices: list[Slice], parallelism: int) -> list[list[Slice]]:
     """The slices each Spark task reads: one slice a task, as long as there are not many
-    more slices than Spark runs at once; beyond that, up to SLICES_PER_TASK slices a task
-    (a task's start-up costs more than reading a small slice), balanced by offset count,
-    the longest first."""
-    count = min(len(slices), max(4 * parallelism, math.ceil(len(slices) / SLICES_PER_TASK)))
+    more slices than Spark runs at once (TASKS_PER_CORE); beyond that, up to
+    SLICES_PER_TASK slices a task (scheduling a task costs more than reading a small slice:
+    a plan of 10,000 one-message slices), balanced by offset count, the longest first."""
+    count = min(len(slices), max(TASKS_PER_CORE * parallelism,
+                                 math.ceil(len(slices) / SLICES_PER_TASK)))
     tasks: list[list[Slice]] = [[] for _ in range(count)]
     loads = [(0, i) for i in range(count)]
     for s in sorted(slices, key=lambda s: (s.start - s.end, s.topic, s.partition)):

@@ -1,5 +1,6 @@
-"""Consecutive records of one Kafka partition as Arrow columns (what Spark's Kafka source
-hands mapInArrow), and their encodings for a whole batch at once.
+"""Consecutive records of one Kafka partition as Arrow columns (what the job's Kafka reader,
+archive.source, builds from librdkafka's messages), and their encodings for a whole batch
+at once.
 
 The per-record path builds a Python object, a msgpack map and a few small byte strings
 per message; at 1 KiB messages that costs more than reading them. Here every encoding is

@@ -1,6 +1,6 @@
 """Replay, the Spark side: one task per source partition reads the partition's files in
 offset order and produces each message to the target with the same key, value (null
-kept null), timestamp and headers, through kafka-python's idempotent producer.
+kept null), timestamp and headers, through librdkafka's idempotent producer.
 
 Exactly once across crashes. The idempotent producer removes the duplicates of its own
 retries, within one producer session. Across sessions (a task killed and run again),
@@ -32,8 +32,11 @@ from kafka_archive.tools.cat import read_archived
 from kafka_archive.tools.replay import RefusedForGood, ReplayError
 
 PROGRESS_EVERY = 20_000  # messages between progress records (each waits for every ack)
-PRODUCER_SETTINGS = {"enable_idempotence": True, "acks": "all", "linger_ms": 20,
-                     "batch_size": 512 * 1024, "max_request_size": 16 * 1024 * 1024}
+PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "linger.ms": 20,
+                     # by key, as Java clients partition (librdkafka's default differs)
+                     "partitioner": "murmur2_random",
+                     "batch.size": 1 << 20, "message.max.bytes": 16 << 20,
+                     "queue.buffering.max.kbytes": 256 << 10}
 
 
 def run(sc, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
@@ -135,62 +138,74 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
                 "skipped": skip, "bytes": 0, "seconds": round(time.monotonic() - started, 3)}
     producer = brokers.producer(config, plan["target_bootstrap"], **PRODUCER_SETTINGS)
     sent = index = size = 0
-    futures = []
-    try:
-        for r in records(storage, part["files"], request["since_ms"], request["until_ms"]):
-            index += 1
-            if index <= skip:
-                if index == skip and last is not None and not same_message(r, last):
-                    raise ReplayError(
-                        f"{where}: the target's last message (offset {last.offset}) is not "
-                        f"archived offset {r.offset}, the message this replay sent there: "
-                        "another producer writes to the target partition; stop it, or replay "
-                        "into a new topic")
-                continue
-            futures.append((_send(producer, topic, target, r, where), r))
-            sent += 1
-            size += len(r.key or b"") + len(r.value or b"")
-            if len(futures) >= PROGRESS_EVERY:
-                _acknowledged(producer, futures, where, config, plan["target_bootstrap"], topic)
-                progress.save(acked=index, last_offset=r.offset)
-            if rate:
-                ahead = sent / rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)  # the rate limit asked for
-        if index < skip:
-            raise ReplayError(f"{where}: the target holds {skip} messages since the replay "
-                              f"started, more than the {index} it replays: another producer "
-                              "writes to the target partition")
-        _acknowledged(producer, futures, where, config, plan["target_bootstrap"], topic)
-    finally:
-        producer.close()
+    deliveries = Deliveries()
+    for r in records(storage, part["files"], request["since_ms"], request["until_ms"]):
+        index += 1
+        if index <= skip:
+            if index == skip and last is not None and not same_message(r, last):
+                raise ReplayError(
+                    f"{where}: the target's last message (offset {last.offset}) is not "
+                    f"archived offset {r.offset}, the message this replay sent there: "
+                    "another producer writes to the target partition; stop it, or replay "
+                    "into a new topic")
+            continue
+        _send(producer, topic, target, r, deliveries)
+        sent += 1
+        size += len(r.key or b"") + len(r.value or b"")
+        if deliveries.pending >= PROGRESS_EVERY:
+            _acknowledged(producer, deliveries, where, config, plan["target_bootstrap"], topic)
+            progress.save(acked=index, last_offset=r.offset)
+        if rate:
+            ahead = sent / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)  # the rate limit asked for
+    if index < skip:
+        raise ReplayError(f"{where}: the target holds {skip} messages since the replay "
+                          f"started, more than the {index} it replays: another producer "
+                          "writes to the target partition")
+    _acknowledged(producer, deliveries, where, config, plan["target_bootstrap"], topic)
     progress.save(acked=index, done=True)
     return {"partition": source, "target_partition": target, "messages": index, "sent": sent,
             "skipped": min(skip, index), "bytes": size,
             "seconds": round(time.monotonic() - started, 3)}
 
 
-def _send(producer, topic: str, partition: int | None, r: Record, where: str):
-    if r.key is None and r.value is None:
-        raise ReplayError(f"{where}: archived offset {r.offset} has neither key nor value, "
-                          "which kafka-python cannot produce")
-    if any(value is None for _, value in r.headers):
-        raise ReplayError(f"{where}: archived offset {r.offset} has a header without value, "
-                          "which kafka-python cannot produce")
-    return producer.send(topic, key=r.key, value=r.value, partition=partition,
-                         timestamp_ms=r.timestamp_ms, headers=list(r.headers) or None)
+class Deliveries:
+    """What the producer reports back: messages sent since the last check, and the first
+    refused one with its error."""
+
+    def __init__(self):
+        self.pending, self.refused = 0, None
+
+    def report(self, r: Record, error, message) -> None:
+        if error is not None and self.refused is None:
+            self.refused = (r, error)
 
 
-def _acknowledged(producer, futures: list, where: str, config: Config, bootstrap: str,
+def _send(producer, topic: str, partition: int | None, r: Record, deliveries: Deliveries) -> None:
+    kwargs = {"key": r.key, "timestamp": r.timestamp_ms, "headers": list(r.headers) or None,
+              "on_delivery": partial(deliveries.report, r)}
+    if partition is not None:
+        kwargs["partition"] = partition
+    while True:
+        try:
+            producer.produce(topic, r.value, **kwargs)
+            break
+        except BufferError:  # the local queue is full: let deliveries drain it
+            producer.poll(0.05)
+    deliveries.pending += 1
+
+
+def _acknowledged(producer, deliveries: Deliveries, where: str, config: Config, bootstrap: str,
                   topic: str) -> None:
     """Wait until every message sent is acknowledged; a refused one fails the task,
     naming the message, and whether the refusal will repeat."""
-    producer.flush()
-    for future, r in futures:
-        if future.failed():
-            raise refusal(where, r, future.exception,
-                          lambda: target_settings(config, bootstrap, topic))
-    futures.clear()
+    while producer.flush(30):
+        pass  # still unacknowledged: librdkafka retries until message.timeout.ms
+    if deliveries.refused is not None:
+        r, error = deliveries.refused
+        raise refusal(where, r, error, lambda: target_settings(config, bootstrap, topic))
+    deliveries.pending = 0
 
 
 TIMESTAMP_SETTINGS = ("message.timestamp.type", "message.timestamp.after.max.ms",
@@ -218,11 +233,13 @@ def refusal(where: str, r: Record, error, settings) -> ReplayError:
     """The error for a message the target refused. A record timestamp outside the
     target's window (Kafka answers INVALID_RECORD or INVALID_TIMESTAMP) is refused again
     on every retry: it names the offset, the timestamp, the target's setting and what to
-    change. settings: a function reading the target's timestamp settings."""
-    from kafka.errors import InvalidRecordError, InvalidTimestampError
+    change. settings: a function reading the target's timestamp settings. error: the
+    KafkaError librdkafka reported."""
+    from confluent_kafka import KafkaError
 
-    if not isinstance(error, (InvalidRecordError, InvalidTimestampError)):
-        return ReplayError(f"{where}: the target refused archived offset {r.offset}: {error!r}")
+    if error.code() not in (KafkaError.INVALID_RECORD, KafkaError.INVALID_TIMESTAMP):
+        return ReplayError(f"{where}: the target refused archived offset {r.offset}: "
+                           f"{error.str()}")
     try:
         found = settings()
     except Exception as exc:  # the advice without the figures
@@ -240,7 +257,7 @@ def refusal(where: str, r: Record, error, settings) -> ReplayError:
         f"{abs(ahead_ms)} (kafka-configs.sh --alter --entity-type topics --entity-name "
         f"<topic> --add-config {name}=...), or set its message.timestamp.type to "
         "LogAppendTime (the messages then get the time they land), then run the replay again "
-        f"({error})")
+        f"({error.str()})")
 
 
 def summary_lines(rows: list[dict], seconds: float) -> list[str]:
