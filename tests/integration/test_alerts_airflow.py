@@ -16,6 +16,7 @@ from urllib.parse import quote
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from test_alerts import html_of, secrets
+from test_operator_ui import browser, log_in, wait_for  # noqa: F401  (browser: a fixture)
 
 from kafka_archive.monitor.alerts import _span as span
 
@@ -132,7 +133,7 @@ def test_deadline_missed_is_mailed_by_the_triggerer(airflow_stack, kafka, smtp_m
 
 
 def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp_maildir,
-                                                      unique):
+                                                      unique, browser):
     cfg = airflow_stack.config()
     topic = f"failing-{unique}"
     make_topic(kafka, topic, 1, 3)
@@ -172,6 +173,19 @@ def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp
         assert expected in html, expected
     assert_no_secret_in(airflow_stack, run_id, message)
     report("task failure on the real stack", failed_at(airflow_stack, run_id, "plan"), arrived)
+
+    # the mail's link opens the failed task of that run in the running Airflow UI (one
+    # Airflow: the run exists where the link points)
+    links = re.findall(r'href="([^"]+)"', html)
+    task_link = next(link for link in links if f"/runs/{quote(run_id, safe='')}/tasks/plan" in link)
+    assert task_link.startswith(airflow_stack.url), links
+    log_in(browser, task_link)
+    from selenium.webdriver.common.by import By
+
+    page = lambda d: d.find_element(By.TAG_NAME, "body").text  # noqa: E731
+    wait_for(browser, lambda d: run_id in page(d) and "failed" in page(d).lower(),
+             "the failed run's plan task", 120)
+    assert "not found" not in page(browser).lower()
 
 
 def failed_at(stack, run_id: str, task: str) -> datetime:

@@ -95,6 +95,20 @@ def wait_for(driver, condition, what: str, timeout_s: float = 60):
                     f"{driver.page_source[-2000:]}")
 
 
+def log_in(browser, url: str) -> None:
+    """Open url through Airflow's login form, which sends the browser back to it."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "input[type=password]"),
+             "the login form")
+    browser.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(
+        localservices.AIRFLOW_USER)
+    browser.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(
+        localservices.airflow_password(localservices.local_env()))
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+
 @dataclass(frozen=True)
 class ArchivedRun:
     topics: list[str]
@@ -201,15 +215,7 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
     plugins = airflow_stack.api.get("/api/v2/plugins").json()["plugins"]
     assert [p["name"] for p in plugins] == ["kafka_archive"], plugins
 
-    # log in through Airflow's login form, which sends the browser back to the page
-    browser.get(page_url)
-    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "input[type=password]"),
-             "the login form")
-    browser.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(
-        localservices.AIRFLOW_USER)
-    browser.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(
-        localservices.airflow_password(localservices.local_env()))
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    log_in(browser, page_url)
     wait_for(browser, lambda d: d.find_elements(By.ID, "lag-table"), "the group's page", 120)
     shown_lags = {}
     for row in browser.find_elements(By.CSS_SELECTOR, "#lag-table tr[data-topic]"):
@@ -259,3 +265,29 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
     browser.switch_to.default_content()
     assert browser.save_screenshot(str(SCREENSHOT))
     print(f"screenshots: {SCREENSHOT.parent}")
+
+
+def test_the_trigger_form_refuses_a_topic_the_group_does_not_archive(airflow_stack, browser):
+    """The Airflow UI's own trigger form, filled in as a person would: a topic the group
+    does not archive is refused, the form says why, and no run exists."""
+    from selenium.webdriver.common.by import By
+
+    def runs() -> int:
+        return airflow_stack.api.get(f"/api/v2/dags/{DAG}/dagRuns").json()["total_entries"]
+
+    before = runs()
+    log_in(browser, f"{airflow_stack.url}/dags/{DAG}")
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"),
+             "the DAG's Trigger button", 120)[0].click()
+    topics = wait_for(browser, lambda d: d.find_elements(By.ID, "element_topics"),
+                      "the form's Topics field")[0]
+    topics.send_keys("no.such.topic")
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]").click()
+    refusal = "does not archive topic(s) no.such.topic"
+    wait_for(browser, lambda d: refusal in d.find_element(By.TAG_NAME, "body").text,
+             "the refusal in the form")
+    shown = browser.find_element(By.XPATH, f"//*[contains(text(), '{refusal}')]")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", shown)
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(SCREENSHOT.with_name("kafka-archive-trigger-refused.png")))
+    assert runs() == before
