@@ -2,9 +2,9 @@
 librdkafka (brokers.range_consumer) and handed on as formats.batch.Batch columns.
 
 The Python work per message is a few attribute reads into lists; the columns are built
-from the lists' buffers (formats.batch.binary_array), so the encoders see whole batches. Offsets the reader
-never sees (compacted away, transaction markers, an aborted transaction under
-read_committed) are gaps the slice writer records; a range that ends in such offsets ends
+from the lists' buffers (formats.batch.binary_array), so the encoders see whole batches.
+Offsets the reader never sees (compacted away, transaction markers, an aborted
+transaction under read_committed) are gaps the slice writer records; a range that ends in such offsets ends
 at the partition's end-of-partition event or at the first message past it, never at a
 timeout. A head that retention deleted since the plan starts the read at the earliest
 offset left (the job then records the loss, job.retention_losses).
