@@ -180,9 +180,9 @@ def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp
     task_link = next(link for link in links if f"/runs/{quote(run_id, safe='')}/tasks/plan" in link)
     assert task_link.startswith(airflow_stack.url), links
     log_in(browser, task_link)
-    from selenium.webdriver.common.by import By
-
-    page = lambda d: d.find_element(By.TAG_NAME, "body").text  # noqa: E731
+    # the page's text as the script sees it: React re-renders replace elements, so a held
+    # element can go stale between two reads
+    page = lambda d: d.execute_script("return document.body.innerText")  # noqa: E731
     wait_for(browser, lambda d: run_id in page(d) and "failed" in page(d).lower(),
              "the failed run's plan task", 120)
     assert "not found" not in page(browser).lower()

@@ -284,8 +284,8 @@ def test_the_trigger_form_refuses_a_topic_the_group_does_not_archive(airflow_sta
     topics.send_keys("no.such.topic")
     browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]").click()
     refusal = "does not archive topic(s) no.such.topic"
-    wait_for(browser, lambda d: refusal in d.find_element(By.TAG_NAME, "body").text,
-             "the refusal in the form")
+    wait_for(browser, lambda d: refusal in d.execute_script("return document.body.innerText"),
+             "the refusal in the form")  # (an element held across React re-renders goes stale)
     shown = browser.find_element(By.XPATH, f"//*[contains(text(), '{refusal}')]")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", shown)
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

@@ -148,7 +148,10 @@ def test_rewind_by_trigger_params_and_by_deleting_the_token_give_identical_archi
     """Two archives of the same topic: the real Airflow's (its own root and tokens), rewound
     by a run triggered through the REST API with a `rewind` param, and one of this test's,
     rewound by deleting its token file before the next run."""
-    deleted = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path, name="deleted")
+    stack_format = airflow_stack.config().group("backup").format  # the example config's
+    deleted = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path, name="deleted",
+                       group_extra=f"format: {{kind: {stack_format.kind}, key: {stack_format.key}, "
+                                   f"compression: {stack_format.compression}}}\n")
     topic = deleted.create_topic("same", 2)
     deleted.produce(varied_messages(topic, 2, 40, seed=21))
     airflow_stack.unpause("kafka_archive_backup")
