@@ -212,11 +212,6 @@ def range_consumer(config: Config):
                      "max.partition.fetch.bytes": 16 << 20, "log_level": 0})
 
 
-def spark_options(config: Config) -> dict[str, str]:
-    return {"kafka.bootstrap.servers": config.bootstrap_servers,
-            **{f"kafka.{k}": v for k, v in config.kafka_properties.items()}}
-
-
 def read_range(consumer: KafkaConsumer, tp: TopicPartition, start: int, end: int,
                timeout_s: float = 60) -> Iterator[ConsumerRecord]:
     """Every message of tp in [start, end); offsets Kafka holds no message at are skipped."""

@@ -24,12 +24,6 @@ def test_java_properties_become_kafka_python_settings():
                         "sasl_plain_password": 's3"cr=t'}
 
 
-def test_spark_gets_the_java_properties_verbatim():
-    jaas = f'{SCRAM} required username="archiver" password="pw";'
-    assert brokers.spark_options(make_config({"sasl.jaas.config": jaas})) == {
-        "kafka.bootstrap.servers": "k:9094", "kafka.sasl.jaas.config": jaas}
-
-
 @pytest.mark.parametrize("jaas", [
     'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;',
     f'{SCRAM} required username="archiver";',
@@ -52,9 +46,9 @@ archive_root: s3://bucket/prefix
     loaded = config.load(path)
     assert brokers.python_client_settings(loaded) == {
         "bootstrap_servers": "b:9092", "fetch_max_wait_ms": 1500, "security_protocol": "SASL_SSL"}
-    assert brokers.spark_options(loaded) == {  # Spark's source takes text
-        "kafka.bootstrap.servers": "b:9092", "kafka.fetch.max.wait.ms": "1500",
-        "kafka.security.protocol": "SASL_SSL"}
+    assert brokers.librdkafka_settings(loaded) == {  # librdkafka's names, text as given
+        "bootstrap.servers": "b:9092", "fetch.wait.max.ms": "1500",
+        "security.protocol": "SASL_SSL", "isolation.level": "read_committed"}
 
 
 def test_java_properties_become_librdkafka_settings():
