@@ -22,8 +22,10 @@ with no copy of the project and no AWS_* variables in their environment.
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
+import logging
 import os
 import shlex
 import signal
@@ -244,20 +246,34 @@ def _kafka_prepare(env: dict[str, str], home: Path) -> None:
                    check=True, capture_output=True, cwd=home)
 
 
+@contextlib.contextmanager
+def _quiet_kafka_client():
+    """kafka-python logs each refused connection of a probe as an ERROR; a probe expects them."""
+    logger = logging.getLogger("kafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _kafka_ready(env: dict[str, str]) -> None:
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaConnectionError, RetriableError
 
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(env), request_timeout_ms=3000)
-    except (KafkaConnectionError, RetriableError) as exc:
-        raise NotReady(repr(exc)) from exc
-    try:
-        admin.list_topics()
-    except (KafkaConnectionError, RetriableError) as exc:
-        raise NotReady(repr(exc)) from exc
-    finally:
-        admin.close()
+    with _quiet_kafka_client():
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(env),
+                                     request_timeout_ms=3000)
+        except (KafkaConnectionError, RetriableError) as exc:
+            raise NotReady(repr(exc)) from exc
+        try:
+            admin.list_topics()
+        except (KafkaConnectionError, RetriableError) as exc:
+            raise NotReady(repr(exc)) from exc
+        finally:
+            admin.close()
 
 
 def generated(env: dict[str, str], *names: str) -> tuple[str, ...]:
@@ -289,11 +305,12 @@ def _kafka_sasl_login(env: dict[str, str]) -> bool:
 
     user, password = kafka_sasl_credentials(env)
     try:
-        admin = KafkaAdminClient(bootstrap_servers=kafka_sasl_bootstrap(env),
-                                 security_protocol="SASL_PLAINTEXT",
-                                 sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user,
-                                 sasl_plain_password=password, request_timeout_ms=3000,
-                                 bootstrap_timeout_ms=3000)
+        with _quiet_kafka_client():
+            admin = KafkaAdminClient(bootstrap_servers=kafka_sasl_bootstrap(env),
+                                     security_protocol="SASL_PLAINTEXT",
+                                     sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user,
+                                     sasl_plain_password=password, request_timeout_ms=3000,
+                                     bootstrap_timeout_ms=3000)
     except KafkaError:
         return False
     admin.close()
