@@ -20,12 +20,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kafka.errors import KafkaError
 
 from kafka_archive import brokers, catalog, config as config_module, layout, spark
+from kafka_archive.airflow import params  # the trigger params' time syntax; no Airflow import
 from kafka_archive.audit import incremental, reporting
-from kafka_archive.commit import losses
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.monitor import preflight, status
-from kafka_archive.plan import params, rewinds
+from kafka_archive.plan import losses, rewinds
 from kafka_archive.storage import Storage
 from kafka_archive.progress_bars import terminal_bar
 from kafka_archive.tokens import TokenStore, open_store

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafka_archive.archive.parsers import ParserSpec
+from kafka_archive.formats.parsers import ParserSpec
 from kafka_archive.errors import ConfigError
 from kafka_archive.layout import LayoutSpec
 

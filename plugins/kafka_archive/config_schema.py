@@ -16,7 +16,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from pydantic_core import PydanticCustomError
 
 from kafka_archive import formats
-from kafka_archive.archive import parsers
+from kafka_archive.formats import parsers
 from kafka_archive.errors import ConfigError
 from kafka_archive.layout import LayoutSpec
 

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Mapping
 
 from kafka_archive import formats
+from kafka_archive.formats.parsers import MAX_EVENT_MS, MIN_EVENT_MS  # what a datetime holds
 from kafka_archive.storage import join
 
 # the extension of each format kind with its default options (the registry has them all)
@@ -73,8 +74,6 @@ _LEVEL_DIRECTIVES = {"day": "Ymd", "hour": "H", "minute": "M"}
 _DIRECTIVE_DIGITS = {"Y": 4, "m": 2, "d": 2, "H": 2, "M": 2}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
-MIN_EVENT_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // _MS
-MAX_EVENT_MS = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // _MS + 1  # exclusive
 QUARANTINE = "_quarantine"
 LATE = "_late"
 

@@ -217,6 +217,8 @@ def job_command(config: Config, application: Path, args: list[str], name: str,
 
 # --- inside the job (spark_jobs/archive.py) ----------------------------------------------
 
+SPARK_LOG_LEVEL = "WARN"  # Spark's own logging in the jobs: its INFO lines would bury theirs
+
 def job_context(name: str):
     """The SparkContext of a job of spark_jobs/: Spark's own log at the job's level (its
     INFO lines would bury the job's), and the driver's S3 credentials handed to the
@@ -224,9 +226,7 @@ def job_context(name: str):
     their own tasks, and a driver that never loads Spark SQL starts faster."""
     from pyspark import SparkConf, SparkContext
 
-    from kafka_archive.archive import progress
-
-    conf = (SparkConf().setAppName(name).set("spark.log.level", progress.SPARK_LOG_LEVEL)
+    conf = (SparkConf().setAppName(name).set("spark.log.level", SPARK_LOG_LEVEL)
             .setAll(executor_env_conf(dict(os.environ)).items()))
     return SparkContext.getOrCreate(conf)
 

@@ -5,7 +5,7 @@ import textwrap
 import pytest
 
 from kafka_archive import config
-from kafka_archive.archive.parsers import ParserSpec
+from kafka_archive.formats.parsers import ParserSpec
 from kafka_archive.config import FormatSpec
 from kafka_archive.errors import ConfigError
 from kafka_archive.layout import LayoutSpec

@@ -1,5 +1,15 @@
-"""The Airflow adapter, and the only package that imports Airflow: the DAG factory
-(`dags`), the task bodies (`tasks`), the Spark operator (`operators`), clients made from
-Airflow connections (`connections`) and alert sending (`alerting`). Everything here is
-thin: each task builds its clients and calls one library function.
+"""The Airflow adapter, and the only package that imports Airflow (none of it on import of
+the package itself). Everything here is thin: each task builds its clients and calls one
+library function.
+
+- `dags`: the DAG factory the files in dags/ call, one DAG per group (plus audit, replay).
+- `params`: the manual-trigger parameters as JSON schemas, and their conversion to the
+  plan's arguments (no Airflow import: unit-tested as data; the CLI shares its time syntax).
+- `trigger_check`: refuses a trigger whose params name an unknown key or a topic the group
+  does not archive (400 before a run exists).
+- `tasks`: the task bodies (plan, commit, freshness, audit, replay...).
+- `operators`: `ArchiveOperator`, spark-submit of the archive job through the Spark provider.
+- `connections`: clients made from Airflow connections (S3, Kafka, SMTP).
+- `alerting`: the mails (failure, deadline, audit, freshness) through Airflow's notifiers.
+- `ui`: the Airflow plugin serving the group pages (monitor.page) behind Airflow's login.
 """

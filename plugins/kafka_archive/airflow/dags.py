@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from kafka_archive import config as config_module
 from kafka_archive.airflow import alerting, tasks
 from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
-from kafka_archive.plan import params as trigger
+from kafka_archive.airflow import params as trigger
 from kafka_archive.tools import replay as replaying
 
 

@@ -11,9 +11,9 @@ from kafka_archive import brokers, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import finalizing, losses, mirror, protocol as committing
+from kafka_archive.commit import finalizing, mirror, protocol as committing
 from kafka_archive.monitor import alerts, preflight as preflight_check
-from kafka_archive.plan import rewinds as rewinding, runs
+from kafka_archive.plan import losses, rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.tools import backfill as backfilling, replay as replaying
@@ -184,7 +184,7 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
     now = runs.now_utc()
     consumer = brokers.consumer(cfg)
     try:
-        through = gather.archived_through(cfg, cfg.group(group), tokens, consumer,
+        through = finalizing.archived_through(cfg, cfg.group(group), tokens, consumer,
                                           int(now.timestamp() * 1000))
     finally:
         consumer.close()

@@ -22,7 +22,8 @@ from typing import Iterable, Iterator
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
 # the files import this module and should not pay for it
 from kafka_archive import layout
-from kafka_archive.archive import parsers, slice_writer, source
+from kafka_archive.archive import slice_writer, source
+from kafka_archive.formats import parsers
 from kafka_archive.config import Config
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
 from kafka_archive.storage import Storage

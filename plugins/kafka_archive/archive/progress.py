@@ -1,13 +1,11 @@
 """What the archive job tells its log (the Airflow task's, through spark-submit's output):
 one line per slice and one summary, instead of Spark's own INFO chatter (the job runs
-Spark at SPARK_LOG_LEVEL through `spark.log.level`). Pure functions of the manifest.
+Spark at spark.SPARK_LOG_LEVEL through `spark.log.level`). Pure functions of the manifest.
 """
 
 from __future__ import annotations
 
 from kafka_archive.catalog.state import row_files
-
-SPARK_LOG_LEVEL = "WARN"  # the job's default for Spark's own logging
 
 
 def slice_line(row: dict) -> str:

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kafka_archive import formats, layout, retries, spark
-from kafka_archive.archive import parsers
-from kafka_archive.audit import reconcile
 from kafka_archive.errors import ArchiveError
+from kafka_archive.formats import audit_counts, parsers
 from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.storage import Storage
@@ -87,7 +86,7 @@ class OpenSlice:
         out.count += 1
         self.count += 1
         self.payload += size
-        reconcile.count_archived(self.audit_counts, reconcile.source_of(r.headers, self.target.audit_header),
+        audit_counts.count_archived(self.audit_counts, audit_counts.source_of(r.headers, self.target.audit_header),
                              r.timestamp_ms, self.target.audit_window_ms)
         self.next_offset = r.offset + 1
         self.min_ts = r.timestamp_ms if self.min_ts is None else min(self.min_ts, r.timestamp_ms)
@@ -138,7 +137,7 @@ class OpenSlice:
         self.count += len(b)
         self.payload += payload
         values, codes = batch.first_header_values(b, self.target.audit_header)
-        reconcile.count_archived_batch(self.audit_counts, [reconcile.source_named(v) for v in values],
+        audit_counts.count_archived_batch(self.audit_counts, [audit_counts.source_named(v) for v in values],
                                        codes, ts, self.target.audit_window_ms)
         self.next_offset = int(offsets[-1]) + 1
         low, high = int(ts.min()), int(ts.max())

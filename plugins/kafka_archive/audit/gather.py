@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from kafka import TopicPartition
 
 from kafka_archive import brokers, formats, layout
-from kafka_archive.audit import reconcile
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
 from kafka_archive.config import Config, Group
+from kafka_archive.formats import audit_counts
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage, join
 from kafka_archive.tokens import Token, TokenStore
@@ -128,32 +128,8 @@ def archived_by_rescan(config: Config, storage: Storage, group: str,
         per_file: dict = {}
         with storage.open(url) as stream:
             for r in formats.read(stream, url):
-                reconcile.count_archived(per_file, reconcile.source_of(r.headers, header),
+                audit_counts.count_archived(per_file, audit_counts.source_of(r.headers, header),
                                      r.timestamp_ms, window_ms)
         for (source, window), n in per_file.items():
             counts[(topic, source, window)] += n
     return counts
-
-
-def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
-                     now_ms: int) -> dict[str, int | None]:
-    """Topic -> time up to which every partition is archived (None: a partition never was)."""
-    topics = sorted(t for t in consumer.topics() if group.selects(t))
-    lagging: dict[TopicPartition, int] = {}
-    through: dict[str, int | None] = {}
-    for topic in topics:
-        token = tokens.read(group.name, topic).token
-        offsets = dict(token.offsets) if token else {}
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
-        through[topic] = now_ms
-        for tp in tps:
-            done = offsets.get(tp.partition)
-            if done is None and ends[tp] > earliest[tp]:
-                through[topic] = None
-            elif done is not None and done < ends[tp]:
-                lagging[tp] = max(done, earliest[tp])
-    for tp, timestamp in brokers.timestamps_at(consumer, lagging).items():
-        if through[tp.topic] is not None:
-            through[tp.topic] = min(through[tp.topic], timestamp)
-    return through

@@ -65,7 +65,7 @@ def audit(config: Config, storage: Storage, group: str, run_id: str, at: str,
           through: Mapping[str, int | None], rescan: bool = False,
           track: Track = untracked) -> Audit:
     """Fold in what is new, judge, store the checkpoint; `through` is
-    gather.archived_through's (topic -> time up to which it is archived)."""
+    commit.finalizing.archived_through's (topic -> time up to which it is archived)."""
     def step(cp: Checkpoint) -> Audit:
         if rescan:
             cp.forget_counts()

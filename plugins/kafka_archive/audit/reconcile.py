@@ -28,14 +28,10 @@ from itertools import chain
 from typing import Iterable, Mapping, NamedTuple
 
 from kafka_archive.errors import TerminalError
+from kafka_archive.formats.audit_counts import UNKNOWN_SOURCE, window_start
 
-UNKNOWN_SOURCE = "unknown"
 ALARMS = ("MISSING", "EXCESS")
 STATUSES = ("MISSING", "EXCESS", "PENDING", "UNAUDITED", "OK")  # the order reports list them in
-
-
-def window_start(timestamp_ms: int, window_ms: int) -> int:
-    return timestamp_ms - timestamp_ms % window_ms
 
 
 class MonitoringEvent(NamedTuple):
@@ -171,40 +167,3 @@ def summarize(verdicts: Iterable[Verdict]) -> dict[str, int]:
     for v in verdicts:
         totals[v.status] += 1
     return totals
-
-
-def count_archived(counts: dict, source: str, timestamp_ms: int, window_ms: int) -> None:
-    """Add one archived message to per-(source, window) counts (used by the archive job)."""
-    key = (source, timestamp_ms - timestamp_ms % window_ms)
-    counts[key] = counts.get(key, 0) + 1
-
-
-def count_archived_batch(counts: dict, sources: list[str], codes, timestamps_ms,
-                         window_ms: int) -> None:
-    """count_archived for many messages at once: message i (numpy arrays) is from
-    sources[codes[i]] at timestamps_ms[i]."""
-    import numpy as np
-
-    windows = timestamps_ms - timestamps_ms % window_ms  # numpy's % floors, as Python's
-    pairs, numbers = np.unique(np.stack([codes, windows], axis=1), axis=0, return_counts=True)
-    for (code, window), n in zip(pairs.tolist(), numbers.tolist()):
-        key = (sources[code], window)
-        counts[key] = counts.get(key, 0) + n
-
-
-def source_of(headers, header_name: str) -> str:
-    """The source a message's audit header names; UNKNOWN_SOURCE when absent or unreadable.
-    `headers` is a list of (name, value) pairs or of {"key", "value"} dicts (Spark rows)."""
-    for h in headers or ():
-        name, value = (h["key"], h["value"]) if isinstance(h, dict) else h
-        if name == header_name:
-            return source_named(value)
-    return UNKNOWN_SOURCE
-
-
-def source_named(value: bytes | None) -> str:
-    """The source an audit header's value names; UNKNOWN_SOURCE when empty or not UTF-8."""
-    try:
-        return value.decode() if value else UNKNOWN_SOURCE
-    except UnicodeDecodeError:
-        return UNKNOWN_SOURCE

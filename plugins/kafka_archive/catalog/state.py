@@ -136,7 +136,7 @@ class Topic:
 class State:
     seq: int = 0                      # the last log entry applied
     topics: dict[str, Topic] = field(default_factory=dict)
-    accepted: list[dict] = field(default_factory=list)  # commit.losses.AcceptedLoss as dicts
+    accepted: list[dict] = field(default_factory=list)  # plan.losses.AcceptedLoss as dicts
     recent: list[dict] = field(default_factory=list)    # newest first: run summaries
 
     def topic(self, name: str) -> Topic:

@@ -3,8 +3,8 @@ can receive no more data.
 
 A time partition [start, end) of a topic is final once every Kafka partition of the topic
 is archived past `end + lateness`: the first message not yet archived of each partition
-(its Kafka timestamp; now, when caught up) is at or after that time. This is the audit's
-computation (gather.archived_through), so both agree on how far a topic is archived.
+(its Kafka timestamp; now, when caught up) is at or after that time. The audit uses the same
+computation (archived_through), so both agree on how far a topic is archived.
 Until then late events are still written into the partition (new files, named by their
 first offset). The topic's watermark, `end` of the newest final partition, is kept in
 `<topic>/_finalized.json`; every plan records it, and a message for a partition final
@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import logging
 
-from kafka_archive import catalog, layout
-from kafka_archive.audit import gather
+from kafka import TopicPartition
+
+from kafka_archive import brokers, catalog, layout
 from kafka_archive.config import Config, Group
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore
@@ -39,7 +40,7 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
     topic's watermark; topic -> the time partitions finalized now."""
     if group.layout.kind != "event_time":
         return {}
-    through = gather.archived_through(config, group, tokens, consumer, now_ms)
+    through = archived_through(config, group, tokens, consumer, now_ms)
     cat = catalog.open_catalog(storage, config, group.name)
     done: dict[str, dict] = {}
     for topic, through_ms in sorted(through.items()):
@@ -65,3 +66,27 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
             storage.put_bytes(layout.finalized_state(config.archive_root, group.name, topic),
                               json.dumps({"through_ms": state["through_ms"]}).encode())
     return {topic: state["paths"] for topic, state in done.items()}
+
+
+def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
+                     now_ms: int) -> dict[str, int | None]:
+    """Topic -> time up to which every partition is archived (None: a partition never was)."""
+    topics = sorted(t for t in consumer.topics() if group.selects(t))
+    lagging: dict[TopicPartition, int] = {}
+    through: dict[str, int | None] = {}
+    for topic in topics:
+        token = tokens.read(group.name, topic).token
+        offsets = dict(token.offsets) if token else {}
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        through[topic] = now_ms
+        for tp in tps:
+            done = offsets.get(tp.partition)
+            if done is None and ends[tp] > earliest[tp]:
+                through[topic] = None
+            elif done is not None and done < ends[tp]:
+                lagging[tp] = max(done, earliest[tp])
+    for tp, timestamp in brokers.timestamps_at(consumer, lagging).items():
+        if through[tp.topic] is not None:
+            through[tp.topic] = min(through[tp.topic], timestamp)
+    return through

@@ -3,7 +3,7 @@ per partition the lag (kafka_archive.monitor.status, as `kafka-archive status`),
 topic the freshness against its SLA (kafka_archive.monitor.freshness, as the DAG's
 freshness task), the last committed runs with their throughput, the audit's unresolved
 mismatches (kafka_archive.audit.incremental.alarms, as `kafka-archive audit list`) and
-the losses to retention accepted (kafka_archive.commit.losses, as `verify` lists them).
+the losses to retention accepted (kafka_archive.plan.losses, as `verify` lists them).
 
 `run_summary` is pure; `gather` and `recent_runs` read Kafka, the tokens and the archive.
 """

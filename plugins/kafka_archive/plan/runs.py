@@ -12,7 +12,7 @@ import logging
 from datetime import datetime, timezone
 
 from kafka_archive import catalog, layout
-from kafka_archive.commit import losses
+from kafka_archive.plan import losses
 from kafka_archive.config import Config, Group
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan import inflight, planning, rewinds

@@ -220,7 +220,7 @@ class Report:
     group: str
     partitions: list[PartitionReport]
     ignored: list[str]  # objects under the group that are not archive files
-    accepted: tuple = ()  # commit.losses.AcceptedLoss records: known loss, who, when, why
+    accepted: tuple = ()  # plan.losses.AcceptedLoss records: known loss, who, when, why
 
     def errors(self) -> list[Finding]:
         return [f for p in self.partitions for f in p.findings if f.level == ERROR]

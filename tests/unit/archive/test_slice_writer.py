@@ -8,7 +8,8 @@ import json
 import pytest
 
 from kafka_archive import formats, layout
-from kafka_archive.archive import parsers, slice_writer
+from kafka_archive.archive import slice_writer
+from kafka_archive.formats import parsers
 from kafka_archive.commit import finalizing, protocol
 from kafka_archive.catalog import row_files
 from kafka_archive.formats.records import Record

@@ -13,6 +13,7 @@ from hypothesis import given, strategies as st
 from kafka_archive.audit import reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent, Verdict
+from kafka_archive.formats import audit_counts
 
 MIN = 60_000
 
@@ -60,7 +61,7 @@ def test_window_not_archived_past_its_end_plus_grace_is_pending():
 
 
 def test_sources_that_publish_no_counts_are_unaudited_never_alarms():
-    vs = verdicts([event(count=1)], {("t", "s", 0): 1, ("t", reconcile.UNKNOWN_SOURCE, 0): 9})
+    vs = verdicts([event(count=1)], {("t", "s", 0): 1, ("t", audit_counts.UNKNOWN_SOURCE, 0): 9})
     assert by_window(vs) == {("s", 0): ("OK", 1, 1), ("unknown", 0): ("UNAUDITED", None, 9)}
 
 
@@ -109,10 +110,10 @@ def test_monitoring_event_round_trips():
 
 
 def test_source_of_reads_the_header_from_pairs_and_spark_rows():
-    assert reconcile.source_of([("a", b"x"), ("kafka-archive-source", b"web-1")], "kafka-archive-source") == "web-1"
-    assert reconcile.source_of([{"key": "kafka-archive-source", "value": b"web-2"}], "kafka-archive-source") == "web-2"
-    assert reconcile.source_of(None, "kafka-archive-source") == reconcile.UNKNOWN_SOURCE
-    assert reconcile.source_of([("kafka-archive-source", b"\xff")], "kafka-archive-source") == reconcile.UNKNOWN_SOURCE
+    assert audit_counts.source_of([("a", b"x"), ("kafka-archive-source", b"web-1")], "kafka-archive-source") == "web-1"
+    assert audit_counts.source_of([{"key": "kafka-archive-source", "value": b"web-2"}], "kafka-archive-source") == "web-2"
+    assert audit_counts.source_of(None, "kafka-archive-source") == audit_counts.UNKNOWN_SOURCE
+    assert audit_counts.source_of([("kafka-archive-source", b"\xff")], "kafka-archive-source") == audit_counts.UNKNOWN_SOURCE
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10 * MIN)), max_size=200))
@@ -120,8 +121,8 @@ def test_counting_and_reconciling_the_same_messages_is_always_ok(messages):
     counts: dict = {}
     expected: dict = {}
     for source, ts in messages:
-        reconcile.count_archived(counts, f"s{source}", ts, MIN)
-        expected[(f"s{source}", reconcile.window_start(ts, MIN))] = expected.get((f"s{source}", reconcile.window_start(ts, MIN)), 0) + 1
+        audit_counts.count_archived(counts, f"s{source}", ts, MIN)
+        expected[(f"s{source}", audit_counts.window_start(ts, MIN))] = expected.get((f"s{source}", audit_counts.window_start(ts, MIN)), 0) + 1
     events = [event(source=s, start=w, count=n, seq=i) for i, ((s, w), n) in enumerate(expected.items())]
     archived = {("t", s, w): n for (s, w), n in counts.items()}
     vs = verdicts(events, archived, {"t": 11 * MIN})

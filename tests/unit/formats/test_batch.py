@@ -10,8 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kafka_archive.audit import reconcile
-from kafka_archive.formats import batch, records, sequencefile as seq
+from kafka_archive.formats import audit_counts, batch, records, sequencefile as seq
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "archive"))
 import archive_golden  # noqa: E402  the golden records, every encoding's edge cases
@@ -50,8 +49,8 @@ def test_first_header_values_are_the_audit_sources():
         part = b.slice(3, len(b))
         values, codes = batch.first_header_values(part, archive_golden.AUDIT_HEADER)
         headers = part.headers.to_pylist()
-        assert [reconcile.source_named(values[c]) for c in codes] == \
-            [reconcile.source_of(h, archive_golden.AUDIT_HEADER) for h in headers]
+        assert [audit_counts.source_named(values[c]) for c in codes] == \
+            [audit_counts.source_of(h, archive_golden.AUDIT_HEADER) for h in headers]
 
 
 @pytest.mark.parametrize("compression", list(seq.COMPRESSIONS))

@@ -1,5 +1,5 @@
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit.losses import AcceptedLoss
+from kafka_archive.plan.losses import AcceptedLoss
 from kafka_archive.monitor import page
 from kafka_archive import catalog
 from kafka_archive.monitor import overview as overview_module

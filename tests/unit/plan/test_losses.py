@@ -6,9 +6,9 @@ import json
 import pytest
 
 from kafka_archive import config, layout
-from kafka_archive.commit import losses
+from kafka_archive.plan import losses
 from kafka_archive import catalog
-from kafka_archive.commit.losses import AcceptedLoss, AcceptLossError
+from kafka_archive.plan.losses import AcceptedLoss, AcceptLossError
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import LocalTokenStore, Token
 

@@ -6,8 +6,8 @@ import msgpack
 import pytest
 
 from kafka_archive import layout
-from kafka_archive.archive import parsers
-from kafka_archive.archive.parsers import ParseError, ParserSpec, event_time_ms, parser_for
+from kafka_archive.formats import parsers
+from kafka_archive.formats.parsers import ParseError, ParserSpec, event_time_ms, parser_for
 from kafka_archive.errors import ConfigError
 from kafka_archive.formats.records import Record
 

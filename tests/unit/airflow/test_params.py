@@ -5,7 +5,7 @@ import pytest
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamsDict
 
-from kafka_archive.plan.params import SCHEMAS, epoch_ms, plan_arguments
+from kafka_archive.airflow.params import SCHEMAS, epoch_ms, plan_arguments
 from kafka_archive.plan.planning import Caps
 
 

@@ -37,7 +37,6 @@ from typing import Any
 
 import msgpack
 
-from kafka_archive import layout
 from kafka_archive.errors import ArchiveError, ConfigError
 from kafka_archive.formats.records import Record
 
@@ -47,6 +46,9 @@ _DOTTED = re.compile(r"[A-Za-z_][\w.]*[:.][A-Za-z_]\w*")
 _NO_TIMESTAMP = -1  # what Kafka stores for a record without timestamp
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
+# an event time must be one a datetime holds (years 1..9999): its time partition is named by it
+MIN_EVENT_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // _MS
+MAX_EVENT_MS = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // _MS + 1  # exclusive
 
 
 class ParseError(ArchiveError):
@@ -194,7 +196,7 @@ def event_time_ms(parser: Parser, topic: str, record: Record) -> int:
     if isinstance(ms, bool) or not isinstance(ms, int):
         raise ParseError(f"{type(parser).__name__} returned {_show(ms)}, not an int of ms",
                          topic, record.offset)
-    if not layout.MIN_EVENT_MS <= ms < layout.MAX_EVENT_MS:
+    if not MIN_EVENT_MS <= ms < MAX_EVENT_MS:
         raise ParseError(f"event time {ms} ms is outside years 1..9999", topic, record.offset)
     return ms
 
