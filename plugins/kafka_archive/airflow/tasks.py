@@ -242,13 +242,6 @@ def audit_alert(outcome: dict, link: str, context=None) -> None:
                             runs.now_utc().isoformat(timespec="seconds"))
 
 
-def audit_ack(group: str, topic: str, source: str, at_ms: int, reason: str, by: str) -> Alarm:
-    cfg = config_module.load()
-    return incremental.acknowledge(connections.storage(cfg.s3_conn_id), cfg, group, topic,
-                                   source, at_ms, reason, by,
-                                   runs.now_utc().isoformat(timespec="seconds"))
-
-
 def preflight(run_id: str) -> dict:
     cfg = config_module.load()
     return preflight_check.run(cfg, connections.storage(cfg.s3_conn_id), run_id,

@@ -84,15 +84,6 @@ def ingest(config: Config, storage: Storage, tokens: TokenStore, consumer, run_i
     return copied
 
 
-def load_events(config: Config, storage: Storage) -> Events:
-    events, bad = [], []
-    for url, _ in storage.list(layout.audit_events_dir(config.archive_root, config.audit.topic)):
-        found = read_events_file(storage, url)
-        events += found.events
-        bad += found.bad
-    return Events(events, bad)
-
-
 def read_events_file(storage: Storage, url: str) -> Events:
     """One file `ingest` wrote."""
     stored = json.loads(storage.get_bytes(url))
