@@ -9,7 +9,7 @@ library function.
   does not archive (400 before a run exists).
 - `tasks`: the task bodies (plan, commit, freshness, audit, replay...).
 - `operators`: `ArchiveOperator`, spark-submit of the archive job through the Spark provider.
-- `connections`: clients made from Airflow connections (S3, Kafka, SMTP).
+- `connections`: what Airflow connections give: storage, token store, the SMTP check.
 - `alerting`: the mails (failure, deadline, audit, freshness) through Airflow's notifiers.
 - `ui`: the Airflow plugin serving the group pages (monitor.page) behind Airflow's login.
 """

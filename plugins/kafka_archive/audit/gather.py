@@ -5,9 +5,10 @@
   after the events file is durable, like any archive run;
 - archived counts: the per-(topic, source, window) counts in the group's current
   rows (the catalog), or, when the manifests are in doubt, a
-  re-scan of the archived files themselves;
-- how far each topic is archived in time: per partition, the timestamp of the first
-  message not yet archived (now, when caught up); the topic's is the minimum.
+  re-scan of the archived files themselves.
+
+How far each topic is archived in time is commit.finalizing.archived_through, which the
+finalizer uses too.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""Commit: make a run's output the archive's truth. `protocol` checks the manifest
-against the plan (every slice, every file with its recorded size), then advances each
-token by compare-and-swap, adds the run's rows to the group's catalog and marks the run
-committed; `finalizing` writes `_SUCCESS` into time partitions that can receive no more
-data (the open ones, from the catalog); `losses` records ranges lost to retention and
-accepted; `mirror` copies the tokens into a Kafka consumer group for lag tools.
-Hands to monitor, audit and tools: committed runs and advanced tokens.
+"""Commit: make a run's output the archive's truth.
+
+- `protocol`: check the manifest against the plan (every slice, every file with its
+  recorded size), advance each token by compare-and-swap, add the run's rows to the
+  group's catalog, mark the run committed.
+- `finalizing`: `_SUCCESS` into time partitions that can receive no more data, from how
+  far each topic is archived in time (`archived_through`, which the audit uses too).
+- `mirror`: the tokens copied into a Kafka consumer group, for Kafka's lag tools.
+
+Hands to audit, monitor and tools: committed runs, advanced tokens, the catalog.
 """

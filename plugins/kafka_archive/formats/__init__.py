@@ -1,9 +1,13 @@
 """File formats the archiver writes, implemented in pure Python so the archiver needs no JVM.
 
 The registry below is the one way to write and read every kind (`open_writer`, `read`:
-the slice writer, `kafka-archive cat`, verify and audit rescans all go through it);
-`records` is the record and its key encoding, which the formats build on. A group's
-format is a dict (config.FormatSpec as a dict, as plans carry it):
+the slice writer, `kafka-archive cat`, verify and audit rescans all go through it). Beside
+it: `records` (the record and its key encoding, which the formats build on), `batch`
+(records as Arrow columns, encoded a whole batch at once), `sequencefile`, `text`,
+`baldr` and `gzipped` (the codecs), `parsers` (a message's event time) and
+`audit_counts` (the audit's per-window counting). Nothing here imports more than
+kafka_archive.errors. A group's format is a dict (config.FormatSpec as a dict, as plans
+carry it):
 
 - `sequencefile` (default, `.seq`): Hadoop SequenceFile, lossless: offset, key,
   timestamp, headers and tombstones are kept (records.encode_key). Options `key`

@@ -1,5 +1,10 @@
 """Tools: operators' commands over a group's archive, outside the scheduled run.
-`verify` (every file readable, each offset in exactly one file, no hole below the token),
-`backfill` (rebuild an event-time group's slices from the backup group) and `cat`
-(print one archived file).
+
+- `verify`: every file readable, each offset in exactly one file, no hole below the token.
+- `listing`: `kafka-archive ls`, the current files with their offsets, from the catalog.
+- `cat`: the records of one archived file, as text, JSON or raw.
+- `backfill`: rebuild an event-time group's slices from the backup group.
+- `replay`: which archived files put a range back into Kafka (the plan of a replay);
+  `replay_job` is the Spark side, one task per source partition producing through
+  librdkafka.
 """
