@@ -118,6 +118,25 @@ def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
         f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
 
 
+def admin_client(settings: dict, timeout_ms: int = 10000):
+    """A kafka-python admin client from a kafka-python client's settings (the connection
+    and security ones are used: python_client_settings(config), or a producer's own)."""
+    from kafka import KafkaAdminClient
+
+    known = {k: v for k, v in settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    return KafkaAdminClient(**{**known, "request_timeout_ms": timeout_ms,
+                               "bootstrap_timeout_ms": timeout_ms})
+
+
+def group_committer(config: Config, group_id: str) -> KafkaConsumer:
+    """A consumer that only commits offsets for consumer group `group_id` (commit.mirror's:
+    the archive's own progress lives in token files)."""
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(group_id=group_id, enable_auto_commit=False, request_timeout_ms=30000,
+                         **python_client_settings(config))
+
+
 def producer(config: Config, bootstrap: str | None = None, **settings):
     """A librdkafka producer (a replay's), reaching `bootstrap` (or the config's cluster)
     with the config's properties; `settings` are librdkafka's. Refused credentials fail at

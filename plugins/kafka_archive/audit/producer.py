@@ -20,10 +20,11 @@ import threading
 import time
 import uuid
 
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+from kafka_archive import brokers
 from kafka_archive.audit.reconcile import MonitoringEvent, window_start
 from kafka_archive.config import Audit
 from kafka_archive.errors import TerminalError
@@ -125,11 +126,8 @@ def check_monitoring_topic(topic: str, create: bool, client_configs: dict,
     """Fail (MonitoringTopicMissing, naming it) unless `topic` exists, or create it.
     `client_configs`: a Kafka client's (the connection and security settings are used)."""
     where = client_configs.get("bootstrap_servers", "localhost:9092")
-    settings = {k: v for k, v in client_configs.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
-    timeout_ms = int(timeout_s * 1000)
     try:
-        admin = KafkaAdminClient(**{**settings, "request_timeout_ms": timeout_ms,
-                                    "bootstrap_timeout_ms": timeout_ms})
+        admin = brokers.admin_client(client_configs, int(timeout_s * 1000))
     except KafkaError as exc:
         raise MonitoringTopicMissing(f"cannot check the monitoring topic {topic!r}: Kafka at "
                                      f"{where} is unreachable ({exc!r})") from exc

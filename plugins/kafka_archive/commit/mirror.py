@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
@@ -38,8 +38,7 @@ def mirror(config: Config, group: str, tokens: dict[str, dict[int, int]], run_id
     if not tokens:
         return True
     try:
-        consumer = KafkaConsumer(group_id=consumer_group(group), enable_auto_commit=False,
-                                 request_timeout_ms=30000, **brokers.python_client_settings(config))
+        consumer = brokers.group_committer(config, consumer_group(group))
         try:
             consumer.commit(offsets_to_commit(tokens, run_id))
         finally:

@@ -16,7 +16,6 @@ import json
 from datetime import datetime, timezone
 from typing import Callable
 
-from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from kafka_archive import brokers, retries
@@ -30,10 +29,8 @@ PROBE_GROUP, PROBE_TOPIC = "_preflight", "probe"
 
 def kafka_topics(config: Config) -> list[str]:
     brokers.check_authentication(config)  # refused credentials: said at once
-    settings = {k: v for k, v in brokers.python_client_settings(config).items()
-                if k in KafkaAdminClient.DEFAULT_CONFIG}
     try:
-        admin = KafkaAdminClient(**settings, request_timeout_ms=10000)
+        admin = brokers.admin_client(brokers.python_client_settings(config))
     except KafkaError as exc:
         raise retries.classify(exc, f"Kafka at {config.bootstrap_servers} is unreachable") from exc
     try:

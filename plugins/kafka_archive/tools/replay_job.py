@@ -214,13 +214,11 @@ TIMESTAMP_SETTINGS = ("message.timestamp.type", "message.timestamp.after.max.ms"
 
 def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str]:
     """The target topic's timestamp settings, as the broker applies them."""
-    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
 
     from kafka_archive import brokers
 
-    settings = {k: v for k, v in brokers.python_client_settings(config, bootstrap).items()
-                if k in KafkaAdminClient.DEFAULT_CONFIG}
-    admin = KafkaAdminClient(**settings)
+    admin = brokers.admin_client(brokers.python_client_settings(config, bootstrap), 30000)
     try:  # kafka-python 3: {"topic": {name: {config: {"value": ...}}}}
         entries = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
         return {name: entry["value"] for name, entry in entries["topic"][topic].items()
