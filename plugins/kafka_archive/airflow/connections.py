@@ -10,6 +10,7 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
 from kafka_archive import retries
 from kafka_archive.config import Config
+from kafka_archive.errors import TransientError
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore, open_store
 
@@ -32,6 +33,9 @@ def check_smtp(conn_id: str) -> str:
     server, then hang up; the server reached."""
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
-    with SmtpHook(smtp_conn_id=conn_id) as hook:
-        hook._smtp_client.noop()  # the hook exposes no public handle on its client
+    with SmtpHook(smtp_conn_id=conn_id) as hook:  # connects, and logs in with credentials
+        ok, answer = hook.test_connection()       # then the hook's own check: a NOOP
+        if not ok:
+            raise TransientError(f"the alert mail server {hook.host}:{hook.port} (connection "
+                                 f"{conn_id}) did not answer a NOOP: {answer}")
         return f"{hook.host}:{hook.port} (connection {conn_id})"

@@ -1,5 +1,5 @@
-"""ArchiveOperator: SparkSubmitOperator running spark_jobs/archive.py on one plan (and
-ReplayOperator, spark_jobs/replay.py on one replay's plan).
+"""ArchiveOperator: spark-submit of spark_jobs/archive.py on one plan, through the Spark
+provider's SparkSubmitHook (and ReplayOperator, spark_jobs/replay.py on one replay's plan).
 
 Everything environment-specific is resolved when the task runs, not when the DAG is
 parsed: the Spark master and deploy mode (the Spark connection), the config's `spark:`
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook, BaseOperator
 
 from kafka_archive import config, spark
 
@@ -45,45 +46,66 @@ def submit_environment(cfg: config.Config, master: str | None = None) -> dict[st
     return {**os.environ, **spark.submit_env(), **(s3_environment(cfg.s3_conn_id) if takes else {})}
 
 
-class ArchiveOperator(SparkSubmitOperator):
-    template_fields = (*SparkSubmitOperator.template_fields, "plan_url")
+def spark_master(conn) -> str:
+    """The master a Spark connection names, by the rule SparkSubmitHook applies (it keeps
+    the result private): a `spark` connection made in the UI holds the whole URL in its
+    host (`local[2]`, `yarn`, `spark://host:7077`, `k8s://https://...`); one made from a URI
+    holds the scheme in its type and the host alone; the port, if any, is appended."""
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = conn.host
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    return f"{master}:{conn.port}" if conn.port else master
+
+
+class ArchiveOperator(BaseOperator):
+    """Thin, over the Spark provider's SparkSubmitHook: resolves the job's settings when
+    the task runs, then submits and waits (on_kill kills the spark-submit)."""
+    template_fields = ("plan_url",)
     job, job_name = spark.APPLICATION, "kafka-archive"
 
-    def __init__(self, *, plan_url: str, config_path: str, s3_conn_id: str, **kwargs):
-        super().__init__(application=str(self.job), name=self.job_name, **kwargs)
+    def __init__(self, *, plan_url: str, config_path: str, s3_conn_id: str,
+                 conn_id: str = "spark_default", **kwargs):
+        super().__init__(**kwargs)
         self.plan_url = plan_url
         self.config_path = config_path
         self.s3_conn_id = s3_conn_id
+        self.conn_id = conn_id
+        self.hook: SparkSubmitHook | None = None
 
     def job_args(self) -> list[str]:
         return ["--plan", self.plan_url]
 
     def execute(self, context):
         cfg = config.load(self.config_path)
-        master = self._get_hook()._connection["master"]  # the Spark connection's
+        master = spark_master(BaseHook.get_connection(self.conn_id))
         if cfg.spark.master and cfg.spark.master != master:
             raise ValueError(f"{cfg.path}: spark.master is {cfg.spark.master} but the Spark "
-                             f"connection {self._conn_id} says {master}: in Airflow the "
+                             f"connection {self.conn_id} says {master}: in Airflow the "
                              "connection decides; make them agree or drop spark.master")
         submit = spark.archive_submit(cfg, master)
-        self.py_files = ",".join(submit.py_files)
-        self.files = ",".join(submit.files)
-        self.conf = {**submit.conf, **(self.conf or {})}
-        self._deploy_mode = submit.deploy_mode or self._deploy_mode
-        self.application_args = ["--config", str(cfg.path), *self.job_args()]
+        popen = {}
         if submit.takes_credentials():
-            self.env_vars = {**spark.submit_env(), **s3_environment(self.s3_conn_id)}
+            env_vars = {**spark.submit_env(), **s3_environment(self.s3_conn_id)}
         else:
             # the provider would hand env_vars to the driver's node (spark.yarn.appMasterEnv,
             # spark.kubernetes.driverEnv), on the command line: spark-submit alone gets what
-            # it needs, through this task process's environment
-            self.env_vars = None
-            os.environ.update(spark.launcher_env())
+            # it needs to start, as its process environment
+            env_vars = None
+            popen["env"] = {**os.environ, **spark.launcher_env()}
             self.log.info("Spark master %s: the driver and executors use the cluster's own "
                           "S3 credentials (instance profile, IRSA), none from %s",
                           master, self.s3_conn_id)
-        self._hook = None  # built again by execute with the settings above
-        return super().execute(context)
+        self.hook = SparkSubmitHook(
+            conn_id=self.conn_id, conf=submit.conf, py_files=",".join(submit.py_files),
+            files=",".join(submit.files), name=self.job_name, env_vars=env_vars,
+            deploy_mode=submit.deploy_mode,
+            application_args=["--config", str(cfg.path), *self.job_args()])
+        self.hook.submit(str(self.job), **popen)
+
+    def on_kill(self) -> None:
+        if self.hook:
+            self.hook.on_kill()
 
 
 class ReplayOperator(ArchiveOperator):

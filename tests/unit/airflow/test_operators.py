@@ -1,35 +1,45 @@
-"""ArchiveOperator: what it hands the Spark provider, per master, without running Spark
-(the provider's execute is replaced by a recorder; the standalone cluster itself is
-tests/integration/test_spark_cluster.py)."""
+"""ArchiveOperator: what it hands the Spark provider's SparkSubmitHook, per master,
+without running Spark (the hook's public submit is replaced by a recorder; the standalone
+cluster itself is tests/integration/test_spark_cluster.py)."""
 
 import json
+import os
+from types import SimpleNamespace
 
 import pytest
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from kafka_archive import spark
-from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
+from kafka_archive.airflow import operators
+from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator, spark_master
 
 SECRET = "s3cret-key-value"
 
 
+class RecordingHook:
+    """SparkSubmitHook's constructor arguments and what submit got."""
+    made: list["RecordingHook"] = []
+
+    def __init__(self, **kwargs):
+        SparkSubmitHook(**kwargs)  # the provider accepts these arguments
+        self.kwargs, self.submitted = kwargs, None
+        RecordingHook.made.append(self)
+
+    def submit(self, application: str, **popen):
+        self.submitted = (application, popen)
+
+
 @pytest.fixture
 def submitted(monkeypatch, tmp_path):
-    """Runs ArchiveOperator.execute against a Spark connection with the given master; the
-    operator as the provider would receive it."""
+    """Runs ArchiveOperator.execute against a Spark connection with the given master."""
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_ARCHIVE_S3", json.dumps(
         {"conn_type": "aws", "login": "key-id", "password": SECRET,
          "extra": {"endpoint_url": "http://127.0.0.1:9000"}}))
     monkeypatch.setenv("KAFKA_ARCHIVE_PY_FILES_DIR", str(tmp_path / "py"))
-    jars = tmp_path / "jars"
-    jars.mkdir()
-    (jars / "kafka.jar").write_bytes(b"")
-    monkeypatch.setenv("KAFKA_ARCHIVE_SPARK_JARS_DIR", str(jars))
-    seen = []
-    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: seen.append(self))
+    monkeypatch.setattr(operators, "SparkSubmitHook", RecordingHook)
 
     def run(master: str, spark_section: str = "", operator=ArchiveOperator, context=None
-            ) -> ArchiveOperator:
+            ) -> RecordingHook:
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_ARCHIVE_SPARK",
                            json.dumps({"conn_type": "spark", "host": master}))
         path = tmp_path / "kafka-archive.yaml"
@@ -38,29 +48,29 @@ def submitted(monkeypatch, tmp_path):
         operator(task_id="archive", plan_url="s3://bucket/p/plan.json",
                  config_path=str(path), s3_conn_id="kafka_archive_s3",
                  conn_id="kafka_archive_spark").execute(context or {})
-        return seen[-1]
+        return RecordingHook.made[-1]
 
     return run
 
 
 def test_standalone_gets_the_zip_the_config_and_credentials_in_the_environment_only(submitted):
-    op = submitted("spark://127.0.0.1:7077", "spark: {conf: {spark.pyspark.python: /opt/py}}\n")
-    assert op.py_files.endswith(".zip") and op.files.endswith("kafka-archive.yaml")
-    assert op.conf["spark.pyspark.python"] == "/opt/py"
-    assert op.env_vars["AWS_SECRET_ACCESS_KEY"] == SECRET
-    command = op._get_hook()._build_spark_submit_command(op.application)
-    assert not [arg for arg in command if SECRET in arg]
-    assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
+    hook = submitted("spark://127.0.0.1:7077", "spark: {conf: {spark.pyspark.python: /opt/py}}\n")
+    args = hook.kwargs
+    assert args["py_files"].endswith(".zip") and args["files"].endswith("kafka-archive.yaml")
+    assert args["conf"]["spark.pyspark.python"] == "/opt/py"
+    assert args["env_vars"]["AWS_SECRET_ACCESS_KEY"] == SECRET
+    assert SECRET not in json.dumps({k: v for k, v in args.items() if k != "env_vars"})
+    assert hook.submitted == (str(spark.APPLICATION), {})  # the hook adds env_vars itself
 
 
-def test_yarn_gets_no_credentials(submitted):
-    # Kubernetes takes the same path (Submit.takes_credentials), but the provider builds
-    # no hook for k8s:// without the cncf.kubernetes provider, which is not installed here
-    op = submitted("yarn", "spark: {deploy_mode: cluster}\n")
-    assert op.env_vars is None  # the provider would put them on the command line
-    command = op._get_hook()._build_spark_submit_command(op.application)
-    assert not [arg for arg in command if SECRET in arg or "AWS_" in arg]
-    assert command[command.index("--deploy-mode") + 1] == "cluster"
+def test_yarn_gets_no_credentials_and_the_launcher_its_environment(submitted):
+    # Kubernetes takes the same path (Submit.takes_credentials)
+    hook = submitted("yarn", "spark: {deploy_mode: cluster}\n")
+    assert hook.kwargs["env_vars"] is None  # the provider would put them on the command line
+    assert hook.kwargs["deploy_mode"] == "cluster"
+    _, popen = hook.submitted
+    assert popen["env"] == {**os.environ, **spark.launcher_env()}  # nothing from the S3 connection
+    assert SECRET not in json.dumps(hook.kwargs)
 
 
 def test_a_config_master_that_disagrees_with_the_connection_fails(submitted):
@@ -69,9 +79,22 @@ def test_a_config_master_that_disagrees_with_the_connection_fails(submitted):
 
 
 def test_the_replay_job_is_launched_like_the_archive_job_with_the_runs_rate(submitted):
-    op = submitted("spark://127.0.0.1:7077", "", ReplayOperator, {"params": {"max_rate": 50}})
-    assert op.application == str(spark.REPLAY_APPLICATION) and op.py_files.endswith(".zip")
-    assert op.application_args[2:] == ["--replay", "s3://bucket/p/plan.json", "--max-rate", "50"]
-    assert op.env_vars["AWS_SECRET_ACCESS_KEY"] == SECRET
+    hook = submitted("spark://127.0.0.1:7077", "", ReplayOperator, {"params": {"max_rate": 50}})
+    assert hook.submitted[0] == str(spark.REPLAY_APPLICATION)
+    assert hook.kwargs["application_args"][2:] == ["--replay", "s3://bucket/p/plan.json",
+                                                   "--max-rate", "50"]
+    assert hook.kwargs["env_vars"]["AWS_SECRET_ACCESS_KEY"] == SECRET
     unlimited = submitted("local[2]", "", ReplayOperator, {"params": {"max_rate": None}})
-    assert unlimited.application_args[2:] == ["--replay", "s3://bucket/p/plan.json"]
+    assert unlimited.kwargs["application_args"][2:] == ["--replay", "s3://bucket/p/plan.json"]
+
+
+@pytest.mark.parametrize("conn_type, host, port, master", [
+    ("spark", "local[2]", None, "local[2]"),                       # made in the UI
+    ("spark", "yarn", None, "yarn"),
+    ("spark", "spark://10.0.0.1", 7077, "spark://10.0.0.1:7077"),
+    ("spark", "k8s://https://api.example", 443, "k8s://https://api.example:443"),
+    ("spark", "10.0.0.1", 7077, "spark://10.0.0.1:7077"),          # from a URI
+    ("k8s", "https://api.example", None, "k8s://https://api.example"),
+])
+def test_the_master_is_the_connections_as_the_provider_reads_it(conn_type, host, port, master):
+    assert spark_master(SimpleNamespace(conn_type=conn_type, host=host, port=port)) == master
