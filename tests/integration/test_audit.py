@@ -18,6 +18,7 @@ from kafka.admin import NewTopic
 from kafka_archive.airflow import tasks
 from kafka_archive.audit import reconcile
 from kafka_archive.audit.producer import AuditedProducer, MonitoringTopicMissing
+from kafka_archive.formats import audit_counts
 from kafka_archive.tokens import Token
 from pipeline import Pipeline
 
@@ -49,7 +50,7 @@ def pipeline(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
 @pytest.fixture
 def base() -> int:
     """The start of a window two hours ago: every window the tests use is long closed."""
-    return reconcile.window_start(int(time.time() * 1000) - 2 * 3600_000, MIN)
+    return audit_counts.window_start(int(time.time() * 1000) - 2 * 3600_000, MIN)
 
 
 def send_audited(pipeline: Pipeline, source: str, topic: str, messages) -> None:

@@ -18,8 +18,8 @@ from test_partitioned import Archive
 from test_rewind_cli import cli
 
 from kafka_archive.airflow import tasks
-from kafka_archive.audit import reconcile
 from kafka_archive.audit.producer import AuditedProducer
+from kafka_archive.formats import audit_counts
 from kafka_archive.formats.sequencefile import BYTES_WRITABLE
 
 HOUR, MIN = 3_600_000, 60_000
@@ -91,7 +91,7 @@ def audit_ok(run_id: str) -> None:
 def test_rewinds_of_the_event_time_group_archive_each_message_once(archive, kafka, sc,
                                                                   tmp_path):
     topic = archive.create_topic("ev1", 3)
-    start = reconcile.window_start(int(time.time() * 1000) - 6 * HOUR, MIN)
+    start = audit_counts.window_start(int(time.time() * 1000) - 6 * HOUR, MIN)
     produce(archive, topic, start, 300)
     assert archive.run("partitioned", "first")["records"] == 300
     produce(archive, topic, start + 30_000, 300)  # the same hours again: two slices each

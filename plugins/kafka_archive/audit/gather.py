@@ -22,7 +22,7 @@ from kafka import TopicPartition
 
 from kafka_archive import brokers, formats, layout
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
-from kafka_archive.config import Config, Group
+from kafka_archive.config import Config
 from kafka_archive.formats import audit_counts
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage, join

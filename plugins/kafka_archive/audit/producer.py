@@ -25,9 +25,10 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from kafka_archive import brokers
-from kafka_archive.audit.reconcile import MonitoringEvent, window_start
+from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.config import Audit
 from kafka_archive.errors import TerminalError
+from kafka_archive.formats.audit_counts import window_start
 
 DEFAULTS = Audit()
 CHECK_TIMEOUT_S = 5
@@ -126,8 +127,9 @@ def check_monitoring_topic(topic: str, create: bool, client_configs: dict,
     """Fail (MonitoringTopicMissing, naming it) unless `topic` exists, or create it.
     `client_configs`: a Kafka client's (the connection and security settings are used)."""
     where = client_configs.get("bootstrap_servers", "localhost:9092")
+    timeout_ms = int(timeout_s * 1000)
     try:
-        admin = brokers.admin_client(client_configs, int(timeout_s * 1000))
+        admin = brokers.admin_client(client_configs, timeout_ms)
     except KafkaError as exc:
         raise MonitoringTopicMissing(f"cannot check the monitoring topic {topic!r}: Kafka at "
                                      f"{where} is unreachable ({exc!r})") from exc

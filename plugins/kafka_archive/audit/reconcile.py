@@ -28,7 +28,7 @@ from itertools import chain
 from typing import Iterable, Mapping, NamedTuple
 
 from kafka_archive.errors import TerminalError
-from kafka_archive.formats.audit_counts import UNKNOWN_SOURCE, window_start
+from kafka_archive.formats.audit_counts import window_start
 
 ALARMS = ("MISSING", "EXCESS")
 STATUSES = ("MISSING", "EXCESS", "PENDING", "UNAUDITED", "OK")  # the order reports list them in
