@@ -16,7 +16,6 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from botocore.exceptions import BotoCoreError, ClientError
 from kafka.errors import KafkaError
 
 from kafka_archive import brokers, catalog, config as config_module, layout, spark
@@ -216,9 +215,6 @@ def run(argv: list[str] | None = None) -> int:
             return audit_group(config, args)
     except ArchiveError as exc:
         print(f"kafka-archive: {exc}", file=sys.stderr)
-        return 1
-    except (ClientError, BotoCoreError) as exc:  # listing S3: no bucket, no access
-        print(f"kafka-archive: S3: {exc}", file=sys.stderr)
         return 1
     except KafkaError as exc:  # status and rewind: Kafka gone or refusing a look-up
         print(f"kafka-archive: Kafka at {config.bootstrap_servers}: {exc!r}", file=sys.stderr)

@@ -90,6 +90,13 @@ def is_conflict(exc: BaseException) -> bool:
     return s3_error_code(exc) in CONFLICT_CODES
 
 
+def is_s3_error(exc: BaseException) -> bool:
+    """An error botocore raised (a refusal, a broken connection, a timeout)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return isinstance(exc, (BotoCoreError, ClientError))
+
+
 def is_transient(exc: BaseException) -> bool:
     from botocore.exceptions import (ClientError, ConnectionError as BotoConnectionError,
                                      HTTPClientError, IncompleteReadError)

@@ -6,6 +6,11 @@ own environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) 
 archive task passes to the job.
 Local writes are atomic (temp file, fsync, rename) so a reader never sees half a file.
 
+Every failure leaves Storage classified (kafka_archive.retries): MissingObject where
+nothing is stored, VersionConflict for a lost compare-and-swap, DiskFullError, else a
+TransientError or TerminalError naming the action and the URL; never a raw botocore or
+OS error.
+
 Compare-and-swap (`get_versioned`, `put_if`): the one conditional write that tokens, the
 audit's checkpoint and anything else that must not lose a concurrent update use. Local:
 the version is the sha256 of the bytes, compared and replaced under an flock; S3: the
@@ -25,7 +30,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 from urllib.parse import urlparse
 
 from kafka_archive import retries
-from kafka_archive.errors import TerminalError
+from kafka_archive.errors import ArchiveError, MissingObject, TerminalError, VersionConflict
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -41,6 +46,28 @@ def local_path(url: str) -> Path:
 
 def join(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+@contextmanager
+def _classified(action: str, url: str) -> Iterator[None]:
+    """Any failure of `action` on `url` as an error of its family (retries.classify)."""
+    try:
+        yield
+    except ArchiveError:
+        raise
+    except FileNotFoundError as exc:
+        raise MissingObject(f"cannot {action} {url}: nothing there") from exc
+    except OSError as exc:
+        if retries.is_disk_full(exc):
+            where = url if url.startswith("s3://") else str(local_path(url))
+            raise retries.disk_full(exc, where, f"cannot {action}") from exc
+        raise retries.classify(exc, f"cannot {action} {url}") from exc
+    except Exception as exc:  # botocore's errors (its NoSuchKey class is made per client)
+        if retries.is_missing(exc):
+            raise MissingObject(f"cannot {action} {url}: no such object") from exc
+        if not retries.is_s3_error(exc):
+            raise
+        raise retries.classify(exc, f"cannot {action} {url}") from exc
 
 
 class Storage:
@@ -63,57 +90,57 @@ class Storage:
         return self._client
 
     def put_bytes(self, url: str, data: bytes) -> None:
-        if url.startswith("s3://"):
-            bucket, key = split_s3_url(url)
-            self.s3.put_object(Bucket=bucket, Key=key, Body=data)
-            return
-        with _atomic_local(local_path(url)) as tmp:
-            tmp.write(data)
+        with _classified("write", url):
+            if url.startswith("s3://"):
+                bucket, key = split_s3_url(url)
+                self.s3.put_object(Bucket=bucket, Key=key, Body=data)
+                return
+            with _atomic_local(local_path(url)) as tmp:
+                tmp.write(data)
 
     def upload_file(self, source: Path, url: str) -> None:
         """Copy a finished local file to url; large files go up in parts."""
-        if url.startswith("s3://"):
-            bucket, key = split_s3_url(url)
-            self.s3.upload_file(str(source), bucket, key)
-            return
-        with _atomic_local(local_path(url)) as tmp, open(source, "rb") as src:
-            shutil.copyfileobj(src, tmp, 1 << 20)
+        with _classified("upload", url):
+            if url.startswith("s3://"):
+                bucket, key = split_s3_url(url)
+                self.s3.upload_file(str(source), bucket, key)
+                return
+            with _atomic_local(local_path(url)) as tmp, open(source, "rb") as src:
+                shutil.copyfileobj(src, tmp, 1 << 20)
 
     def get_bytes(self, url: str) -> bytes:
-        if url.startswith("s3://"):
-            bucket, key = split_s3_url(url)
-            return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        return local_path(url).read_bytes()
+        with _classified("read", url):
+            if url.startswith("s3://"):
+                bucket, key = split_s3_url(url)
+                return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            return local_path(url).read_bytes()
 
     def open(self, url: str) -> BinaryIO:
-        """A stream of the object at url, for files too large to hold in memory."""
-        if url.startswith("s3://"):
-            bucket, key = split_s3_url(url)
-            return self.s3.get_object(Bucket=bucket, Key=key)["Body"]
-        return open(local_path(url), "rb")
+        """A stream of the object at url, for files too large to hold in memory. (Reading
+        it may still fail unclassified: callers read through formats, which say where.)"""
+        with _classified("open", url):
+            if url.startswith("s3://"):
+                bucket, key = split_s3_url(url)
+                return self.s3.get_object(Bucket=bucket, Key=key)["Body"]
+            return open(local_path(url), "rb")
 
     def get_or_none(self, url: str) -> bytes | None:
         try:
             return self.get_bytes(url)
-        except FileNotFoundError:
+        except MissingObject:
             return None
-        except Exception as exc:  # botocore's NoSuchKey is generated per client
-            if retries.is_missing(exc):
-                return None
-            raise
 
     def size(self, url: str) -> int | None:
         """Size in bytes, or None if there is no object at url."""
-        if url.startswith("s3://"):
-            bucket, key = split_s3_url(url)
-            try:
-                return self.s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
-            except Exception as exc:
-                if retries.is_missing(exc):
-                    return None
-                raise
-        path = local_path(url)
-        return path.stat().st_size if path.is_file() else None
+        try:
+            with _classified("look up", url):
+                if url.startswith("s3://"):
+                    bucket, key = split_s3_url(url)
+                    return self.s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+                path = local_path(url)
+                return path.stat().st_size if path.is_file() else None
+        except MissingObject:
+            return None
 
     def list(self, prefix_url: str, start_after: str | None = None) -> Iterator[tuple[str, int]]:
         """(url, size) of every object under prefix_url/, recursively, in key order;
@@ -122,81 +149,84 @@ class Storage:
         prefix_url = prefix_url.rstrip("/") + "/"
         if start_after is not None and not start_after.startswith(prefix_url):
             raise ValueError(f"start_after {start_after!r} is not under {prefix_url!r}")
-        if prefix_url.startswith("s3://"):
-            bucket, prefix = split_s3_url(prefix_url)
-            after = {"StartAfter": split_s3_url(start_after)[1]} if start_after else {}
-            pages = self.s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix, **after)
-            for page in pages:
-                for obj in page.get("Contents", []):
-                    yield f"s3://{bucket}/{obj['Key']}", obj["Size"]
-            return
-        root = local_path(prefix_url)
-        if root.is_dir():
-            for path in sorted(p for p in root.rglob("*") if not p.name.startswith(".")):
-                url = f"file://{path}"
-                if (start_after is None or url > start_after) and path.is_file():
-                    yield url, path.stat().st_size
+        with _classified("list", prefix_url):
+            if prefix_url.startswith("s3://"):
+                bucket, prefix = split_s3_url(prefix_url)
+                after = {"StartAfter": split_s3_url(start_after)[1]} if start_after else {}
+                pages = self.s3.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket, Prefix=prefix, **after)
+                for page in pages:
+                    for obj in page.get("Contents", []):
+                        yield f"s3://{bucket}/{obj['Key']}", obj["Size"]
+                return
+            root = local_path(prefix_url)
+            if root.is_dir():
+                for path in sorted(p for p in root.rglob("*") if not p.name.startswith(".")):
+                    url = f"file://{path}"
+                    if (start_after is None or url > start_after) and path.is_file():
+                        yield url, path.stat().st_size
 
     def folders(self, prefix_url: str) -> list[str]:
         """The URLs of the folders right under prefix_url/ (S3: common prefixes), sorted."""
         prefix_url = prefix_url.rstrip("/") + "/"
-        if prefix_url.startswith("s3://"):
-            bucket, prefix = split_s3_url(prefix_url)
-            pages = self.s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix, Delimiter="/")
-            return sorted(f"s3://{bucket}/{common['Prefix'].rstrip('/')}"
-                          for page in pages for common in page.get("CommonPrefixes", []))
-        root = local_path(prefix_url)
-        return sorted(f"file://{p}" for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        with _classified("list", prefix_url):
+            if prefix_url.startswith("s3://"):
+                bucket, prefix = split_s3_url(prefix_url)
+                pages = self.s3.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket, Prefix=prefix, Delimiter="/")
+                return sorted(f"s3://{bucket}/{common['Prefix'].rstrip('/')}"
+                              for page in pages for common in page.get("CommonPrefixes", []))
+            root = local_path(prefix_url)
+            return sorted(f"file://{p}" for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
     def browser_link(self, url: str, expires_s: int) -> str:
         """A link a browser opens: for S3 a presigned GET URL valid expires_s seconds (at
         most 7 days, SigV4's limit), for a local root the file:// URL itself."""
         if url.startswith("s3://"):
             bucket, key = split_s3_url(url)
-            return self.s3.generate_presigned_url(
-                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s)
+            with _classified("link to", url):
+                return self.s3.generate_presigned_url(
+                    "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s)
         return f"file://{local_path(url)}"
 
     def get_versioned(self, url: str) -> tuple[bytes | None, str | None]:
         """The object's bytes and version, or (None, None) when there is none."""
-        if url.startswith("s3://"):
-            bucket, key = split_s3_url(url)
-            try:
-                response = self.s3.get_object(Bucket=bucket, Key=key)
-            except Exception as exc:
-                if retries.is_missing(exc):
-                    return None, None
-                raise
-            return response["Body"].read(), response["ETag"]
         try:
-            data = local_path(url).read_bytes()
-        except FileNotFoundError:
+            with _classified("read", url):
+                if url.startswith("s3://"):
+                    bucket, key = split_s3_url(url)
+                    response = self.s3.get_object(Bucket=bucket, Key=key)
+                    return response["Body"].read(), response["ETag"]
+                data = local_path(url).read_bytes()
+                return data, sha256_hex(data)
+        except MissingObject:
             return None, None
-        return data, sha256_hex(data)
 
-    def put_if(self, url: str, data: bytes, expected_version: str | None) -> str:
+    def put_if(self, url: str, data: bytes, expected_version: str | None,
+               content_type: str = "application/octet-stream") -> str:
         """Write data if the object's version is still expected_version (None: only if
         there is no object); the new version, or VersionConflict and nothing written."""
-        if url.startswith("s3://"):
-            return s3_compare_and_swap(self.s3, url, data, expected_version)
-        return local_compare_and_swap(local_path(url), data, expected_version)
+        with _classified("write", url):
+            if url.startswith("s3://"):
+                return s3_compare_and_swap(self.s3, url, data, expected_version, content_type)
+            return local_compare_and_swap(local_path(url), data, expected_version)
 
     def delete(self, url: str) -> None:
-        if url.startswith("s3://"):
-            bucket, key = split_s3_url(url)
-            self.s3.delete_object(Bucket=bucket, Key=key)
-        else:
-            local_path(url).unlink(missing_ok=True)
+        with _classified("delete", url):
+            if url.startswith("s3://"):
+                bucket, key = split_s3_url(url)
+                self.s3.delete_object(Bucket=bucket, Key=key)
+            else:
+                local_path(url).unlink(missing_ok=True)
 
     def move(self, source: str, target: str) -> None:
         """Copy then delete: a crash in between leaves a copy too many, never none."""
         if source.startswith("s3://"):
             src_bucket, src_key = split_s3_url(source)
             bucket, key = split_s3_url(target)
-            self.s3.copy_object(Bucket=bucket, Key=key,
-                                CopySource={"Bucket": src_bucket, "Key": src_key})
+            with _classified("copy", f"{source} to {target}"):
+                self.s3.copy_object(Bucket=bucket, Key=key,
+                                    CopySource={"Bucket": src_bucket, "Key": src_key})
         else:
             self.upload_file(local_path(source), target)
         self.delete(source)
@@ -238,15 +268,6 @@ def fsync_dir(folder: Path) -> None:
 
 
 # --- compare-and-swap --------------------------------------------------------------------
-
-class VersionConflict(TerminalError):
-    """The object changed since it was read (or exists when it was to be created)."""
-
-    def __init__(self, url: str, expected: str | None, found: str | None):
-        super().__init__(f"{url} changed under this writer: expected version "
-                         f"{expected or '<absent>'}, found {found or '<absent>'}; nothing written")
-        self.url, self.expected, self.found = url, expected, found
-
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -17,12 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from kafka_archive import retries
-from kafka_archive.errors import ArchiveError, TerminalError
-from kafka_archive.storage import (VersionConflict, fsync_dir, join,
-                                   local_compare_and_swap, locked, s3_compare_and_swap,
+from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.storage import (Storage, fsync_dir, join, local_compare_and_swap, locked,
                                    sha256_hex, split_s3_url)
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")  # Kafka's legal topic characters; groups follow suit
@@ -40,18 +36,17 @@ class MalformedTokenError(TerminalError):
         self.line = line
 
 
-class TokenConflictError(TerminalError):
+class TokenConflictError(VersionConflict):
     """Another writer changed the token since it was read; nothing was written."""
 
     def __init__(self, group: str, topic: str, expected: str | None, found: str | None):
         super().__init__(
+            f"{group}/{topic}.token", expected, found,
             f"token {group}/{topic} changed under this run: expected version "
             f"{expected or '<absent>'}, found {found or '<absent>'}; another run committed "
             "or someone edited the token, so this run's plan is stale and was not committed")
         self.group = group
         self.topic = topic
-        self.expected = expected
-        self.found = found
 
 
 def _check_name(kind: str, name: str) -> str:
@@ -214,11 +209,12 @@ class LocalTokenStore:
 
 
 class S3TokenStore:
-    """Tokens under s3://bucket/prefix; the version is the object's ETag."""
+    """Tokens under s3://bucket/prefix, through Storage (which classifies every failure);
+    the version is the object's ETag."""
 
     def __init__(self, client: Any, url: str):
         split_s3_url(url)  # fail early on a non-s3 URL
-        self.client = client
+        self.storage = Storage(lambda: client)
         self.url = url.rstrip("/")
 
     def _url(self, group: str, topic: str) -> str:
@@ -226,52 +222,28 @@ class S3TokenStore:
 
     def read(self, group: str, topic: str) -> Versioned:
         url = self._url(group, topic)
-        bucket, key = split_s3_url(url)
-        try:
-            response = self.client.get_object(Bucket=bucket, Key=key)
-            data = response["Body"].read()
-        except ClientError as exc:
-            if retries.is_missing(exc):
-                return Versioned(None, None)
-            raise _s3_failure("read", url, exc) from exc
-        except BotoCoreError as exc:
-            raise _s3_failure("read", url, exc) from exc
-        token = parse(_decode(data, url), path=url, group=group, topic=topic)
-        return Versioned(token, response["ETag"])
+        data, version = self.storage.get_versioned(url)
+        if data is None:
+            return Versioned(None, None)
+        return Versioned(parse(_decode(data, url), path=url, group=group, topic=topic), version)
 
     def write(self, token: Token, expected_version: str | None) -> str:
         url = self._url(token.group, token.topic)
         try:
-            return s3_compare_and_swap(self.client, url, render(token).encode(),
-                                       expected_version, content_type="text/plain")
+            return self.storage.put_if(url, render(token).encode(), expected_version,
+                                       content_type="text/plain")
         except VersionConflict as exc:
             raise TokenConflictError(token.group, token.topic, expected_version,
                                      exc.found) from exc
-        except (ClientError, BotoCoreError) as exc:
-            raise _s3_failure("write", url, exc) from exc
 
     def delete(self, group: str, topic: str) -> None:
-        url = self._url(group, topic)
-        bucket, key = split_s3_url(url)
-        try:
-            self.client.delete_object(Bucket=bucket, Key=key)  # absent is fine: no token
-        except (ClientError, BotoCoreError) as exc:
-            raise _s3_failure("delete", url, exc) from exc
+        self.storage.delete(self._url(group, topic))  # absent is fine: no token
 
     def topics(self, group: str) -> list[str]:
-        url = join(self.url, _check_name("group", group)) + "/"
-        bucket, prefix = split_s3_url(url)
-        try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix, Delimiter="/")
-            keys = [obj["Key"] for page in pages for obj in page.get("Contents", [])]
-        except (ClientError, BotoCoreError) as exc:
-            raise _s3_failure("list", url, exc) from exc
-        return sorted(k[len(prefix):].removesuffix(".token") for k in keys if k.endswith(".token"))
-
-
-def _s3_failure(action: str, url: str, exc: Exception) -> ArchiveError:
-    return retries.classify(exc, f"cannot {action} token {url}")
+        folder = join(self.url, _check_name("group", group)) + "/"
+        return sorted(url[len(folder):].removesuffix(".token")
+                      for url, _ in self.storage.list(folder)
+                      if url.endswith(".token") and "/" not in url[len(folder):])
 
 
 def open_store(token_root: str, s3_client_factory: Callable[[], Any]) -> TokenStore:

@@ -204,7 +204,7 @@ def test_open_store_picks_the_backend_from_the_root(tmp_path, monkeypatch):
     assert open_store(f"file://{tmp_path}/x", lambda: None).root == tmp_path / "x"
     client = object()
     s3 = open_store("s3://bucket/tokens", lambda: client)
-    assert isinstance(s3, S3TokenStore) and s3.client is client
+    assert isinstance(s3, S3TokenStore) and s3.storage.s3 is client
 
 
 def _advanced(token: Token) -> Token:

@@ -29,9 +29,9 @@ from kafka_archive.audit.reconcile import Verdict
 from kafka_archive import catalog
 from kafka_archive.catalog import store
 from kafka_archive.config import Config
-from kafka_archive.errors import TerminalError
+from kafka_archive.errors import TerminalError, VersionConflict
 from kafka_archive.progress_bars import Track, untracked
-from kafka_archive.storage import Storage, VersionConflict
+from kafka_archive.storage import Storage
 
 log = logging.getLogger(__name__)
 

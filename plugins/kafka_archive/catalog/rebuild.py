@@ -25,8 +25,8 @@ from kafka_archive import layout
 from kafka_archive.catalog.state import State, row_files, row_key, with_time_partitions
 from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url, snapshot_url,
                                          _load_json)
-from kafka_archive.errors import TerminalError
-from kafka_archive.storage import Storage, VersionConflict, join
+from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.storage import Storage, join
 
 log = logging.getLogger(__name__)
 

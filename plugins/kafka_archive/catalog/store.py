@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from kafka_archive.catalog.state import OverlapError, State, part_key, row_key
-from kafka_archive.errors import TerminalError
-from kafka_archive.storage import Storage, VersionConflict, join
+from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.storage import Storage, join
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from typing import Iterable
 from kafka_archive import catalog, layout
 from kafka_archive.catalog import Contents, row_files
 from kafka_archive.config import Config
-from kafka_archive.errors import TerminalError
-from kafka_archive.storage import Storage, VersionConflict
+from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.storage import Storage
 
 Range = tuple[int, int]
 

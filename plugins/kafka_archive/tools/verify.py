@@ -19,20 +19,16 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from kafka_archive import catalog, formats, layout
 from kafka_archive.catalog import Contents, row_files
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage, join
 from kafka_archive.tokens import TokenStore
+from kafka_archive.tools.cat import DamagedFile, read_archived
 
 ERROR, LOST, GAP, INFO = "ERROR", "lost", "gap", "info"  # only ERROR fails the check
 
-# What reading a damaged or missing file can raise: the SequenceFile reader and msgpack
-# raise ValueError, a key map without an offset KeyError or TypeError.
-READ_ERRORS = (ValueError, KeyError, TypeError, OSError, ClientError, BotoCoreError)
 
 Range = tuple[int, int]  # [start, end) offsets
 
@@ -249,11 +245,10 @@ def read_summary(storage: Storage, url: str, name_offset: int,
     """Text and Baldr files keep no offsets: theirs come from the manifest row that wrote
     the file (`slice_of`: url -> start, end, gaps), checked against the records read."""
     try:
-        with storage.open(url) as stream:
-            if formats.for_file(url)[0].keeps_offsets:
-                return summarize(url, name_offset, (r.offset for r in formats.read(stream, url)))
-            count = sum(1 for _ in formats.read(stream, url))
-    except READ_ERRORS as exc:
+        if formats.for_file(url)[0].keeps_offsets:
+            return summarize(url, name_offset, (r.offset for r in read_archived(storage, url)))
+        count = sum(1 for _ in read_archived(storage, url))
+    except DamagedFile as exc:
         return FileSummary(url, name_offset, problem=f"unreadable: {exc}")
     if url not in (slice_of or {}):
         return FileSummary(url, name_offset, problem="its format keeps no offsets and no "
@@ -271,10 +266,9 @@ def read_summary(storage: Storage, url: str, name_offset: int,
 def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSummary, list[int]]:
     offsets: list[int] = []
     try:
-        with storage.open(url) as stream:
-            offsets = [r.offset for r in formats.read(stream, url)]
+        offsets = [r.offset for r in read_archived(storage, url)]
         return summarize(url, name_offset, offsets), offsets
-    except READ_ERRORS as exc:
+    except DamagedFile as exc:
         return FileSummary(url, name_offset, problem=f"unreadable: {exc}"), []
 
 

@@ -12,8 +12,8 @@ from kafka_archive import catalog, config, layout
 from kafka_archive.audit import checkpoint, incremental
 from kafka_archive.audit.checkpoint import Checkpoint
 from kafka_archive.audit.reconcile import MonitoringEvent
-from kafka_archive.errors import TerminalError
-from kafka_archive.storage import Storage, VersionConflict
+from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.storage import Storage
 
 MIN = 60_000
 AT = "2026-01-01T00:00:00+00:00"
