@@ -26,7 +26,7 @@ scripts/localservices.py if they are not running, and stops only what it started
    task start-up is not counted): `tasks.plan`, then `spark-submit spark_jobs/archive.py`
    with the command line and environment `ArchiveOperator` builds (`--master local[2]`, the
    same connection the local Airflow uses), then `tasks.commit`. While the Spark job runs it
-   samples, every 0.2 s from /proc, the resident memory (RSS) of the spark-submit process tree
+   samples, every 0.2 s (psutil), the resident memory (RSS) of the spark-submit process tree
    (the JVM, the Python driver, PySpark's Python workers) and the CPU time each used.
 4. Fixed cost of a run with nothing to archive: `tasks.plan` again on the archived topic
    (it returns None, so the DAG skips archive and commit), in this process (warm) and in a
@@ -83,6 +83,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "plugins"))
@@ -110,8 +112,6 @@ PEER_SINK = {"none": "text", "fast": "parquet", "snappy": "parquet", "default": 
              "gzip": "parquet"}
 TARGET_PLAN_S = 5.0          # planning --plan-partitions partitions
 SAMPLE_EVERY_S = 0.2
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 # --- the data ---------------------------------------------------------------------------
@@ -286,40 +286,27 @@ class TreeSample:
     cpu_s: dict = field(default_factory=dict)    # kind -> CPU seconds (user + system)
 
 
-def _kind(pid: int) -> str:
+def _kind(proc: psutil.Process) -> str:
     try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace")
-    except OSError:
+        name, argv = proc.name(), proc.cmdline()
+    except psutil.Error:
         return "gone"
-    if comm == "java":
+    if name == "java":
         return "jvm"
-    if "python" in comm or "python" in cmdline.split(" ", 1)[0]:
-        return "python driver" if "spark_jobs/archive.py" in cmdline else "python workers"
+    if "python" in name or (argv and "python" in argv[0]):
+        return "python driver" if "spark_jobs/archive.py" in " ".join(argv) else "python workers"
     return "other"
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds) of pid, or None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def _rss_mib(pid: int) -> float:
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_SIZE / MIB
-    except (OSError, IndexError):
-        return 0.0
+def _cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
 
 
 class TreeSampler(threading.Thread):
-    """Every SAMPLE_EVERY_S, the RSS of every process under `root` (by /proc parent links),
-    grouped by kind, and the last CPU time seen per process (processes that exit keep the
-    CPU time last sampled, so up to 0.2 s of a short-lived worker may be missed)."""
+    """Every SAMPLE_EVERY_S, the RSS of every process under `root`, grouped by kind, and
+    the last CPU time seen per process (processes that exit keep the CPU time last
+    sampled, so up to 0.2 s of a short-lived worker may be missed)."""
 
     def __init__(self, root: int):
         super().__init__(daemon=True)
@@ -341,30 +328,28 @@ class TreeSampler(threading.Thread):
         return self.result
 
     def sample(self) -> None:
-        parents, cpu = {}, {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and (stat := _stat(int(entry))):
-                parents[int(entry)], cpu[int(entry)] = stat
-        tree, frontier = {self.root}, [self.root]
-        children: dict[int, list[int]] = {}
-        for pid, parent in parents.items():
-            children.setdefault(parent, []).append(pid)
-        while frontier:
-            for child in children.get(frontier.pop(), ()):
-                tree.add(child)
-                frontier.append(child)
+        try:
+            root = psutil.Process(self.root)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
         rss: dict[str, float] = {}
-        for pid in tree:
-            if pid not in parents:
+        seen = 0
+        for proc in tree:
+            try:
+                with proc.oneshot():
+                    cpu, mib = _cpu_s(proc), proc.memory_info().rss / MIB
+            except psutil.Error:
                 continue
+            seen += 1
             # the kind can change once (spark-submit's shell execs the JVM): ask until it's known
-            kind = self._kinds.get(pid)
+            kind = self._kinds.get(proc.pid)
             if kind in (None, "other"):
-                kind = self._kinds[pid] = _kind(pid)
-            rss[kind] = rss.get(kind, 0.0) + _rss_mib(pid)
-            self._cpu[pid] = (kind, cpu[pid])
+                kind = self._kinds[proc.pid] = _kind(proc)
+            rss[kind] = rss.get(kind, 0.0) + mib
+            self._cpu[proc.pid] = (kind, cpu)
         r, total = self.result, sum(rss.values())
-        r.max_processes = max(r.max_processes, len(tree))
+        r.max_processes = max(r.max_processes, seen)
         r.peak_jvm_mib = max(r.peak_jvm_mib, rss.get("jvm", 0.0))
         r.peak_python_mib = max(r.peak_python_mib,
                                 rss.get("python driver", 0.0) + rss.get("python workers", 0.0))
@@ -374,13 +359,15 @@ class TreeSampler(threading.Thread):
 
 def service_cpu_s() -> dict[str, float]:
     """CPU seconds used so far by the broker's and the S3 server's processes, and by the
-    whole machine (`machine`: busy time of all cores, from /proc/stat)."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    out = {"machine": (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS}  # minus idle, iowait
+    whole machine (`machine`: busy time of all cores)."""
+    times = psutil.cpu_times()
+    out = {"machine": sum(times) - times.idle - times.iowait}
     for name in ("kafka", "s3"):
-        pid = localservices.SERVICES[name].pid()
-        if pid and (stat := _stat(pid)):
-            out[name] = stat[1]
+        if pid := localservices.SERVICES[name].pid():
+            try:
+                out[name] = _cpu_s(psutil.Process(pid))
+            except psutil.Error:
+                pass
     return out
 
 
