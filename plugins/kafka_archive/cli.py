@@ -52,7 +52,8 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also print the library's and Airflow's INFO logs (on stderr)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("preflight", help="check Kafka and the archive root are reachable")
+    commands.add_parser("preflight", help="check Kafka and the archive root are reachable"
+                        ).set_defaults(run=check_deployment)
     cat = commands.add_parser("cat", help="print the records of one archived file")
     cat.add_argument("file", help="s3:// or file:// URL, or a local path")
     cat.add_argument("--limit", type=_count, help="print at most this many records")
@@ -170,56 +171,57 @@ def run(argv: list[str] | None = None) -> int:
     again.add_argument("--master", help="Spark master (default: the config's, else local[2])")
     again.add_argument("--dry-run", action="store_true",
                        help="check the range and the target, print the plan, produce nothing")
+    # each subcommand's function: (config, args) -> exit code (None: 0)
+    cat.set_defaults(run=lambda c, a: cat_file(_storage(c), a.file, a.limit, a.format))
+    check.set_defaults(run=lambda c, a: verify_group(c, a.group, a.json, a.topic, a.full))
+    book.set_defaults(run=lambda c, a: show_catalog(c, a.group, a.rebuild))
+    files.set_defaults(run=lambda c, a: list_files(c, a.group, a.topic, a.json, a.partition,
+                                                   a.from_offset))
+    show.set_defaults(run=lambda c, a: show_status(c, a.group, a.json))
+    back.set_defaults(run=rewind)
+    accept.set_defaults(run=accept_loss)
+    audit.set_defaults(run=audit_command)
+    fill.set_defaults(run=backfill_topic)
+    again.set_defaults(run=replay)
     args = parser.parse_args(argv)
     global _LOG_LEVEL
     _LOG_LEVEL = "INFO" if args.verbose else "WARNING"
     logging.basicConfig(level=_LOG_LEVEL, stream=sys.stderr)
+    if args.command == "audit" and not args.audit_command and not args.group:
+        parser.error("audit: the following arguments are required: --group")
     try:
         config = config_module.load(args.config)
-        if args.command == "preflight":
-            _airflow_logs_to_stderr()
-            print(json.dumps(preflight.run(config, _storage(config), "manual", _tokens(config),
-                                           lambda: _check_smtp(config)), indent=2))
-        elif args.command == "cat":
-            cat_file(_storage(config), args.file, args.limit, args.format)
-        elif args.command == "verify":
-            return verify_group(config, args.group, args.json, args.topic, args.full)
-        elif args.command == "catalog":
-            show_catalog(config, args.group, args.rebuild)
-        elif args.command == "ls":
-            list_files(config, args.group, args.topic, args.json, args.partition,
-                       args.from_offset)
-        elif args.command == "status":
-            return show_status(config, args.group, args.json)
-        elif args.command == "rewind":
-            rewind(config, args)
-        elif args.command == "accept-loss":
-            accept_loss(config, args)
-        elif args.command == "backfill":
-            run_id = "backfill__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
-            summary = backfill.backfill(config, _storage(config), args.group, args.topic, run_id,
-                                        datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                        args.from_offset, args.to_offset, args.since,
-                                        args.until, args.source, terminal_bar)
-            print(json.dumps({k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")}
-                             | {"slices": len(summary["slices"])}, indent=2))
-        elif args.command == "replay":
-            return replay(config, args)
-        elif args.command == "audit" and args.audit_command == "list":
-            list_mismatches(config, args.group, args.json)
-        elif args.command == "audit" and args.audit_command == "ack":
-            acknowledge(config, args)
-        elif args.command == "audit":
-            if not args.group:
-                parser.error("audit: the following arguments are required: --group")
-            return audit_group(config, args)
+        return args.run(config, args) or 0
     except ArchiveError as exc:
         print(f"kafka-archive: {exc}", file=sys.stderr)
         return 1
     except KafkaError as exc:  # status and rewind: Kafka gone or refusing a look-up
         print(f"kafka-archive: Kafka at {config.bootstrap_servers}: {exc!r}", file=sys.stderr)
         return 1
-    return 0
+
+
+def check_deployment(config: Config, args: argparse.Namespace) -> None:
+    _airflow_logs_to_stderr()
+    print(json.dumps(preflight.run(config, _storage(config), "manual", _tokens(config),
+                                   lambda: _check_smtp(config)), indent=2))
+
+
+def backfill_topic(config: Config, args: argparse.Namespace) -> None:
+    run_id = "backfill__" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S")
+    summary = backfill.backfill(config, _storage(config), args.group, args.topic, run_id,
+                                datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                args.from_offset, args.to_offset, args.since,
+                                args.until, args.source, terminal_bar)
+    print(json.dumps({k: summary[k] for k in ("run_id", "group", "topic", "moved_aside")}
+                     | {"slices": len(summary["slices"])}, indent=2))
+
+
+def audit_command(config: Config, args: argparse.Namespace) -> int | None:
+    if args.audit_command == "list":
+        return list_mismatches(config, args.group, args.json)
+    if args.audit_command == "ack":
+        return acknowledge(config, args)
+    return audit_group(config, args)
 
 
 def _user() -> str:
