@@ -46,9 +46,6 @@ def run(sc, config: Config, plan_url: str) -> dict:
         tasks = task_slices(to_read, sc.defaultParallelism)
         rows = (sc.parallelize(tasks, len(tasks))
                 .mapPartitions(ArchiveTask(config, plan)).collect())
-    for row in rows:
-        for name in ("gaps", "audit", "files", "errors"):
-            row[name] = json.loads(row[name])
     lost = retention_losses(config, to_read, rows)
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)

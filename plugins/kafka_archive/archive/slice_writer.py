@@ -20,7 +20,6 @@ row, `discard` drops the temp files of a slice that failed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -200,12 +199,12 @@ class OpenSlice:
                 "quarantined": self.quarantined, "late": self.late,
                 "bytes": sum(f["bytes"] for f in written),
                 "sha256": single["sha256"] if single else None,
-                "url": single["url"] if single else None, "files": json.dumps(written),
-                "errors": json.dumps(self.errors),
+                "url": single["url"] if single else None, "files": written,
+                "errors": self.errors,
                 "min_timestamp_ms": self.min_ts, "max_timestamp_ms": self.max_ts,
-                "gaps": json.dumps(self.gaps),
-                "audit": json.dumps(sorted([source, window, n]
-                                           for (source, window), n in self.audit_counts.items()))}
+                "gaps": self.gaps,
+                "audit": sorted([source, window, n]
+                                for (source, window), n in self.audit_counts.items())}
 
 
     def discard(self) -> None:

@@ -80,14 +80,11 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
                 f"{topic} partition {row['partition']} [{row['start']}, {row['end']}): the "
                 f"backup group {source} holds {new['records']} of its {row['records']} "
                 "messages; archive the backup that far first (nothing was moved aside)")
-        new["files"] = json.loads(new["files"])
         keep = {f["url"] for f in new["files"]}
         for f in row_files(row):
             if f["url"] not in keep and storage.size(f["url"]) is not None:
                 storage.move(f["url"], layout.superseded(config.archive_root, run_id, f["url"]))
                 moved.append(f["url"])
-        for name in ("gaps", "audit", "errors"):
-            new[name] = json.loads(new[name])
         new_rows.append({**new, "replaces_run": row["_run"]})
         replaced.append(row)
     summary = {"run_id": run_id, "group": group, "topic": topic, "source": source, "at": now,

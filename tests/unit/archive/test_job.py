@@ -64,7 +64,7 @@ def test_slice_temp_files_live_in_sparks_local_dir_and_go_away(tmp_path, monkeyp
     assert list(scratch.iterdir()) == [] and closed == [True]  # nor the failed slice's
 
     row = task.archive(plan.slices[0], iter([_batch(range(3))]), storage)
-    assert row["records"] == 3 and row["gaps"] == "[]" and list(scratch.iterdir()) == []
+    assert row["records"] == 3 and row["gaps"] == [] and list(scratch.iterdir()) == []
     assert len(list((tmp_path / "archive" / "backup" / "t").rglob("*.seq"))) == 1
 
 
@@ -72,7 +72,7 @@ def test_a_slice_without_any_message_gets_a_row_whose_gap_is_the_whole_range(tmp
     # e.g. [41, 42) holds only a transaction marker: the reader yields no message
     task, plan = _task(tmp_path)
     row = task.archive(Slice("t", 0, 41, 42, 1 << 20), iter([]), Storage.from_environment())
-    assert (row["records"], row["gaps"], row["url"], row["files"]) == (0, "[[41, 42]]", None, "[]")
+    assert (row["records"], row["gaps"], row["url"], row["files"]) == (0, [[41, 42]], None, [])
 
 
 def test_reading_stops_at_the_slice_cap_and_the_read_is_closed(tmp_path):
