@@ -18,8 +18,8 @@ They stand on `formats/` (bytes in, bytes out: SequenceFile, text, Baldr, the re
 event-time parsers, the audit's per-window counting) and on the base modules: errors and
 retries (the one classification of failures), config and config_schema, storage (S3 or
 local files), tokens (the offset token files), layout (every path under the archive root,
-and back), catalog (what is where), brokers (every Kafka client) and spark (how a job is
-launched).
+and back), manifest (what a run wrote, one typed row per slice), catalog (what is
+where), brokers (every Kafka client) and spark (how a job is launched).
 
 Imports only look down, in this order (tests/unit/test_imports.py checks every import,
 inside functions too): errors, retries < formats < base < plan < archive < commit < audit

@@ -67,7 +67,7 @@ LAYERS = [
     {"errors", "retries"},
     {"formats"},                                  # bytes in, bytes out: codecs, parsers
     {"storage", "tokens", "brokers", "layout", "config", "config_schema", "catalog",
-     "spark", "progress_bars"},                  # base: where things are and how to reach them
+     "manifest", "spark", "progress_bars"},                  # base: where things are and how to reach them
     {"plan"},
     {"archive"},
     {"commit"},

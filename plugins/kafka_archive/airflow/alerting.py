@@ -28,7 +28,7 @@ from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
 from airflow.sdk.log import redact
 
-from kafka_archive import brokers, catalog, config as config_module, layout
+from kafka_archive import brokers, catalog, config as config_module, layout, manifest as manifests
 from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import TerminalError, TransientError
@@ -52,8 +52,7 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     cfg = config_module.load()
     group = cfg.group(group_name)
     storage = connections.storage(cfg.s3_conn_id)
-    manifest = json.loads(storage.get_bytes(layout.run_file(
-        cfg.archive_root, group.name, summary["run_id"], "manifest.json")))
+    manifest = manifests.read(storage, cfg.archive_root, group.name, summary["run_id"])
     store = connections.token_store(cfg)
     # a malformed token holds its topic (mailed when planned): the others are measured
     tokens, unreadable = freshness.read_tokens(store, group.name, topics or store.topics(group.name))
@@ -62,7 +61,7 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     consumer = brokers.consumer(cfg)
     try:
         partitions = freshness.observe(
-            consumer, group, tokens, manifest["slices"], topics, unreadable,
+            consumer, group, tokens, manifest["slices"] if manifest else [], topics, unreadable,
             freshness.caught_up(catalog.open_catalog(storage, cfg, group.name)))
     finally:
         consumer.close()

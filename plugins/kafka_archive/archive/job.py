@@ -21,10 +21,10 @@ from typing import Iterable, Iterator
 
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
 # the files import this module and should not pay for it
-from kafka_archive import layout
 from kafka_archive.archive import slice_writer, source
-from kafka_archive.formats import parsers
 from kafka_archive.config import Config
+from kafka_archive.formats import parsers
+from kafka_archive.manifest import Manifest, SliceRow, row_files, write as write_manifest
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
 from kafka_archive.storage import Storage
 
@@ -32,7 +32,7 @@ SLICES_PER_TASK = 16  # at most, when a plan has many more slices than Spark run
 TASKS_PER_CORE = 64   # one slice a task up to this many slices per core
 
 
-def run(sc, config: Config, plan_url: str) -> dict:
+def run(sc, config: Config, plan_url: str) -> Manifest:
     storage = Storage.from_environment()
     plan = Plan.from_json(storage.get_bytes(plan_url))
     to_read = [s for s in plan.slices if s.end > s.start]
@@ -49,10 +49,9 @@ def run(sc, config: Config, plan_url: str) -> dict:
     lost = retention_losses(config, to_read, rows)
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)
-    manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows, "vanished": vanished,
-                "retention_lost": [asdict(a) for a in lost]}
-    storage.put_bytes(layout.run_file(config.archive_root, plan.group, plan.run_id, "manifest.json"),
-                      json.dumps(manifest, indent=1, sort_keys=True).encode())
+    manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
+                          "vanished": vanished, "retention_lost": [asdict(a) for a in lost]}
+    write_manifest(storage, config.archive_root, manifest)
     return manifest
 
 
@@ -109,13 +108,12 @@ def retention_losses(config: Config, slices, rows: list[dict]) -> list[Anomaly]:
                   key=lambda a: (a.topic, a.partition))
 
 
-def _drop_slices(storage: Storage, rows: list[dict], lost: set[tuple[str, int]]) -> list[dict]:
+def _drop_slices(storage: Storage, rows: list[SliceRow], lost: set[tuple[str, int]]
+                 ) -> list[SliceRow]:
     """The rows of slices that lost data leave the run, and their files go: the run
     commits the other slices, the lost ones keep their token, and the next run holds the
     topic for the loss like any retention gap (until it is accepted, or skipped by config),
     instead of this run failing, and every run after it, on its in-flight plan."""
-    from kafka_archive.catalog.state import row_files
-
     kept = []
     for row in rows:
         if (row["topic"], row["partition"]) in lost:

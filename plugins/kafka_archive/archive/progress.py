@@ -5,7 +5,7 @@ Spark at spark.SPARK_LOG_LEVEL through `spark.log.level`). Pure functions of the
 
 from __future__ import annotations
 
-from kafka_archive.catalog.state import row_files
+from kafka_archive.manifest import row_files
 
 
 def slice_line(row: dict) -> str:

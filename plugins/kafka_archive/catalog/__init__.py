@@ -21,7 +21,7 @@ from kafka_archive.catalog import rebuild as _rebuild
 from kafka_archive.catalog import store
 from kafka_archive.catalog.contents import Contents
 from kafka_archive.catalog.rebuild import AcceptedLoss, catalog_row, run_folder, run_summary
-from kafka_archive.catalog.state import OverlapError, Summary, lost_ranges, row_files
+from kafka_archive.catalog.state import OverlapError, Summary, lost_ranges
 from kafka_archive.catalog.store import Catalog, CatalogUnreadable
 from kafka_archive.config import Config
 
@@ -61,4 +61,4 @@ def contents(storage, config: Config, group: str, topic: str | None = None) -> C
 
 __all__ = ["AcceptedLoss", "Catalog", "CatalogUnreadable", "Contents", "OverlapError",
            "Summary", "append", "catalog_row", "contents", "lost_ranges", "open_catalog",
-           "rebuild", "row_files", "run_folder", "run_summary"]
+           "rebuild", "run_folder", "run_summary"]

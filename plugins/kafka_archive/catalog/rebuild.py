@@ -22,10 +22,11 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from kafka_archive import layout
-from kafka_archive.catalog.state import State, row_files, row_key, with_time_partitions
+from kafka_archive.catalog.state import State, row_key, with_time_partitions
 from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url, snapshot_url,
                                          _load_json)
 from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.manifest import row_files
 from kafka_archive.storage import Storage, join
 
 log = logging.getLogger(__name__)

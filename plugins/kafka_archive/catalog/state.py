@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from kafka_archive import layout
 from kafka_archive.errors import TerminalError
+from kafka_archive.manifest import row_files
 
 Range = tuple[int, int]
 RECENT_RUNS = 20  # runs kept in the state for the page and for idempotent commits
@@ -27,19 +28,6 @@ RECENT_RUNS = 20  # runs kept in the state for the page and for idempotent commi
 
 class OverlapError(TerminalError):
     """An entry would put an offset into two current files: refused, nothing written."""
-
-
-def row_files(row: dict) -> list[dict]:
-    """The files of a manifest row; rows from before multi-file rows name one `url`."""
-    import json
-
-    files = row.get("files")
-    if files is not None:
-        return json.loads(files) if isinstance(files, str) else files
-    if row.get("url"):
-        return [{"url": row["url"], "records": row["records"], "bytes": row["bytes"],
-                 "sha256": row.get("sha256")}]
-    return []
 
 
 def row_key(row: dict) -> tuple[str, int, int, int]:

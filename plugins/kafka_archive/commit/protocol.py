@@ -15,11 +15,11 @@ import json
 import logging
 from datetime import datetime
 
-from kafka_archive import catalog, layout
-from kafka_archive.catalog import row_files
+from kafka_archive import catalog, layout, manifest as manifests
 from kafka_archive.catalog.state import part_key
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
+from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
@@ -84,12 +84,11 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
 
 def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now: datetime) -> dict:
     root = config.archive_root
-    manifest_url = layout.run_file(root, plan.group, plan.run_id, "manifest.json")
-    manifest = storage.get_or_none(manifest_url)
+    manifest = manifests.read(storage, root, plan.group, plan.run_id)
     if manifest is None:
-        raise ManifestMismatchError(f"run {plan.run_id} cannot commit: no {manifest_url}; the "
-                                    "archive job did not finish, so nothing was committed")
-    manifest = json.loads(manifest)
+        raise ManifestMismatchError(
+            f"run {plan.run_id} cannot commit: no {manifests.url(root, plan.group, plan.run_id)}; "
+            "the archive job did not finish, so nothing was committed")
     ends = verify(plan, manifest, storage.size)
     add_to_catalog(config, plan, manifest, storage, now, dry_run=True)  # refused: before tokens
     for topic in plan.topics():

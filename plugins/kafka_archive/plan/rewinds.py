@@ -26,10 +26,10 @@ from datetime import datetime, timezone
 from kafka import TopicPartition
 
 from kafka_archive import catalog
-from kafka_archive.catalog import row_files
 from kafka_archive.catalog.state import part_key
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
+from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Slice
 from kafka_archive.storage import Storage

@@ -26,9 +26,9 @@ from collections import defaultdict
 
 from kafka_archive import catalog, formats, layout
 from kafka_archive.archive import job, slice_writer
-from kafka_archive.catalog import row_files
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
+from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Plan
 from kafka_archive.progress_bars import Track, untracked

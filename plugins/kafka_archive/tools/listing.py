@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from kafka_archive.catalog import Contents, row_files
+from kafka_archive.catalog import Contents
+from kafka_archive.manifest import row_files
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from kafka_archive import catalog, layout
-from kafka_archive.catalog import Contents, row_files
+from kafka_archive.catalog import Contents
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.manifest import row_files
 from kafka_archive.storage import Storage
 
 Range = tuple[int, int]

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from kafka_archive import catalog, formats, layout
-from kafka_archive.catalog import Contents, row_files
+from kafka_archive.catalog import Contents
+from kafka_archive.manifest import row_files
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage, join

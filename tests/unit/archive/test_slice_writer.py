@@ -11,7 +11,7 @@ from kafka_archive import formats, layout
 from kafka_archive.archive import slice_writer
 from kafka_archive.formats import parsers
 from kafka_archive.commit import finalizing, protocol
-from kafka_archive.catalog import row_files
+from kafka_archive.manifest import row_files
 from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.plan.planning import Plan, Slice

@@ -10,7 +10,8 @@ import pytest
 
 from kafka_archive import layout
 from kafka_archive.audit import gather
-from kafka_archive.catalog import AcceptedLoss, Contents, lost_ranges, row_files
+from kafka_archive.catalog import AcceptedLoss, Contents, lost_ranges
+from kafka_archive.manifest import row_files
 from kafka_archive.catalog.rebuild import from_run_folders
 from kafka_archive.storage import Storage
 
