@@ -49,6 +49,13 @@ async def _to_login(request: Request, exc: HTTPException):
     return JSONResponse({"detail": exc.detail}, exc.status_code)
 
 
+@app.exception_handler(ArchiveError)
+async def _unavailable(request: Request, exc: ArchiveError):
+    """S3 or a token store failing (classified by the library): a page saying what failed,
+    503, instead of a bare 500."""
+    return HTMLResponse(page.unavailable(f"{type(exc).__name__}: {exc}"), 503)
+
+
 @app.get("/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
 def index() -> str:
     cfg = config_module.load()

@@ -197,6 +197,11 @@ def failure(group: str, problem: str) -> str:
                                       f"<p class='bad'>cannot show the group: {escape(problem)}</p>")
 
 
+def unavailable(problem: str) -> str:
+    return _document("kafka-archive", "<h1>kafka-archive</h1>"
+                                      f"<p class='bad'>cannot show this page: {escape(problem)}</p>")
+
+
 def lag_chart(partitions: list[PartitionStatus], width: int = 640,
               sla_s: dict[str, int] | None = None) -> str:
     """Horizontal bars: messages not archived yet, per topic-partition."""

@@ -112,3 +112,8 @@ def test_the_audit_tab_lists_every_audited_groups_mismatches():
     html = page.audit_page({"backup": alarms, "partitioned": []}, ["backup", "partitioned"])
     assert "<h2>group backup</h2>" in html and "MISSING 2" in html
     assert "<h2>group partitioned</h2>\n<p class='ok' id='audit-ok'>no unresolved mismatch</p>" in html
+
+
+def test_a_page_that_cannot_be_shown_says_what_failed_escaped():
+    html = page.unavailable("TransientError: cannot list s3://b/<root>/: SlowDown")
+    assert "cannot show this page: TransientError: cannot list s3://b/&lt;root&gt;/: SlowDown" in html
