@@ -132,6 +132,15 @@ def classify(exc: BaseException, what: str) -> ArchiveError:
     return kind(f"{what}: {detail}")
 
 
+def librdkafka_error(error, what: str) -> ArchiveError:
+    """A librdkafka KafkaError (a consumer's message error, a producer's delivery report)
+    as an error of its family: transient where librdkafka says a retry may succeed (a
+    leader moving, a timeout), terminal for a refusal (authentication, authorization, an
+    invalid record) and for a fatal error."""
+    kind = TransientError if error.retriable() and not error.fatal() else TerminalError
+    return kind(f"{what}: {error.str()} ({error.name()})")
+
+
 def disk_full(exc: OSError, path: str, what: str) -> DiskFullError:
     """The error for a local write that failed for lack of space: the path, the space
     free on its filesystem and what was being written."""

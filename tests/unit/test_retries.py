@@ -109,3 +109,18 @@ def test_a_refusal_that_repeats_says_so_and_what_to_change():
     assert "this refusal repeats on every retry: the S3 connection's credentials may not" in str(denied)
     assert "create the bucket" in str(retries.classify(s3_error("NoSuchBucket", 404), "x"))
     assert "repeats" not in str(retries.classify(s3_error("SlowDown", 503), "x"))  # transient
+
+
+def test_librdkafka_errors_are_classified_as_librdkafka_says():
+    from confluent_kafka import KafkaError
+
+    from kafka_archive.errors import TerminalError, TransientError
+
+    moving = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "leader moved", retriable=True)
+    refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not allowed")
+    fatal = KafkaError(KafkaError._FENCED, "fenced", fatal=True, retriable=True)
+    assert isinstance(retries.librdkafka_error(moving, "producing"), TransientError)
+    assert isinstance(retries.librdkafka_error(refused, "producing"), TerminalError)
+    assert isinstance(retries.librdkafka_error(fatal, "producing"), TerminalError)
+    assert str(retries.librdkafka_error(refused, "reading t partition 0")).startswith(
+        "reading t partition 0: not allowed (TOPIC_AUTHORIZATION_FAILED)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
+from kafka_archive import retries
 from kafka_archive.errors import TransientError
 
 BATCH_MESSAGES = 20_000  # per consume() call: large enough that per-call costs vanish
@@ -29,7 +30,7 @@ def read(consumer, topic: str, partition: int, start: int, end: int,
          stall_s: float = STALL_S) -> Iterator:
     """The messages of [start, end) in offset order, as Batches of up to BATCH_MESSAGES."""
     import numpy as np
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
     from kafka_archive.formats.batch import Batch, binary_array, headers_array
 
@@ -63,7 +64,7 @@ def read(consumer, topic: str, partition: int, start: int, end: int,
                     # the log now ends before the plan did: either way a trailing gap
                     progressed, position = True, end
                 elif error.fatal() or error.code() in refused:
-                    raise KafkaException(error)
+                    raise retries.librdkafka_error(error, f"reading {topic} partition {partition}")
                 else:  # librdkafka retries by itself; named if the read stalls
                     last_error = error
             if offsets:

@@ -24,8 +24,9 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Iterator
 
-from kafka_archive import layout
+from kafka_archive import layout, retries
 from kafka_archive.config import Config
+from kafka_archive.errors import ArchiveError
 from kafka_archive.formats.records import Record
 from kafka_archive.storage import Storage
 from kafka_archive.tools.cat import read_archived
@@ -56,7 +57,7 @@ def _task(config: Config, plan: dict, max_rate: int | None, parts: Iterator[dict
     for part in parts:
         try:
             yield replay_partition(config, plan, part, storage, max_rate)
-        except ReplayError as exc:  # for the command that started the replay, in its words
+        except ArchiveError as exc:  # for the command that started the replay, in its words
             storage.put_bytes(layout.replay_failure(config.archive_root, plan["replay_id"]),
                               json.dumps({"partition": part["partition"], "error": str(exc),
                                           "repeats": isinstance(exc, RefusedForGood)}).encode())
@@ -227,17 +228,18 @@ def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str
         admin.close()
 
 
-def refusal(where: str, r: Record, error, settings) -> ReplayError:
-    """The error for a message the target refused. A record timestamp outside the
-    target's window (Kafka answers INVALID_RECORD or INVALID_TIMESTAMP) is refused again
-    on every retry: it names the offset, the timestamp, the target's setting and what to
-    change. settings: a function reading the target's timestamp settings. error: the
+def refusal(where: str, r: Record, error, settings) -> ArchiveError:
+    """The error for a message the target refused, classified as librdkafka says
+    (retries.librdkafka_error: a leader moving is worth a retry). A record timestamp
+    outside the target's window (Kafka answers INVALID_RECORD or INVALID_TIMESTAMP) is
+    refused again on every retry: RefusedForGood names the offset, the timestamp, the
+    target's setting and what to change. settings: a function reading the target's timestamp settings. error: the
     KafkaError librdkafka reported."""
     from confluent_kafka import KafkaError
 
     if error.code() not in (KafkaError.INVALID_RECORD, KafkaError.INVALID_TIMESTAMP):
-        return ReplayError(f"{where}: the target refused archived offset {r.offset}: "
-                           f"{error.str()}")
+        return retries.librdkafka_error(error, f"{where}: the target refused archived offset "
+                                               f"{r.offset}")
     try:
         found = settings()
     except Exception as exc:  # the advice without the figures
