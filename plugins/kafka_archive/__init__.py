@@ -31,7 +31,8 @@ Where to add:
 - an event-time parser: a `Parser` subclass, named in the config by dotted path, or a
   built-in in formats/parsers.py;
 - a layout (how files are laid out under a topic): layout.py (`LayoutSpec`, the paths and
-  their parsing back), with the catalog rows it produces in archive/slice_writer.py;
+  their parsing back), the `layout.kind` config_schema accepts, and how
+  archive/slice_writer.py cuts a slice's files by it;
 - a storage backend: storage.py (`Storage`: get, put, conditional put, list, delete).
 
 Airflow puts plugins/ on sys.path; tests and the CLI import the package through the
