@@ -249,7 +249,7 @@ def read_summary(storage: Storage, url: str, name_offset: int,
         if formats.for_file(url)[0].keeps_offsets:
             return summarize(url, name_offset, (r.offset for r in read_archived(storage, url)))
         count = sum(1 for _ in read_archived(storage, url))
-    except DamagedFile as exc:
+    except (DamagedFile, ValueError) as exc:  # ValueError: not an archive file's name
         return FileSummary(url, name_offset, problem=f"unreadable: {exc}")
     if url not in (slice_of or {}):
         return FileSummary(url, name_offset, problem="its format keeps no offsets and no "
