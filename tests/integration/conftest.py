@@ -1,4 +1,4 @@
-"""Session fixtures for the real local services (scripts/localservices.py).
+"""Session fixtures for the real local services (tests/support/localservices.py).
 
 Each service is started once per session if it is not running yet, and stopped at the end
 only if this session started it. With KAFKA_ARCHIVE_SERVICES=external the fixtures start
@@ -8,8 +8,6 @@ nothing and fail if a service does not answer (to run against services you manag
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 import uuid
 import contextlib
@@ -21,7 +19,9 @@ import httpx
 import pytest
 import yaml
 
-import localservices
+from tests.support import localservices
+from tests.support.browser import open_browser
+from tests.support.pipeline import airflow
 
 EXTERNAL = os.environ.get("KAFKA_ARCHIVE_SERVICES") == "external"
 
@@ -144,17 +144,7 @@ def sc():
         gateway.proc.wait(timeout=60)
 
 
-def airflow(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run the airflow CLI of this venv; fail the test with its output if it fails."""
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env,
-                            capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        pytest.fail(f"airflow {' '.join(args)} exited {result.returncode}:\n"
-                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
-
-
-# --- a running Airflow (scripts/localservices.py `airflow`) and its REST API --------------
+# --- a running Airflow (tests/support/localservices.py `airflow`) and its REST API --------------
 
 @dataclass(frozen=True)
 class AirflowStack:
@@ -288,3 +278,10 @@ def airflow_stack(service_env, kafka, s3, smtp_maildir) -> AirflowStack:
         with httpx.Client(base_url=url, timeout=30, headers={
                 "Authorization": f"Bearer {r.json()['access_token']}"}) as api:
             yield AirflowStack(url, api, localservices.airflow_config_file())
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium for one test (tests/support/browser.py)."""
+    with open_browser(tmp_path / "chromium-profile") as driver:
+        yield driver

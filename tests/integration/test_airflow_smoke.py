@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import airflow
+from tests.support.pipeline import airflow
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 

@@ -6,86 +6,29 @@ secret may appear in a mail or in the task logs. Prints the delay from incident 
 from __future__ import annotations
 
 import asyncio
-import email
-import json
 import sqlite3
-import subprocess
-import sys
 import time
 from datetime import datetime, timezone
-from email import policy
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-import localservices
 from kafka_archive.tokens import Token
-from pipeline import GROUP, Pipeline, lose_to_retention
+from tests.support.mail import alerting_pipeline, html_of, mails_to, secrets, wait_for_mail
+from tests.support.pipeline import GROUP, Pipeline, lose_to_retention, run_dag
 
-MAIL_TIMEOUT_S = 120
 
 
 @pytest.fixture
 def pipeline(request, airflow_env, kafka, s3, smtp_maildir, unique, tmp_path):
     """A pipeline whose alerts go to an address of this test only."""
-    options = getattr(request, "param", {})
-    made = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path,
-                    extra=f"alerts: {{email_to: alerts-{unique}@localhost}}\n", **options)
-    made.mail_to = f"alerts-{unique}@localhost"
-    made.maildir = smtp_maildir
-    return made
+    return alerting_pipeline(airflow_env, kafka, s3, smtp_maildir, f"t{unique}", tmp_path,
+                             **getattr(request, "param", {}))
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-def run_dag(pipeline: Pipeline) -> subprocess.CompletedProcess:
-    """`airflow dags test`, whatever its outcome (a failing run exits non-zero)."""
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test",
-                             f"kafka_archive_{GROUP}"], env=pipeline.env, capture_output=True,
-                            text=True, timeout=900)
-    pipeline.dag_output = result.stdout + result.stderr
-    return result
-
-
-def mails_to(pipeline: Pipeline) -> list[tuple[float, email.message.EmailMessage]]:
-    """(arrival time, message) of every mail to this test's address, oldest first."""
-    found = []
-    for path in sorted(pipeline.maildir.glob("*.eml")):
-        message = email.message_from_bytes(path.read_bytes(), policy=policy.default)
-        if pipeline.mail_to in str(message["To"]):
-            found.append((int(path.name.split("-")[0]) / 1e9, message))
-    return found
-
-
-def wait_for_mail(pipeline: Pipeline, subject_part: str
-                  ) -> tuple[float, email.message.EmailMessage]:
-    deadline = time.monotonic() + MAIL_TIMEOUT_S
-    while time.monotonic() < deadline:
-        for arrived, message in mails_to(pipeline):
-            if subject_part in message["Subject"]:
-                return arrived, message
-        time.sleep(0.2)
-    subjects = [m["Subject"] for _, m in mails_to(pipeline)]
-    raise AssertionError(f"no mail to {pipeline.mail_to} with {subject_part!r} in the subject "
-                         f"after {MAIL_TIMEOUT_S}s; got {subjects}\n{pipeline.dag_output[-3000:]}")
-
-
-def html_of(message) -> str:
-    return message.get_body(("html",)).get_content()
-
-
-def secrets(env: dict[str, str]) -> list[str]:
-    """Every configured secret: the S3 secret key and each Airflow connection's password."""
-    found = [localservices.local_env()["KAFKA_ARCHIVE_S3_SECRET_KEY"]]
-    for name, value in env.items():
-        if name.startswith("AIRFLOW_CONN_") and value.startswith("{"):
-            if password := json.loads(value).get("password"):
-                found.append(password)
-    assert all(len(s) >= 8 for s in found)
-    return found
-
 
 def assert_no_secret(pipeline: Pipeline, message) -> None:
     logs = Path(pipeline.env["AIRFLOW_HOME"]) / "logs"

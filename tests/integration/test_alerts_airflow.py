@@ -15,10 +15,10 @@ from urllib.parse import quote
 
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
-from test_alerts import html_of, secrets
-from test_operator_ui import browser, log_in, wait_for  # noqa: F401  (browser: a fixture)
 
 from kafka_archive.monitor.alerts import _span as span
+from tests.support.browser import log_in, wait_for
+from tests.support.mail import html_of, secrets
 
 DAG = "kafka_archive_backup"
 TARGET_S = 120
@@ -83,7 +83,7 @@ def assert_no_secret_in(stack, run_id: str, message) -> None:
 
 
 def stack_env() -> dict[str, str]:
-    import localservices
+    from tests.support import localservices
 
     return localservices.client_env(localservices.local_env(),
                                     localservices.SERVICES_DIR / "airflow")

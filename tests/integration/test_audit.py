@@ -20,7 +20,7 @@ from kafka_archive.audit import reconcile
 from kafka_archive.audit.producer import AuditedProducer, MonitoringTopicMissing
 from kafka_archive.formats import audit_counts
 from kafka_archive.tokens import Token
-from pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 
 MIN = 60_000
 HEADER = "kafka-archive-source"

@@ -13,7 +13,7 @@ from kafka_archive import config, formats
 from kafka_archive.airflow import connections
 from kafka_archive.formats.records import decode
 from kafka_archive.tools import verify
-from pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ uninterrupted run writes, byte for byte, with no duplicate and no hole."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -19,7 +18,7 @@ from kafka_archive.errors import TerminalError
 from kafka_archive.plan import runs
 from kafka_archive.plan.planning import Plan
 from kafka_archive.tokens import TokenConflictError
-from pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 
 
 @pytest.fixture(scope="module")

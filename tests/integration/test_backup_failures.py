@@ -11,7 +11,7 @@ from test_backup_archive import consumed, varied_messages
 from kafka_archive import layout
 from kafka_archive.airflow import connections
 from kafka_archive.plan.planning import HeldTopicsError
-from pipeline import Pipeline, lose_to_retention
+from tests.support.pipeline import Pipeline, lose_to_retention
 
 
 @pytest.fixture

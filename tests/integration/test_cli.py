@@ -14,7 +14,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from conftest import airflow
+from tests.support.pipeline import airflow
 
 CLI = str(Path(sys.executable).parent / "kafka-archive")
 BINARY = bytes(range(256))

@@ -14,7 +14,7 @@ import pytest
 from kafka_archive import layout, spark
 from kafka_archive.airflow import connections
 from kafka_archive.errors import TerminalError
-from pipeline import GROUP, Pipeline
+from tests.support.pipeline import GROUP, Pipeline
 
 MESSAGES, SIZE = 320, 64 * 1024  # 20 MiB of incompressible values, more than is left
 

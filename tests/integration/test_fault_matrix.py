@@ -13,7 +13,7 @@ left a plan in flight, which covers only the data produced before it): every mes
 producer got an ack for is archived exactly once.
 
 S3 faults and how they are made:
-- `slowdown_503`, `internal_500`: HttpStatusFaults (tests/integration/fault_proxies.py), a
+- `slowdown_503`, `internal_500`: HttpStatusFaults (tests/support/fault_proxies.py), a
   real HTTP proxy in front of MinIO, answers requests k .. k+n-1 of the run (k random in
   1..6, n random in 1..12) with S3's own 503 SlowDown / 500 InternalError body; botocore's
   bounded retries (kafka_archive.retries) absorb short bursts, longer ones fail the run.
@@ -39,12 +39,12 @@ from collections import Counter
 import pytest
 from kafka import KafkaProducer
 
-import localservices
-from fault_proxies import HttpStatusFaults, Toxiproxy
+from tests.support import localservices
+from tests.support.fault_proxies import HttpStatusFaults, Toxiproxy
 from kafka_archive import config as config_module, formats
 from kafka_archive.airflow.operators import s3_environment
 from kafka_archive.archive import job
-from pipeline import GROUP, Pipeline
+from tests.support.pipeline import GROUP, Pipeline
 
 RUNS_PER_FAULT = 5
 PARTITIONS = 2

@@ -10,11 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from kafka import KafkaAdminClient, TopicPartition
-from test_alerts import html_of, mails_to, pipeline, run_dag, wait_for_mail  # noqa: F401
 
 from kafka_archive.tokens import Token
-from pipeline import GROUP
+from tests.support.mail import alerting_pipeline, html_of, mails_to, wait_for_mail
+from tests.support.pipeline import GROUP, run_dag
+
+
+@pytest.fixture
+def pipeline(airflow_env, kafka, s3, smtp_maildir, unique, tmp_path):
+    """A pipeline whose alerts go to an address of this test only."""
+    return alerting_pipeline(airflow_env, kafka, s3, smtp_maildir, f"t{unique}", tmp_path)
 
 
 def task_states(pipeline) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """Archiving from a broker that wants a login: the local broker's SASL_PLAINTEXT listener
-with SCRAM-SHA-512 (scripts/localservices.py), the user and password from the environment
+with SCRAM-SHA-512 (tests/support/localservices.py), the user and password from the environment
 through ${...} references in `kafka.properties`, used by the plan (kafka-python) and the
 Spark job (Spark's Kafka source). The password must appear in no task log, Spark log or
 mail; a login with a wrong password is refused by the broker."""
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
-from test_alerts import html_of, mails_to, run_dag, wait_for_mail
 
-import localservices
-from pipeline import Pipeline
+from tests.support import localservices
+from tests.support.mail import alerting_pipeline, html_of, mails_to, wait_for_mail
+from tests.support.pipeline import run_dag
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 # as an operator writes it: no secret in the file, ${ENV} references only
@@ -31,12 +31,10 @@ SASL_PROPERTIES = {
 def sasl_pipeline(airflow_env, kafka, s3, smtp_maildir, service_env, unique, tmp_path):
     """A pipeline whose archive logs in on the SASL listener; the freshness SLA is short
     and a run takes 5 messages per partition, so the run also sends a mail."""
-    made = Pipeline(airflow_env, kafka, s3, f"sasl{unique}", tmp_path,
-                    policy="max_records: 5, freshness: 1m",
-                    extra=f"alerts: {{email_to: sasl-{unique}@localhost}}\n",
-                    bootstrap=localservices.kafka_sasl_bootstrap(service_env),
-                    kafka_properties=SASL_PROPERTIES)
-    made.mail_to, made.maildir = f"sasl-{unique}@localhost", smtp_maildir
+    made = alerting_pipeline(airflow_env, kafka, s3, smtp_maildir, f"sasl{unique}", tmp_path,
+                             policy="max_records: 5, freshness: 1m",
+                             bootstrap=localservices.kafka_sasl_bootstrap(service_env),
+                             kafka_properties=SASL_PROPERTIES)
     made.password = service_env["KAFKA_ARCHIVE_KAFKA_PASSWORD"]
     return made
 

@@ -30,13 +30,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-import localservices
+from tests.support import localservices
+from tests.support.browser import log_in, wait_for
 
 DAG = "kafka_archive_backup"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--window-size=1500,1100")
 SCREENSHOT = localservices.ROOT / ".cache" / "screenshots" / "kafka-archive-ui.png"
 
 
@@ -64,49 +61,6 @@ def consumer_group_offsets(kafka: str, group: str) -> dict[tuple[str, int], int]
     assert out.returncode == 0, out.stdout + out.stderr
     rows = [line.split() for line in out.stdout.splitlines()]
     return {(r[1], int(r[2])): int(r[3]) for r in rows if len(r) >= 6 and r[0] == group}
-
-
-@pytest.fixture
-def browser(tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(), \
-        "Debian's chromium and chromium-driver are missing: run scripts/install"
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.implicitly_wait(0)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(driver, condition, what: str, timeout_s: float = 60):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(condition)
-    except Exception:
-        pytest.fail(f"{what} not seen in {timeout_s}s at {driver.current_url}:\n"
-                    f"{driver.page_source[-2000:]}")
-
-
-def log_in(browser, url: str) -> None:
-    """Open url through Airflow's login form, which sends the browser back to it."""
-    from selenium.webdriver.common.by import By
-
-    browser.get(url)
-    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "input[type=password]"),
-             "the login form")
-    browser.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(
-        localservices.AIRFLOW_USER)
-    browser.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(
-        localservices.airflow_password(localservices.local_env()))
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
 
 
 @dataclass(frozen=True)

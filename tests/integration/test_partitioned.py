@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from conftest import airflow
+from tests.support.pipeline import airflow
 from test_backup_archive import consumed
 
 from kafka_archive import config as config_module, formats
@@ -25,7 +25,7 @@ from kafka_archive.airflow import connections
 from kafka_archive.formats import records
 from kafka_archive.tokens import LocalTokenStore
 from kafka_archive.tools import backfill, verify
-from pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 HOUR = 3_600_000

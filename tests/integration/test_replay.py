@@ -19,8 +19,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from test_backup_archive import varied_messages
 
-from conftest import airflow
-from pipeline import Pipeline
+from tests.support.pipeline import airflow
+from tests.support.pipeline import Pipeline
 
 PARTITIONS = 3
 MESSAGES = 300

@@ -17,7 +17,7 @@ from test_backup_archive import consumed, varied_messages
 
 from kafka_archive.plan.rewinds import format_ms
 from kafka_archive.tokens import open_store
-from pipeline import Pipeline, objects
+from tests.support.pipeline import Pipeline, objects
 
 CLI = str(Path(sys.executable).parent / "kafka-archive")
 BASE_MS = (int(time.time()) - 86_400) * 1000  # message timestamps: a day ago, 1 s apart

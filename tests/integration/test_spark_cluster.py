@@ -1,4 +1,4 @@
-"""The archive job on a real Spark standalone cluster (scripts/localservices.py `spark`: a
+"""The archive job on a real Spark standalone cluster (tests/support/localservices.py `spark`: a
 master and two one-core workers whose executors run a Python without the project and
 have no AWS_* variables): the DAGs archive through it, slices spread over both workers,
 the files are byte-identical to the same plan run in local mode, a worker killed mid-job
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import airflow
+from tests.support.pipeline import airflow
 from test_backup_archive import consumed
 from test_sequencefile_hadoop import hadoop_read
 
-import localservices
+from tests.support import localservices
 from kafka_archive.formats.sequencefile import BYTES_WRITABLE
-from pipeline import Pipeline, objects
+from tests.support.pipeline import Pipeline, objects
 
 TOPICS, PARTITIONS, PER_PARTITION = ("orders", "clicks", "billing"), 4, 3
 HOUR_MS = 3_600_000

@@ -7,7 +7,7 @@ import json
 import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 from test_rewind_cli import cli, run
 
 

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from kafka_archive import config, layout
 from kafka_archive.airflow import connections
-from pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import archive_golden
+from tests.support import archive_golden  # the golden records, every encoding's edge cases
 from kafka_archive import formats
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_output.json").read_text())

@@ -2,8 +2,6 @@
 Hadoop vints, SequenceFile records, blocks and sync points, audit sources."""
 
 import io
-import sys
-from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -12,8 +10,7 @@ import pytest
 
 from kafka_archive.formats import audit_counts, batch, records, sequencefile as seq
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "archive"))
-import archive_golden  # noqa: E402  the golden records, every encoding's edge cases
+from tests.support import archive_golden  # the golden records, every encoding's edge cases
 
 INTS = [0, 1, 31, 127, 128, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63 - 1, -1, -32,
         -33, -128, -129, -32_768, -32_769, -(2**31), -(2**31) - 1, -(2**63)]

@@ -1,13 +1,13 @@
 """Benchmark: how fast does one archive run move Kafka data to S3, compared with Kafka's own
 consumer on the same data?
 
-    .venv/bin/python scripts/benchmark.py [--gigabytes 2.0] [--partitions 8]
+    .venv/bin/python -m tests.support.bench.archive [--gigabytes 2.0] [--partitions 8]
         [--message-bytes 1024] [--driver-memory 2g] [--conf KEY=VALUE ...] [--partitioned]
         [--level N] [--plan-partitions N] [--skip-peer] [--skip-tiny] [--keep]
         [--master spark://127.0.0.1:17077] [--replay]
 
 What it does, against the local services (it starts Kafka and S3 with
-scripts/localservices.py if they are not running, and stops only what it started):
+tests/support/localservices.py if they are not running, and stops only what it started):
 
 1. Makes a fresh topic `bench-<timestamp>` with --partitions partitions and fills it with
    --gigabytes GiB of JSON log lines, each exactly --message-bytes bytes, no key. Kafka's own
@@ -33,7 +33,7 @@ scripts/localservices.py if they are not running, and stops only what it started
    fresh Python process (cold: interpreter, library and Airflow imports included).
    Spark start-up overhead: a full run on a one-message topic.
    The peer (issue 14) runs right after each: the Structured Streaming query a user would
-   write instead (scripts/benchmark_peer.py, availableNow, same master and jars) on the same
+   write instead (tests/support/bench/peer.py, availableNow, same master and jars) on the same
    topic, to local text after compression `none`, to parquet (Spark's default codec) after
    the first compressed run (--compressions, default none,fast,snappy,default).
 5. Prints a table: throughput of spark-submit alone, of the Spark job without its start-up
@@ -48,7 +48,7 @@ the default codec (target: at least 0.7 of its throughput).
 6. With --master (a Spark master URL), the default-codec run once more on that cluster, same
    topic, printed next to the local[2] run: seconds, throughput, tasks per executor and the
    per-task skew (from both runs' Spark event logs), and whether both wrote the same bytes
-   (the manifests' sha256). For the local standalone cluster of scripts/localservices.py
+   (the manifests' sha256). For the local standalone cluster of tests/support/localservices.py
    (`start spark`) it starts the cluster if needed and gives the job its executors' Python;
    for another cluster, pass what its executors need with --conf. Memory figures there cover
    only the driver (the executors are the workers' children, not spark-submit's).
@@ -73,31 +73,26 @@ import random
 import re
 import shutil
 import statistics
-import string
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
+from tests.support import localservices
+from tests.support.bench.kafka_data import (
+    MIB, POOL_SIZE, ConsumerRun, Throughput, consumer_perf, create_topic, delete_topics,
+    end_offsets, produce, write_pool)
+from tests.support.bench.processes import (
+    TreeSample, TreeSampler, describe_profile, service_cpu_s, uptime)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "plugins"))
-
-import localservices  # noqa: E402
-
-KAFKA_JARS = ROOT / ".cache" / "jars" / "kafka" / "*"
+ROOT = localservices.ROOT
 BUCKET_PREFIX = "bench-"
 GROUP = "backup"
 PARTITIONED = "partitioned"
 TARGET_PARTITIONED_RATIO = 0.7  # partitioned job's throughput / the backup job's
-MIB = 1 << 20
-POOL_SIZE = 50_000
 # issue 14: the bar is the Structured Streaming query a user would write instead
 # issue 22's targets: throughput ratios to the peer without start-up, and whole
 TARGET_PEER_QUERY = 3.0      # archive / peer, Spark job against the query, both w/o start-up
@@ -111,265 +106,9 @@ TARGET_FIXED_COST_S = 10.0   # a whole run archiving one message, idle machine
 PEER_SINK = {"none": "text", "fast": "parquet", "snappy": "parquet", "default": "parquet",
              "gzip": "parquet"}
 TARGET_PLAN_S = 5.0          # planning --plan-partitions partitions
-SAMPLE_EVERY_S = 0.2
-
-
-# --- the data ---------------------------------------------------------------------------
-
-_WORDS = ("request handled user session cache miss hit retry upstream timeout connection "
-          "pool order payment invoice shipment created updated deleted queued processed "
-          "failed accepted rejected token refresh validation schema record batch commit "
-          "offset partition leader replica fetch produce latency slow query index table "
-          "row lock acquired released worker thread scheduler job started finished").split()
-_SERVICES = ["checkout", "payments", "search", "inventory", "auth", "gateway", "shipping",
-             "recommendations", "notifications", "billing"]
-_PATHS = ["/api/v1/orders", "/api/v1/orders/{id}", "/api/v1/cart", "/api/v2/search",
-          "/api/v1/users/{id}/profile", "/api/v1/payments", "/healthz", "/api/v1/items/{id}"]
-
-
-def log_line(rng: random.Random, size: int, when: datetime) -> bytes:
-    """One JSON log line of exactly `size` bytes (ASCII): structured fields, then free text
-    in `msg` cut to make up the size."""
-    service = rng.choice(_SERVICES)
-    fields = {
-        "ts": (when + timedelta(microseconds=rng.randrange(3_600_000_000)))
-        .isoformat(timespec="microseconds"),
-        "level": rng.choices(["INFO", "DEBUG", "WARN", "ERROR"], [70, 15, 10, 5])[0],
-        "service": service,
-        "host": f"{service}-{rng.randrange(40):02d}.prod.internal",
-        "pod": f"{service}-{''.join(rng.choices(string.ascii_lowercase + string.digits, k=10))}",
-        "trace_id": f"{rng.getrandbits(128):032x}",
-        "span_id": f"{rng.getrandbits(64):016x}",
-        "user_id": rng.randrange(10_000_000),
-        "http": {"method": rng.choice(["GET", "GET", "GET", "POST", "PUT", "DELETE"]),
-                 "path": rng.choice(_PATHS).replace("{id}", str(rng.randrange(1_000_000))),
-                 "status": rng.choices([200, 201, 204, 400, 404, 500, 503],
-                                       [80, 5, 5, 3, 4, 2, 1])[0],
-                 "latency_ms": round(rng.lognormvariate(3, 1), 3),
-                 "bytes": rng.randrange(100, 200_000)},
-        "msg": "",
-    }
-    base = len(json.dumps(fields, separators=(",", ":")))
-    if base >= size:
-        raise ValueError(f"--message-bytes {size} is too small for a log line ({base} bytes)")
-    words: list[str] = []
-    while sum(map(len, words)) + len(words) - 1 < size - base:  # joined with spaces
-        words.append(rng.choice(_WORDS) if rng.random() < 0.9 else str(rng.randrange(100_000)))
-    fields["msg"] = " ".join(words)[:size - base]
-    line = json.dumps(fields, separators=(",", ":")).encode()
-    assert len(line) == size, (len(line), size)
-    return line
-
-
-def write_pool(path: Path, size: int, count: int = POOL_SIZE) -> None:
-    rng = random.Random(20260101)
-    when = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
-    with open(path, "wb") as out:
-        for _ in range(count):
-            out.write(log_line(rng, size, when) + b"\n")
-
-
-# --- Kafka --------------------------------------------------------------------------------
-
-def kafka_tool(main_class: str, *args: str, heap: str = "512m", timeout: int = 3600) -> str:
-    """Run one of Kafka's tools from the broker's own jars (the heap of Kafka's own
-    kafka-*-perf-test.sh scripts by default); its stdout."""
-    command = ["java", f"-Xmx{heap}", "-XX:+UseG1GC", "-cp", str(KAFKA_JARS),
-               f"org.apache.kafka.tools.{main_class}", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        raise RuntimeError(f"{main_class} exited {result.returncode}:\n{result.stderr[-3000:]}")
-    return result.stdout
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
-
-
-def delete_topics(bootstrap: str, names: list[str]) -> None:
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        existing = set(admin.list_topics())
-        if doomed := [n for n in names if n in existing]:
-            admin.delete_topics(doomed)
-    finally:
-        admin.close()
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        return {tp.partition: o for tp, o in consumer.end_offsets(parts).items()}
-    finally:
-        consumer.close()
-
-
-@dataclass
-class Throughput:
-    seconds: float
-    messages: int
-    payload_bytes: int
-
-    @property
-    def mib_s(self) -> float:
-        return self.payload_bytes / MIB / self.seconds
-
-    @property
-    def msg_s(self) -> float:
-        return self.messages / self.seconds
-
-
-def produce(bootstrap: str, topic: str, messages: int, pool: Path,
-            message_bytes: int) -> tuple[Throughput, dict[int, int]]:
-    started = time.perf_counter()
-    kafka_tool("ProducerPerformance", "--topic", topic, "--num-records", str(messages),
-               "--throughput", "-1", "--payload-file", str(pool),
-               "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1",
-               "compression.type=none", "linger.ms=20", f"batch.size={1 << 20}",
-               f"buffer.memory={64 << 20}", f"max.request.size={8 << 20}",
-               heap="1g")  # the payload pool and the buffers
-    seconds = time.perf_counter() - started
-    per_partition = end_offsets(bootstrap, topic)
-    if sum(per_partition.values()) != messages:
-        raise RuntimeError(f"asked ProducerPerformance for {messages} messages, topic has "
-                           f"{sum(per_partition.values())}")
-    return Throughput(seconds, messages, messages * message_bytes), per_partition
-
-
-@dataclass
-class ConsumerRun:
-    mib_s: float        # Kafka's MB.sec: from subscribe to the last message (group join included)
-    msg_s: float        # nMsg.sec, same interval
-    fetch_mib_s: float  # fetch.MB.sec: without the group join
-    fetch_msg_s: float
-    messages: int
-
-
-def consumer_perf(bootstrap: str, topic: str, messages: int) -> ConsumerRun:
-    out = kafka_tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
-                     "--messages", str(messages), "--timeout", "60000",
-                     "--group", f"bench-perf-{time.time_ns()}")
-    lines = [l for l in out.splitlines() if l.strip()]
-    header = next(i for i, l in enumerate(lines) if l.startswith("start.time"))
-    names = [n.strip() for n in lines[header].split(",")]
-    values = dict(zip(names, (v.strip() for v in lines[header + 1].split(","))))
-    run = ConsumerRun(float(values["MB.sec"]), float(values["nMsg.sec"]),
-                      float(values["fetch.MB.sec"]), float(values["fetch.nMsg.sec"]),
-                      int(values["data.consumed.in.nMsg"]))
-    if run.messages < messages:
-        raise RuntimeError(f"ConsumerPerformance read {run.messages} of {messages} messages")
-    return run
 
 
 # --- the Spark job and its memory ----------------------------------------------------------
-
-@dataclass
-class TreeSample:
-    """What the sampler saw of one process tree."""
-    peak_total_mib: float = 0.0
-    peak_jvm_mib: float = 0.0
-    peak_python_mib: float = 0.0   # all Python processes together, at their own peak
-    at_peak: dict = field(default_factory=dict)  # kind -> MiB when the total peaked
-    max_processes: int = 0
-    cpu_s: dict = field(default_factory=dict)    # kind -> CPU seconds (user + system)
-
-
-def _kind(proc: psutil.Process) -> str:
-    try:
-        name, argv = proc.name(), proc.cmdline()
-    except psutil.Error:
-        return "gone"
-    if name == "java":
-        return "jvm"
-    if "python" in name or (argv and "python" in argv[0]):
-        return "python driver" if "spark_jobs/archive.py" in " ".join(argv) else "python workers"
-    return "other"
-
-
-def _cpu_s(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return times.user + times.system
-
-
-class TreeSampler(threading.Thread):
-    """Every SAMPLE_EVERY_S, the RSS of every process under `root`, grouped by kind, and
-    the last CPU time seen per process (processes that exit keep the CPU time last
-    sampled, so up to 0.2 s of a short-lived worker may be missed)."""
-
-    def __init__(self, root: int):
-        super().__init__(daemon=True)
-        self.root, self.result = root, TreeSample()
-        self._stop_event = threading.Event()
-        self._cpu: dict[int, tuple[str, float]] = {}
-        self._kinds: dict[int, str] = {}
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            self.sample()
-            self._stop_event.wait(SAMPLE_EVERY_S)
-
-    def stop(self) -> TreeSample:
-        self._stop_event.set()
-        self.join()
-        for kind, cpu in self._cpu.values():
-            self.result.cpu_s[kind] = self.result.cpu_s.get(kind, 0.0) + cpu
-        return self.result
-
-    def sample(self) -> None:
-        try:
-            root = psutil.Process(self.root)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        rss: dict[str, float] = {}
-        seen = 0
-        for proc in tree:
-            try:
-                with proc.oneshot():
-                    cpu, mib = _cpu_s(proc), proc.memory_info().rss / MIB
-            except psutil.Error:
-                continue
-            seen += 1
-            # the kind can change once (spark-submit's shell execs the JVM): ask until it's known
-            kind = self._kinds.get(proc.pid)
-            if kind in (None, "other"):
-                kind = self._kinds[proc.pid] = _kind(proc)
-            rss[kind] = rss.get(kind, 0.0) + mib
-            self._cpu[proc.pid] = (kind, cpu)
-        r, total = self.result, sum(rss.values())
-        r.max_processes = max(r.max_processes, seen)
-        r.peak_jvm_mib = max(r.peak_jvm_mib, rss.get("jvm", 0.0))
-        r.peak_python_mib = max(r.peak_python_mib,
-                                rss.get("python driver", 0.0) + rss.get("python workers", 0.0))
-        if total > r.peak_total_mib:
-            r.peak_total_mib, r.at_peak = total, dict(rss)
-
-
-def service_cpu_s() -> dict[str, float]:
-    """CPU seconds used so far by the broker's and the S3 server's processes, and by the
-    whole machine (`machine`: busy time of all cores)."""
-    times = psutil.cpu_times()
-    out = {"machine": sum(times) - times.idle - times.iowait}
-    for name in ("kafka", "s3"):
-        if pid := localservices.SERVICES[name].pid():
-            try:
-                out[name] = _cpu_s(psutil.Process(pid))
-            except psutil.Error:
-                pass
-    return out
-
 
 @dataclass
 class SparkLog:
@@ -419,41 +158,6 @@ def spark_submit(config_path: Path, plan_url: str, spark_args: list[str],
     return run
 
 
-def describe_profile(path: Path, top: int = 14) -> str:
-    """Where the Python processes' CPU went, from py-spy's collapsed stacks: the share of
-    the driver and of the workers, of imports, and the functions with the most samples of
-    their own (with the kafka_archive function they ran under)."""
-    own: dict[str, int] = {}
-    kinds: dict[str, int] = {}
-    total = importing = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        # py-spy nests each subprocess's stacks under its parents' "process <pid>:<command>"
-        nested = max(i for i, f in enumerate(frames) if f.startswith("process "))
-        process, frames = frames[nested], frames[nested + 1:]
-        samples = int(count)
-        total += samples
-        kind = "worker" if "pyspark.daemon" in process or "pyspark.worker" in process else "driver"
-        kinds[kind] = kinds.get(kind, 0) + samples
-        if any(f.startswith("_find_and_load ") for f in frames):
-            importing += samples
-        if not frames:
-            continue
-        leaf = re.sub(r" \((.*/)?", " (", frames[-1])
-        ours = next((re.sub(r" \((.*/)?", " (", f) for f in reversed(frames)
-                     if "kafka_archive/" in f or "spark_jobs/" in f), None)
-        key = leaf if ours in (None, leaf) else f"{leaf}  under  {ours}"
-        own[key] = own.get(key, 0) + samples
-    share = lambda n: f"{100 * n / max(total, 1):.1f}%"  # noqa: E731
-    lines = [f"  py-spy profile {path}: {total:,} samples at 200 Hz ({total / 200:.1f} CPU-s of "
-             f"Python); " + ", ".join(f"{k} {share(v)}" for k, v in sorted(kinds.items()))
-             + f"; importing modules {share(importing)}"]
-    for name, count in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"    {share(count):>6}  {name}")
-    return "\n".join(lines)
-
-
 def sampled_spark_submit(command: list[str], env: dict[str, str], log_path: Path) -> SparkRun:
     """Run a spark-submit command line, sampling its process tree; fail with its log's tail."""
     services_before = service_cpu_s()
@@ -487,14 +191,14 @@ class PeerRun:
 
 def peer_run(sink: str, bootstrap: str, topic: str, expected_records: int,
              spark_args: list[str], work: Path) -> PeerRun:
-    """scripts/benchmark_peer.py: an availableNow Structured Streaming query from the topic
+    """tests/support/bench/peer.py: an availableNow Structured Streaming query from the topic
     to local files, with the archive job's master, jars, environment and spark_args."""
     from kafka_archive import spark
 
     output = work / f"peer-{sink}"
     command = [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
                "--name", f"kafka-archive-peer-{sink}", *spark_args,
-               "--jars", ",".join(spark.kafka_source_jars()), str(ROOT / "scripts" / "benchmark_peer.py"),
+               "--jars", ",".join(spark.kafka_source_jars()), str(Path(__file__).with_name("peer.py")),
                "--bootstrap", bootstrap, "--topic", topic, "--sink", sink, "--output", str(output)]
     run = sampled_spark_submit(command, {**os.environ, **spark.submit_env()},
                                work / f"spark-peer-{sink}.log")
@@ -735,12 +439,6 @@ def quiet_logging() -> None:
 
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-def uptime() -> str:
-    """`uptime`'s line: the load beside every figure, since the machine is shared."""
-    result = subprocess.run(["uptime"], capture_output=True, text=True)
-    return result.stdout.strip() or f"load average {os.getloadavg()}"
 
 
 def describe_spark(run: ArchiveRun, payload_bytes: int) -> None:

@@ -1,7 +1,7 @@
 """How long reconciling a large audit takes: W windows x S sources x T topics.
 
-    .venv/bin/python scripts/benchmark_audit.py [--windows 1000 --sources 100 --topics 10]
-    .venv/bin/python scripts/benchmark_audit.py --runs 1000
+    .venv/bin/python -m tests.support.bench.audit [--windows 1000 --sources 100 --topics 10]
+    .venv/bin/python -m tests.support.bench.audit --runs 1000
 
 With --runs: the incremental audit's cost instead. A local archive root gets that many
 committed runs (plan, manifest, commit marker; 4 partitions x 3 sources per run) and their

@@ -1,8 +1,8 @@
-"""The peer scripts/benchmark.py measures the archive job against: the Spark Structured
+"""The peer tests/support/bench/archive.py measures the archive job against: the Spark Structured
 Streaming query a user would write instead of kafka-archive, draining a topic once with
 `trigger(availableNow=True)` into parquet (Spark's default codec) or text (the values).
 
-    spark-submit --master local[2] --jars <Spark's Kafka source jars> scripts/benchmark_peer.py \
+    spark-submit --master local[2] --jars <Spark's Kafka source jars> tests/support/bench/peer.py \
         --bootstrap HOST:PORT --topic TOPIC --sink parquet|text --output DIR
 
 Writes to a local folder (the bundled Hadoop has no S3 client), and prints one line

@@ -1,10 +1,10 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python scripts/localservices.py start [kafka s3 smtp toxiproxy airflow spark]
-    .venv/bin/python scripts/localservices.py stop [kafka s3 smtp toxiproxy airflow spark]
-    .venv/bin/python scripts/localservices.py status
-    eval "$(.venv/bin/python scripts/localservices.py env)"  # point Airflow/CLI at them
-    .venv/bin/python scripts/localservices.py leftovers [--baseline FILE]
+    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy airflow spark]
+    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy airflow spark]
+    .venv/bin/python -m tests.support.localservices status
+    eval "$(.venv/bin/python -m tests.support.localservices env)"  # point Airflow/CLI at them
+    .venv/bin/python -m tests.support.localservices leftovers [--baseline FILE]
 
 Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
 SERVICES_DIR = CACHE / "services"
 START_TIMEOUT_S = 120
@@ -415,7 +415,7 @@ def _smtp_ready(env: dict[str, str]) -> None:
 SMTP = Service(
     name="smtp",
     command=lambda env, home: [
-        sys.executable, str(ROOT / "scripts" / "smtp_capture.py"),
+        sys.executable, str(Path(__file__).with_name("smtp_capture.py")),
         "--port", env["KAFKA_ARCHIVE_SMTP_PORT"], "--maildir", str(smtp_maildir())],
     ready=_smtp_ready,
 )

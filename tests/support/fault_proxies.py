@@ -1,6 +1,6 @@
 """Real proxies that put faults between the pipeline and a service, for fault tests.
 
-- `Toxiproxy`: a client of the Toxiproxy server's HTTP API (scripts/localservices.py
+- `Toxiproxy`: a client of the Toxiproxy server's HTTP API (tests/support/localservices.py
   `toxiproxy`): make a TCP proxy in front of a service, add and remove toxics (reset_peer,
   limit_data, latency, timeout, ...) on it. TCP-level faults only: it cannot answer with
   an HTTP status.

@@ -1,9 +1,9 @@
 """What a group's history costs each operator call, on generated archive metadata.
 
-    .venv/bin/python scripts/benchmark_catalog.py [--runs 100,1000,3500] [--partitions 100]
+    .venv/bin/python -m tests.support.bench.catalog [--runs 100,1000,3500] [--partitions 100]
                                                   [--wide 500x20]
 
-No Kafka data, real MinIO and Kafka (scripts/localservices.py starts them if they are
+No Kafka data, real MinIO and Kafka (tests/support/localservices.py starts them if they are
 not running, and stops only what it started). Per history size N, one group of one topic
 with --partitions partitions whose run folders hold N committed runs (a run every 15
 minutes, one file per partition per run), a rewind every 1,000 runs (the plan's
@@ -37,18 +37,16 @@ from pathlib import Path
 import boto3
 from botocore.config import Config as BotoConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import localservices  # noqa: E402
-
-from kafka_archive import brokers, catalog, config as config_module, layout  # noqa: E402
-from kafka_archive.audit import incremental  # noqa: E402
-from kafka_archive.commit import protocol  # noqa: E402
-from kafka_archive.monitor import overview, page, status  # noqa: E402
-from kafka_archive.plan import rewinds  # noqa: E402
-from kafka_archive.plan.planning import Plan, Slice  # noqa: E402
-from kafka_archive.storage import Storage  # noqa: E402
-from kafka_archive.tokens import Token, open_store  # noqa: E402
-from kafka_archive.tools import replay  # noqa: E402
+from kafka_archive import brokers, catalog, config as config_module, layout
+from kafka_archive.audit import incremental
+from kafka_archive.commit import protocol
+from kafka_archive.monitor import overview, page, status
+from kafka_archive.plan import rewinds
+from kafka_archive.plan.planning import Plan, Slice
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import Token, open_store
+from kafka_archive.tools import replay
+from tests.support import localservices
 
 SLICE = 1000                    # offsets per slice
 START = datetime(2025, 11, 1, tzinfo=timezone.utc)

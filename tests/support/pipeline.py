@@ -7,11 +7,12 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
 
-from conftest import airflow
+import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
@@ -21,6 +22,16 @@ from kafka_archive.airflow.operators import submit_environment
 from kafka_archive.tokens import LocalTokenStore
 
 GROUP = "backup"
+
+
+def airflow(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the airflow CLI of this venv; fail the test with its output if it fails."""
+    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        pytest.fail(f"airflow {' '.join(args)} exited {result.returncode}:\n"
+                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
 
 
 class Pipeline:
@@ -163,3 +174,12 @@ def lose_to_retention(kafka: str, topic: str, restore: bool = False) -> int:
         producer.send(topic, value=b"kept", partition=0).get()
     producer.close()
     return earliest
+
+
+def run_dag(pipeline: Pipeline) -> subprocess.CompletedProcess:
+    """`airflow dags test`, whatever its outcome (a failing run exits non-zero)."""
+    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test",
+                             f"kafka_archive_{GROUP}"], env=pipeline.env, capture_output=True,
+                            text=True, timeout=900)
+    pipeline.dag_output = result.stdout + result.stderr
+    return result

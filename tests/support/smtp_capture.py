@@ -1,6 +1,6 @@
 """An SMTP server that accepts every message and keeps each one as a file.
 
-    python scripts/smtp_capture.py --port 12525 --maildir DIR
+    python tests/support/smtp_capture.py --port 12525 --maildir DIR
 
 Each message is written to DIR/<arrival ns>-<n>.eml, atomically (temp file, then rename),
 so a reader never sees half a message. Tests read these files to check what was mailed.

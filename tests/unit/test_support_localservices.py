@@ -1,4 +1,4 @@
-"""scripts/localservices.py: a start while the service is shutting down waits for the
+"""tests/support/localservices.py: a start while the service is shutting down waits for the
 stop and starts it afresh, instead of calling the dying process running."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import localservices  # noqa: E402
+from tests.support import localservices
 
 # exits 1.5 s after SIGTERM, like a broker flushing its logs; says when it listens for it
 SLOW_TO_STOP = ("import pathlib, signal, sys, time\n"

@@ -4,7 +4,7 @@ archive job's files for them in every format: the input of the byte-identity tes
 computed with the per-record writer (commit "golden checksums") before the job learnt
 to encode whole batches. Regenerate only with a new generation:
 
-    PYTHONPATH=plugins .venv/bin/python tests/unit/archive/archive_golden.py \
+    .venv/bin/python -m tests.support.archive_golden \
         tests/unit/archive/golden_output.json
 """
 
