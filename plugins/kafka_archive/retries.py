@@ -97,6 +97,17 @@ def is_s3_error(exc: BaseException) -> bool:
     return isinstance(exc, (BotoCoreError, ClientError))
 
 
+def underlying_s3_error(exc: BaseException) -> BaseException:
+    """What S3 answered, under boto3's wrapper: `upload_file` turns a refusal into
+    S3UploadFailedError, which carries no error code or status; the ClientError it was
+    raised while handling (its __context__) does."""
+    from boto3.exceptions import S3UploadFailedError
+
+    if isinstance(exc, S3UploadFailedError) and exc.__context__ is not None:
+        return exc.__context__
+    return exc
+
+
 def is_transient(exc: BaseException) -> bool:
     from botocore.exceptions import (ClientError, ConnectionError as BotoConnectionError,
                                      HTTPClientError, IncompleteReadError)

@@ -62,12 +62,13 @@ def _classified(action: str, url: str) -> Iterator[None]:
             where = url if url.startswith("s3://") else str(local_path(url))
             raise retries.disk_full(exc, where, f"cannot {action}") from exc
         raise retries.classify(exc, f"cannot {action} {url}") from exc
-    except Exception as exc:  # botocore's errors (its NoSuchKey class is made per client)
+    except Exception as raised:  # botocore's errors (its NoSuchKey class is made per client)
+        exc = retries.underlying_s3_error(raised)
         if retries.is_missing(exc):
-            raise MissingObject(f"cannot {action} {url}: no such object") from exc
+            raise MissingObject(f"cannot {action} {url}: no such object") from raised
         if not retries.is_s3_error(exc):
             raise
-        raise retries.classify(exc, f"cannot {action} {url}") from exc
+        raise retries.classify(exc, f"cannot {action} {url}") from raised
 
 
 class Storage:
