@@ -111,11 +111,35 @@ def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
     from kafka import KafkaConsumer
 
     check_authentication(config, bootstrap)
-    return retries.call(
+    where = f"Kafka at {bootstrap or config.bootstrap_servers}"
+    return LookupRetrying(retries.call(
         lambda: KafkaConsumer(group_id=None, enable_auto_commit=False, request_timeout_ms=30000,
                               isolation_level=isolation_level(config),
                               **python_client_settings(config, bootstrap)),
-        f"Kafka at {bootstrap or config.bootstrap_servers} is unreachable")
+        f"{where} is unreachable"), where)
+
+
+class LookupRetrying:
+    """A kafka-python consumer whose metadata and offset look-ups are retried like reaching
+    the broker is (a leader moving, a broker restarting), and fail classified: a
+    TransientError once the retries are spent, a TerminalError for a refusal. The look-ups
+    are reads, so a retry cannot do twice what one did. Everything else (assign, seek,
+    poll, close) is the consumer's own."""
+
+    LOOKUPS = frozenset({"topics", "partitions_for_topic", "beginning_offsets", "end_offsets",
+                         "offsets_for_times"})
+
+    def __init__(self, consumer: KafkaConsumer, where: str):
+        self.consumer, self.where = consumer, where
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self.consumer, name)
+        if name not in self.LOOKUPS:
+            return attribute
+
+        def retried(*args, **kwargs):
+            return retries.call(lambda: attribute(*args, **kwargs), f"{self.where}: {name}")
+        return retried
 
 
 def admin_client(settings: dict, timeout_ms: int = 10000):

@@ -94,3 +94,47 @@ def test_kafka_python_consumers_read_committed_and_producers_get_no_isolation():
     assert "isolation_level" not in brokers.python_client_settings(cfg)
     assert brokers.isolation_level(cfg) == "read_uncommitted"
     assert brokers.isolation_level(make_config({})) == "read_committed"
+
+
+class FlakyLookups:
+    """Answers end_offsets after `failures` KafkaTimeoutErrors; refuses topics()."""
+
+    def __init__(self, failures: int):
+        self.failures, self.calls = failures, 0
+
+    def end_offsets(self, partitions):
+        self.calls += 1
+        if self.calls <= self.failures:
+            from kafka.errors import KafkaTimeoutError
+            raise KafkaTimeoutError("Failed to get offsets by times in 30000 ms")
+        return {tp: 42 for tp in partitions}
+
+    def topics(self):
+        from kafka.errors import TopicAuthorizationFailedError
+        self.calls += 1
+        raise TopicAuthorizationFailedError()
+
+    def assign(self, partitions):
+        self.assigned = partitions
+
+
+def test_a_look_up_that_times_out_is_retried():
+    flaky = FlakyLookups(failures=1)
+    consumer = brokers.LookupRetrying(flaky, "Kafka at k:9094")
+    assert consumer.end_offsets(["tp"]) == {"tp": 42}
+    assert flaky.calls == 2
+
+
+def test_a_refused_look_up_fails_at_once_classified_and_named():
+    from kafka_archive.errors import TerminalError
+
+    flaky = FlakyLookups(failures=0)
+    with pytest.raises(TerminalError, match=r"Kafka at k:9094: topics: .*TopicAuthorizationFailed"):
+        brokers.LookupRetrying(flaky, "Kafka at k:9094").topics()
+    assert flaky.calls == 1
+
+
+def test_other_calls_are_the_consumer_s_own():
+    flaky = FlakyLookups(failures=0)
+    brokers.LookupRetrying(flaky, "k").assign(["tp"])
+    assert flaky.assigned == ["tp"]

@@ -16,6 +16,7 @@ from kafka.errors import KafkaError
 
 from kafka_archive import catalog
 from kafka_archive.config import Config, Group
+from kafka_archive.errors import TransientError
 from kafka_archive.plan import planning
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import MalformedTokenError, Token, TokenStore
@@ -119,8 +120,9 @@ def status(config: Config, tokens: TokenStore, consumer, now_ms: int,
             try:
                 out += _topic(g, topic, tokens, consumer, kafka_topics, read_timestamp, now_ms,
                               archived)
-            except (MalformedTokenError, KafkaError) as exc:
-                # one topic's problem, shown as its row: the other topics stay visible
+            except (MalformedTokenError, TransientError, KafkaError) as exc:
+                # one topic's problem (a malformed token, a look-up or a read that failed
+                # after its retries), shown as its row: the other topics stay visible
                 out.append(PartitionStatus(g.name, topic, -1, None, None, None, None, None, None,
                                            None, *(archived_totals(archived)),
                                            problem=f"{type(exc).__name__}: {exc}"))
