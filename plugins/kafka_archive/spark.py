@@ -10,14 +10,17 @@ a cluster whose executors have only a plain Python (README, "Running on a cluste
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import os
+import re
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_archive.config import Config
+from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = Path(__file__).resolve().parent  # the kafka_archive package
@@ -229,6 +232,53 @@ def job_context(name: str):
     conf = (SparkConf().setAppName(name).set("spark.log.level", SPARK_LOG_LEVEL)
             .setAll(executor_env_conf(dict(os.environ)).items()))
     return SparkContext.getOrCreate(conf)
+
+
+def collected(rdd, what: str) -> list:
+    """rdd.collect(), a failed task raised as the error the task raised (task_failure)."""
+    try:
+        return rdd.collect()
+    except Exception as exc:
+        if type(exc).__name__ != "Py4JJavaError":
+            raise
+        raise task_failure(exc, what) from exc
+
+
+# an exception's line, as Spark quotes a failed task's traceback: `module.Class: text`
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*): (.*)$", re.M)
+_JVM = ("org.", "java.", "scala.", "py4j.")
+
+
+def task_failure(exc: BaseException, what: str) -> ArchiveError:
+    """A Spark job's failure as the error its task raised. Spark hands the driver a
+    Py4JJavaError whose text quotes the Python worker's traceback, ending in
+    `kafka_archive.errors.TransientError: <message>`: a class of ours comes back with the
+    task's message (or as its family, transient or terminal, where the class needs more
+    than a message to build). Anything else (a bug in a task, an executor lost) is
+    terminal, naming the last exception quoted."""
+    quoted = [(name, message) for name, message in _RAISED.findall(str(exc))
+              if not name.startswith(_JVM)]
+    for name, message in reversed(quoted):
+        if cls := _error_class(name):
+            try:
+                return cls(message)
+            except TypeError:
+                family = TransientError if issubclass(cls, TransientError) else TerminalError
+                return family(f"{cls.__name__}: {message}")
+    last = ": ".join(quoted[-1]) if quoted else str(exc).strip().splitlines()[0][:500]
+    return TerminalError(f"{what}: a Spark task failed: {last}")
+
+
+def _error_class(name: str) -> type[ArchiveError] | None:
+    """kafka_archive's error class of that dotted name; None for any other name."""
+    module, _, attribute = name.rpartition(".")
+    if not module.startswith("kafka_archive."):
+        return None
+    try:
+        found = getattr(importlib.import_module(module), attribute, None)
+    except ImportError:
+        return None
+    return found if isinstance(found, type) and issubclass(found, ArchiveError) else None
 
 
 def executor_env_conf(environ: dict[str, str]) -> dict[str, str]:

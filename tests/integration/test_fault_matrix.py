@@ -3,9 +3,10 @@ random request positions with new data produced before every run, and Kafka's br
 stopped and restarted during the Spark job and during the plan.
 
 Every run is plan, archive job, commit, as the DAG runs them (the job's `job.run` in one
-long-lived local Spark session with Spark's Kafka source, instead of a spark-submit per
-run, to keep 30 runs to a few minutes); a failed run is left as a failed Airflow task
-would leave it. After every run, an independent read of the archived files (listed and
+long-lived local SparkContext, instead of a spark-submit per run, to keep 30 runs to a few
+minutes); a failed run is left as a failed Airflow task would leave it. Every failure must
+be a TransientError (kafka_archive.errors): these faults pass, and Airflow retries only
+what says so; a Spark task's error reaches the driver as the class the task raised. After every run, an independent read of the archived files (listed and
 read straight from MinIO, not through the proxies, not through the manifests) must hold
 every offset below each token: no token is ever ahead of durable files. After the faults
 stop, clean runs until the plan finds nothing left (one, or two when the last faulty run
@@ -44,6 +45,7 @@ from tests.support.fault_proxies import HttpStatusFaults, Toxiproxy
 from kafka_archive import config as config_module, formats
 from kafka_archive.airflow.operators import s3_environment
 from kafka_archive.archive import job
+from kafka_archive.errors import TransientError
 from tests.support.pipeline import GROUP, Pipeline
 
 RUNS_PER_FAULT = 5
@@ -126,7 +128,12 @@ class FaultRuns:
             self.pipeline.commit(plan_url)
             return "ok"
         except Exception as exc:  # a failed task: Airflow would retry or mail it
-            return f"{step} failed ({type(exc).__name__}: {str(exc)[:120]})"
+            # every fault here passes, so every failure must say it may: Airflow retries a
+            # TransientError and fails a TerminalError (or anything unclassified) for good
+            assert isinstance(exc, TransientError), (
+                f"{run_id}: {step} failed with {type(exc).__module__}.{type(exc).__name__}, "
+                f"not a TransientError: {exc}")
+            return f"{step} failed: {type(exc).__name__} ({str(exc)[:120]})"
 
     def archived(self) -> Counter[tuple[int, int]]:
         """(partition, offset) of every archived message, read from the files in MinIO."""

@@ -151,3 +151,56 @@ def test_shipped_config_is_found_where_the_driver_runs(tmp_path):
     path = tmp_path / "kafka-archive.yaml"
     path.write_text("")
     assert spark.shipped_file(str(path)) == str(path)
+
+
+# what Spark hands the driver when a task raises: its traceback quoted in the Java error
+SPARK_FAILURE = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times, most recent failure: Lost task 0.0 in stage 0.0 (TID 0) (127.0.0.1 executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/tmp/kafka_archive/storage.py", line 106, in upload_file
+botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject operation (reached max retries: 4): Please reduce your request rate.
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/tmp/kafka_archive/archive/job.py", line 160, in __call__
+{last}
+
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)
+\tat java.base/java.lang.Thread.run(Thread.java:840)
+
+Driver stacktrace:
+\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2856)
+Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+{last}
+"""
+
+
+def test_a_task_s_error_of_ours_reaches_the_driver_as_itself():
+    from kafka_archive.errors import TransientError
+
+    failure = Exception(SPARK_FAILURE.format(
+        last="kafka_archive.errors.TransientError: cannot upload s3://b/k: SlowDown (HTTP 503)"))
+    error = spark.task_failure(failure, "the archive job")
+    assert type(error) is TransientError
+    assert str(error) == "cannot upload s3://b/k: SlowDown (HTTP 503)"
+
+
+def test_a_task_s_error_that_needs_more_than_a_message_comes_back_as_its_family():
+    from kafka_archive.errors import TerminalError
+
+    failure = Exception(SPARK_FAILURE.format(
+        last="kafka_archive.tokens.TokenConflictError: token g/t changed under us"))
+    error = spark.task_failure(failure, "the archive job")
+    assert type(error) is TerminalError
+    assert str(error) == "TokenConflictError: token g/t changed under us"
+
+
+def test_any_other_task_failure_is_terminal_and_names_what_was_raised():
+    from kafka_archive.errors import TerminalError
+
+    failure = Exception(SPARK_FAILURE.format(last="KeyError: 'partition'"))
+    error = spark.task_failure(failure, "the archive job")
+    assert type(error) is TerminalError
+    assert str(error) == "the archive job: a Spark task failed: KeyError: 'partition'"
+    lost = spark.task_failure(Exception("\nExecutor lost\n"), "the replay")
+    assert str(lost) == "the replay: a Spark task failed: Executor lost"

@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
 # the files import this module and should not pay for it
+from kafka_archive import spark
 from kafka_archive.archive import slice_writer, source
 from kafka_archive.config import Config
 from kafka_archive.formats import parsers
@@ -44,8 +45,8 @@ def run(sc, config: Config, plan_url: str) -> Manifest:
     rows = []
     if to_read:
         tasks = task_slices(to_read, sc.defaultParallelism)
-        rows = (sc.parallelize(tasks, len(tasks))
-                .mapPartitions(ArchiveTask(config, plan)).collect())
+        rows = spark.collected(sc.parallelize(tasks, len(tasks))
+                               .mapPartitions(ArchiveTask(config, plan)), "the archive job")
     lost = retention_losses(config, to_read, rows)
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)
