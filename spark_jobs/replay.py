@@ -1,5 +1,5 @@
 """spark-submit entry point: replay archived messages into Kafka, one task per source
-partition (kafka_archive.tools.replay_job).
+partition (kafka_archive.archive.replay_job).
 
     spark-submit ... --py-files kafka_archive-<hash>.zip --files CONFIG \
         spark_jobs/replay.py --config CONFIG --replay REPLAY_URL
@@ -11,7 +11,7 @@ import sys
 import time
 
 from kafka_archive import config, spark as launch
-from kafka_archive.tools import replay_job
+from kafka_archive.archive import replay_job
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--config", required=True)

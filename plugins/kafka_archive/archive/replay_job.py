@@ -24,13 +24,12 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Iterator
 
-from kafka_archive import layout, retries
+from kafka_archive import layout, retries, spark
+from kafka_archive.archive.archived_files import read_archived
 from kafka_archive.config import Config
-from kafka_archive.errors import ArchiveError
+from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.formats.records import Record
 from kafka_archive.storage import Storage
-from kafka_archive.tools.cat import read_archived
-from kafka_archive.tools.replay import RefusedForGood, ReplayError
 
 PROGRESS_EVERY = 20_000  # messages between progress records (each waits for every ack)
 PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "linger.ms": 20,
@@ -38,6 +37,15 @@ PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "linger.ms": 20,
                      "partitioner": "murmur2_random",
                      "batch.size": 1 << 20, "message.max.bytes": 16 << 20,
                      "queue.buffering.max.kbytes": 256 << 10}
+
+
+class ReplayError(TerminalError):
+    """The replay cannot be done as asked; nothing was produced."""
+
+
+class RefusedForGood(ReplayError):
+    """The target refuses a message and will refuse it again on every retry: something
+    must change first (the message says what)."""
 
 
 def run(sc, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
@@ -48,7 +56,7 @@ def run(sc, config: Config, replay_url: str, max_rate: int | None = None) -> lis
     if not parts:
         return []
     task = partial(_task, config, plan, max_rate)
-    return sc.parallelize(parts, len(parts)).mapPartitions(task).collect()
+    return spark.collected(sc.parallelize(parts, len(parts)).mapPartitions(task), "the replay")
 
 
 def _task(config: Config, plan: dict, max_rate: int | None, parts: Iterator[dict]

@@ -5,6 +5,5 @@
 - `cat`: the records of one archived file, as text, JSON or raw.
 - `backfill`: rebuild an event-time group's slices from the backup group.
 - `replay`: which archived files put a range back into Kafka (the plan of a replay);
-  `replay_job` is the Spark side, one task per source partition producing through
-  librdkafka.
+  its Spark side is `archive.replay_job`.
 """

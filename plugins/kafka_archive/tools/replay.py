@@ -2,7 +2,7 @@
 
 A replay reads the current files of a partition-layout group (the backup) from the one
 catalog, and produces each message again, in offset order,
-to a target topic (kafka_archive.tools.replay_job, one Spark task per source partition).
+to a target topic (kafka_archive.archive.replay_job, one Spark task per source partition).
 The range is offsets [from, to) of every partition (or one), or the messages whose Kafka
 timestamps are in [since, until). A range the archive does not hold whole is an error
 naming the first missing offset, and so is a range lost to retention (an accepted loss):
@@ -21,22 +21,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from kafka_archive import catalog, layout
+from kafka_archive.archive.replay_job import ReplayError
 from kafka_archive.catalog import Contents
 from kafka_archive.config import Config
-from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.errors import VersionConflict
 from kafka_archive.manifest import row_files
 from kafka_archive.storage import Storage
 
 Range = tuple[int, int]
-
-
-class ReplayError(TerminalError):
-    """The replay cannot be done as asked; nothing was produced."""
-
-
-class RefusedForGood(ReplayError):
-    """The target refuses a message and will refuse it again on every retry: something
-    must change first (the message says what)."""
 
 
 class MissingRangeError(ReplayError):

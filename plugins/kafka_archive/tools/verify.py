@@ -26,7 +26,7 @@ from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage, join
 from kafka_archive.tokens import TokenStore
-from kafka_archive.tools.cat import DamagedFile, read_archived
+from kafka_archive.archive.archived_files import DamagedFile, read_archived
 
 ERROR, LOST, GAP, INFO = "ERROR", "lost", "gap", "info"  # only ERROR fails the check
 
