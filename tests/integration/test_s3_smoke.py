@@ -27,3 +27,49 @@ def test_if_none_match_star_refuses_to_overwrite(s3, unique):
         s3.client.put_object(Bucket=s3.bucket, Key=key, Body=b"second", IfNoneMatch="*")
     assert _status(refused) == 412
     assert s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read() == b"first"
+
+
+# --- Storage's classification of what S3 answered (kafka_archive.retries) ------------------
+
+def _file(tmp_path):
+    source = tmp_path / "part"
+    source.write_bytes(b"x" * 1000)
+    return source
+
+
+def test_an_upload_into_a_missing_bucket_is_terminal_and_says_what_to_do(s3, unique, tmp_path):
+    """boto3's upload_file wraps the refusal in S3UploadFailedError, which has no code."""
+    from kafka_archive.errors import TerminalError
+    from kafka_archive.storage import Storage
+
+    url = f"s3://no-such-bucket-{unique}/archive/part"
+    with pytest.raises(TerminalError, match=rf"cannot upload {url}: .*NoSuchBucket.*"
+                                            r"create the bucket") as refused:
+        Storage(lambda: s3.client).upload_file(_file(tmp_path), url)
+    assert type(refused.value).__name__ == "TerminalError"
+
+
+def test_an_upload_answered_503_is_transient(s3, service_env, unique, tmp_path):
+    import boto3
+    from botocore.config import Config
+
+    from kafka_archive.errors import TransientError
+    from kafka_archive.storage import Storage
+    from tests.support import localservices
+    from tests.support.fault_proxies import HttpStatusFaults
+
+    upstream = ("127.0.0.1", int(service_env["KAFKA_ARCHIVE_S3_PORT"]))
+    statuses = HttpStatusFaults(0, upstream)
+    try:
+        statuses.arm(503, 1, 10)
+        key, secret = localservices.generated(service_env, "KAFKA_ARCHIVE_S3_ACCESS_KEY",
+                                              "KAFKA_ARCHIVE_S3_SECRET_KEY")
+        client = boto3.client("s3", endpoint_url=statuses.endpoint, aws_access_key_id=key,
+                              aws_secret_access_key=secret, region_name="us-east-1",
+                              config=Config(retries={"max_attempts": 1}))
+        url = f"s3://{s3.bucket}/smoke/{unique}/part"
+        with pytest.raises(TransientError, match=rf"cannot upload {url}: .*SlowDown.*HTTP 503"):
+            Storage(lambda: client).upload_file(_file(tmp_path), url)
+        assert statuses.failed >= 1
+    finally:
+        statuses.close()
