@@ -21,8 +21,9 @@ from kafka_archive import catalog, layout
 from kafka_archive.catalog import AcceptedLoss
 from kafka_archive.catalog.rebuild import accepted  # noqa: F401 (the records, read back)
 from kafka_archive.config import Config
-from kafka_archive.plan import inflight
 from kafka_archive.errors import TerminalError
+from kafka_archive.plan import inflight
+from kafka_archive.plan.rewinds import token_to_move
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenConflictError, TokenStore
 
@@ -58,14 +59,10 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
     config.group(group)  # an unknown group is a config error
     if not reason.strip():
         raise AcceptLossError("say why the loss is acceptable (--reason)")
-    read = tokens.read(group, topic)
+    read = token_to_move(config, tokens, group, topic, AcceptLossError,
+                         "nothing was archived, so nothing is lost; its next run starts from "
+                         "start_from")
     token = read.token
-    if token is None or not token.offsets:
-        raise AcceptLossError(f"no token for {group}/{topic}: nothing was archived, so nothing "
-                              "is lost; its next run starts from start_from")
-    if token.bootstrap != config.bootstrap_servers:
-        raise AcceptLossError(f"token {group}/{topic} was written for Kafka at "
-                              f"{token.bootstrap}, but the config says {config.bootstrap_servers}")
     if run := inflight.holding(storage, config.archive_root, group, topic):
         # its commit would fail on a moved token
         raise AcceptLossError(f"run {run} of group {group} is in flight with topic {topic}: "

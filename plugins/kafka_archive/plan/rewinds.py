@@ -33,7 +33,7 @@ from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Slice
 from kafka_archive.storage import Storage
-from kafka_archive.tokens import TokenConflictError, TokenStore
+from kafka_archive.tokens import TokenConflictError, TokenStore, Versioned
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,21 @@ def place(where: str, current: int, requested: int, earliest: int,
                             f"stays, as Kafka no longer holds its first offsets")
 
 
+def token_to_move(config: Config, tokens: TokenStore, group: str, topic: str,
+                  error: type[TerminalError], nothing: str) -> Versioned:
+    """The token an operator's command moves (a rewind, an accepted loss), read for its
+    compare-and-swap; `error` when the group is unknown, there is no token (`nothing` says
+    what that means) or the token was written for another Kafka cluster."""
+    config.group(group)  # an unknown group is a config error
+    read = tokens.read(group, topic)
+    if read.token is None or not read.token.offsets:
+        raise error(f"no token for {group}/{topic}: {nothing}")
+    if read.token.bootstrap != config.bootstrap_servers:
+        raise error(f"token {group}/{topic} was written for Kafka at {read.token.bootstrap}, "
+                    f"but the config says {config.bootstrap_servers}")
+    return read
+
+
 def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
            partition: int | None = None, to_offset: int | None = None,
            to_time_ms: int | None = None, *, storage: Storage) -> list[str]:
@@ -84,15 +99,9 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
     compare-and-swap write, all partitions or none. Returns what changed, per partition."""
     if (to_offset is None) == (to_time_ms is None):
         raise RewindError("give exactly one of to_offset and to_time_ms")
-    config.group(group)  # an unknown group is a config error
-    read = tokens.read(group, topic)
+    read = token_to_move(config, tokens, group, topic, RewindError,
+                         "nothing to rewind; its next run starts every partition from start_from")
     token = read.token
-    if token is None or not token.offsets:
-        raise RewindError(f"no token for {group}/{topic}: nothing to rewind; its next run starts "
-                          "every partition from start_from")
-    if token.bootstrap != config.bootstrap_servers:
-        raise RewindError(f"token {group}/{topic} was written for Kafka at {token.bootstrap}, "
-                          f"but the config says {config.bootstrap_servers}")
     if partition is not None and partition not in token.offsets:
         raise RewindError(f"{group}/{topic} has no token line for partition {partition} (it "
                           f"has {', '.join(map(str, token.offsets))}); its next run starts it "

@@ -29,6 +29,7 @@ from kafka_archive import catalog, config, layout
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.storage import Storage
+from tests.support.counting_storage import CountingStorage
 
 MIN = 60_000
 
@@ -53,11 +54,7 @@ def main() -> None:
     if args.runs:
         return incremental_audit(args.runs)
     rng = random.Random(42)
-    work = Path(tempfile.mkdtemp(prefix="kafka-archive-audit-bench-"))
-    cfg_path = work / "kafka-archive.yaml"
-    cfg_path.write_text(f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{work}/archive\n"
-                        "audit: {window: 1m, grace: 0}\n")
-    cfg = config.load(cfg_path)
+    cfg, work = local_archive("kafka-archive-audit-bench-")
     storage = Storage()
 
     topics = [f"topic-{t}" for t in range(args.topics)]
@@ -102,29 +99,17 @@ def main() -> None:
     assert totals["MISSING"] + totals["EXCESS"] == len(cells) // 1000, totals
 
 
-class CountingStorage(Storage):
-    """Local storage that counts the objects read (whole, streamed or with a version)."""
-    reads = 0
-
-    def get_bytes(self, url):
-        self.reads += 1
-        return super().get_bytes(url)
-
-    def get_versioned(self, url):
-        self.reads += 1
-        return super().get_versioned(url)
-
-    def open(self, url):
-        self.reads += 1
-        return super().open(url)
-
-
-def incremental_audit(runs: int, partitions: int = 4, sources: int = 3) -> None:
-    work = Path(tempfile.mkdtemp(prefix="kafka-archive-audit-incr-"))
+def local_archive(prefix: str):
+    """A config whose archive root is a fresh local folder (no Kafka reached), and the folder."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     cfg_path = work / "kafka-archive.yaml"
     cfg_path.write_text(f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{work}/archive\n"
                         "audit: {window: 1m, grace: 0}\n")
-    cfg = config.load(cfg_path)
+    return config.load(cfg_path), work
+
+
+def incremental_audit(runs: int, partitions: int = 4, sources: int = 3) -> None:
+    cfg, work = local_archive("kafka-archive-audit-incr-")
     storage = CountingStorage()
     seq = [0]
 

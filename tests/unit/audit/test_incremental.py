@@ -14,22 +14,10 @@ from kafka_archive.audit.checkpoint import Checkpoint
 from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.errors import TerminalError, VersionConflict
 from kafka_archive.storage import Storage
+from tests.support.counting_storage import CountingStorage
 
 MIN = 60_000
 AT = "2026-01-01T00:00:00+00:00"
-
-
-class CountingStorage(Storage):
-    """A local Storage that counts the objects it reads."""
-    reads = 0
-
-    def get_bytes(self, url):
-        self.reads += 1
-        return super().get_bytes(url)
-
-    def get_versioned(self, url):
-        self.reads += 1
-        return super().get_versioned(url)
 
 
 @pytest.fixture
