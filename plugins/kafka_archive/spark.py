@@ -238,9 +238,9 @@ def collected(rdd, what: str) -> list:
     """rdd.collect(), a failed task raised as the error the task raised (task_failure)."""
     try:
         return rdd.collect()
-    except Exception as exc:
-        if type(exc).__name__ != "Py4JJavaError":
-            raise
+    except ArchiveError:
+        raise
+    except Exception as exc:  # Spark's Py4JJavaError (or PythonException), quoting the task's
         raise task_failure(exc, what) from exc
 
 
