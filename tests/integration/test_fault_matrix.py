@@ -278,3 +278,27 @@ def test_broker_stopped_and_restarted_during_plan(faults, bench, service_env):
     faults.outcomes[outcome.split(" (")[0]] += 1
     faults.assert_no_token_ahead_of_files("broker-during-plan")
     faults.finish_clean("broker_in_plan")
+
+
+def test_a_spark_task_s_failure_reaches_the_driver_as_the_class_it_raised(faults, bench):
+    """S3 answers 503 to every request after the driver's read of the plan: the tasks'
+    uploads fail in the Python workers, and job.run raises what they raised (a
+    TransientError naming the S3 call), not Spark's Py4JJavaError. Clean runs then
+    archive everything once."""
+    faults.produce(6)
+    faults.through(bench["direct"])
+    plan_url = faults.pipeline.plan("task-failure")
+    assert plan_url is not None
+    statuses = bench["statuses"]
+    statuses.arm(503, 2, 100_000)  # request 1 is the driver reading plan.json
+    faults.through(statuses.endpoint)
+    cfg = config_module.load(faults.pipeline.config_path)
+    try:
+        with pytest.raises(TransientError, match=r"^cannot \w+ s3://.*\(HTTP 503\)") as failed:
+            job.run(bench["spark"], cfg, plan_url)
+    finally:
+        statuses.arm(None)
+    assert type(failed.value.__cause__).__name__ == "Py4JJavaError"  # what Spark raised
+    print(f"task failure at the driver: {type(failed.value).__name__}: {failed.value}")
+    faults.outcomes["archive failed: TransientError"] += 1
+    faults.finish_clean("task_failure")
