@@ -10,5 +10,6 @@
 - browser: headless Chromium through Selenium, and Airflow's login;
 - fault_proxies: Toxiproxy's API and an HTTP proxy that answers chosen statuses;
 - archive_golden: deterministic records and the archive's files for them (golden checksums);
+- counting_storage: a local Storage that counts the objects it reads;
 - bench: the benchmarks and their shared parts.
 """
