@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 from tests.support.bench.kafka_data import log_line
 from tests.support.bench.processes import TreeSampler, describe_profile
@@ -66,3 +67,18 @@ def test_log_lines_have_the_asked_size_and_are_json():
         line = log_line(rng, size, when)
         assert len(line) == size
         assert json.loads(line)["ts"].startswith("2026-01-01T00:")
+
+
+def test_the_old_command_lines_still_run_the_moved_modules(tmp_path):
+    """scripts/localservices.py and scripts/benchmark*.py forward to tests.support, from
+    any working directory, with the same arguments."""
+    root = Path(__file__).resolve().parents[2]
+    for script, args, expected in (
+            ("localservices.py", ["status"], "kafka: "),
+            ("benchmark.py", ["--help"], "--gigabytes"),
+            ("benchmark_catalog.py", ["--help"], "--runs"),
+            ("benchmark_audit.py", ["--help"], "--windows")):
+        result = subprocess.run([sys.executable, str(root / "scripts" / script), *args],
+                                capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert result.returncode == 0, (script, result.stderr[-2000:])
+        assert expected in result.stdout, (script, result.stdout[-2000:])
