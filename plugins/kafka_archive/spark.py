@@ -265,7 +265,8 @@ def task_failure(exc: BaseException, what: str) -> ArchiveError:
             except TypeError:
                 family = TransientError if issubclass(cls, TransientError) else TerminalError
                 return family(f"{cls.__name__}: {message}")
-    last = ": ".join(quoted[-1]) if quoted else str(exc).strip().splitlines()[0][:500]
+    last = (": ".join(quoted[-1]) if quoted
+            else (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500])
     return TerminalError(f"{what}: a Spark task failed: {last}")
 
 

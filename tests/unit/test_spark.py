@@ -204,3 +204,4 @@ def test_any_other_task_failure_is_terminal_and_names_what_was_raised():
     assert str(error) == "the archive job: a Spark task failed: KeyError: 'partition'"
     lost = spark.task_failure(Exception("\nExecutor lost\n"), "the replay")
     assert str(lost) == "the replay: a Spark task failed: Executor lost"
+    assert str(spark.task_failure(RuntimeError(), "x")) == "x: a Spark task failed: RuntimeError"
