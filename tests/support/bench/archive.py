@@ -88,7 +88,6 @@ from tests.support.bench.kafka_data import (
 from tests.support.bench.processes import (
     TreeSample, TreeSampler, describe_profile, service_cpu_s, uptime)
 
-ROOT = localservices.ROOT
 BUCKET_PREFIX = "bench-"
 GROUP = "backup"
 PARTITIONED = "partitioned"
@@ -354,6 +353,8 @@ def replay_run(config_path: Path, topic: str, target: str, partitions: int, boot
     say(f"  CPU seconds: {cpu}; broker {run.services_cpu_s.get('kafka', 0.0):,.1f}, MinIO "
         f"{run.services_cpu_s.get('s3', 0.0):,.1f}; peak RSS {run.memory.peak_total_mib:,.0f} "
         f"MiB; uptime: {uptime()}")
+    verdict("replay job (session start to end), messages/s", messages / job_s,
+            TARGET_REPLAY_MSG_S)
 
 
 def cold_plan(config_path: Path, run_id: str) -> float:
