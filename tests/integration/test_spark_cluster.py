@@ -23,7 +23,7 @@ from test_sequencefile_hadoop import hadoop_read
 
 from tests.support import localservices
 from kafka_archive.formats.sequencefile import BYTES_WRITABLE
-from tests.support.pipeline import Pipeline, objects
+from tests.support.pipeline import Pipeline, forget_job, objects
 
 TOPICS, PARTITIONS, PER_PARTITION = ("orders", "clicks", "billing"), 4, 3
 HOUR_MS = 3_600_000
@@ -162,6 +162,7 @@ def test_dag_on_the_cluster_writes_what_local_mode_writes(archive, group, spark_
     assert len(on_cluster) >= len(TOPICS) * PARTITIONS
 
     archive.in_env(monkeypatch)
+    forget_job(s3, plan_url, archive.root_key, on_cluster)
     archive.archive_to_end(plan_url, master="local[2]")
     assert data_files(s3, archive.root_key, group) == on_cluster, \
         "the same plan in local mode wrote other bytes than the cluster"
@@ -248,6 +249,7 @@ def test_worker_killed_mid_job_changes_nothing_and_no_secret_leaks(
     records = p.archived_records()
     assert len(records) == len({r[:3] for r in records}) == PARTITIONS * 6  # no duplicate
     on_cluster = p.data_files()
+    forget_job(s3, plan_url, p.root_key, on_cluster)
     p.archive_to_end(plan_url, master="local[2]")
     assert p.data_files() == on_cluster
 

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Iterable
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -146,6 +147,14 @@ def objects(s3, root_key: str, below: str = "") -> dict[str, bytes]:
             out[obj["Key"][len(root_key) + 1:]] = s3.client.get_object(
                 Bucket=s3.bucket, Key=obj["Key"])["Body"].read()
     return out
+
+
+def forget_job(s3, plan_url: str, root_key: str, data_files: Iterable[str]) -> None:
+    """Delete a run's manifest and its data files (paths below root_key), so that running
+    its job again writes every file anew: a job whose manifest exists does nothing."""
+    manifest = plan_url.removeprefix(f"s3://{s3.bucket}/").replace("plan.json", "manifest.json")
+    for key in [manifest, *(f"{root_key}/{path}" for path in data_files)]:
+        s3.client.delete_object(Bucket=s3.bucket, Key=key)
 
 
 def lose_to_retention(kafka: str, topic: str, restore: bool = False) -> int:

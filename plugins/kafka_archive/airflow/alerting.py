@@ -37,7 +37,7 @@ from kafka_archive.monitor.page import page_path
 from kafka_archive.plan import inflight
 from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
                                           freshness_past_sla, run_link, task_failed,
-                                          topics_held, unmailed)
+                                          tokens_left_as_found, topics_held, unmailed)
 from kafka_archive.plan.planning import Anomaly, HeldTopicsError, Plan
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,12 @@ def on_late_loss(cfg: Config, group: str, run_id: str, lost: list[Anomaly]) -> N
     run committed the rest). The next plan sees the same ranges: they are not mailed again."""
     if lost:
         _mail_once(cfg, group, run_id, lost, forget_unseen=False)
+
+
+def on_tokens_left(cfg: Config, group: str, run_id: str, left: dict[str, str]) -> None:
+    """Mail the tokens a person changed while the run was in flight (left as found)."""
+    if left:
+        send(cfg.alerts, tokens_left_as_found(group, run_id, left, link_for(dag_id(group), run_id)))
 
 
 def _mail_once(cfg: Config, group: str, run_id: str, anomalies, forget_unseen: bool) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import heapq
 import json
+import logging
 import math
 from dataclasses import asdict
 from itertools import chain
@@ -25,17 +26,28 @@ from kafka_archive import spark
 from kafka_archive.archive import slice_writer, source
 from kafka_archive.config import Config
 from kafka_archive.formats import parsers
-from kafka_archive.manifest import Manifest, SliceRow, row_files, write as write_manifest
+from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
+                                    write as write_manifest)
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
 from kafka_archive.storage import Storage
 
 SLICES_PER_TASK = 16  # at most, when a plan has many more slices than Spark runs at once
 TASKS_PER_CORE = 64   # one slice a task up to this many slices per core
 
+log = logging.getLogger(__name__)
+
 
 def run(sc, config: Config, plan_url: str) -> Manifest:
     storage = Storage.from_environment()
     plan = Plan.from_json(storage.get_bytes(plan_url))
+    done = read_manifest(storage, config.archive_root, plan.group, plan.run_id)
+    if done is not None:
+        # the job finished before and the run failed after it (a commit killed half way
+        # is the case that matters): its files are final, tokens may cover some already,
+        # and Kafka may no longer hold what they hold; writing them again could only lose
+        log.warning("run %s was archived before: its manifest stands, nothing is read or "
+                    "written again", plan.run_id)
+        return done
     to_read = [s for s in plan.slices if s.end > s.start]
     # a topic deleted since the plan was made cannot be read; without this the in-flight
     # plan would fail on every re-run and block the group for good

@@ -4,11 +4,20 @@ Order, never changed: (1) check the manifest covers every planned slice and ever
 is durable with its recorded size, (2) advance each topic's token by compare-and-swap
 against the version the plan was made from, (3) add the run's rows to the catalog (by
 compare-and-swap; the rows the plan's rewind moved aside come out), (4) mark the run
-committed, (5) clear the in-flight mark. A crash anywhere leaves the plan in flight;
-re-running it rewrites the same files and finds tokens already advanced and the catalog
-already holding this run, which count as done. So the catalog never lacks a committed run.
-"""
+committed, (5) clear the in-flight mark. A crash anywhere leaves the plan in flight; the
+next run finishes it from its stored manifest (the job does not run again) and finds
+tokens already advanced and the catalog already holding this run, which count as done.
+So the catalog never lacks a committed run.
 
+A token a person changed while the plan was in flight (deleted it, or a line, to rewind;
+a rewind or accept-loss that raced the plan) is left as found, never overwritten: the
+run's files of that topic still enter the catalog, as archived, and the next plan starts
+from the token as it is, moving aside whatever it archives again, like any rewind. So
+nothing is lost (a file stays accounted for even when Kafka no longer holds its
+messages), nothing is archived twice, and the group never sticks on the old plan. A
+token another run advanced meanwhile (two plans at once: the in-flight mark removed by
+hand) is a lost race: TokenConflictError, as before.
+"""
 from __future__ import annotations
 
 import json
@@ -91,6 +100,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
             "the archive job did not finish, so nothing was committed")
     ends = verify(plan, manifest, storage.size)
     add_to_catalog(config, plan, manifest, storage, now, dry_run=True)  # refused: before tokens
+    left_as_found = {}  # topic -> why its token was not written
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
         offsets.update({p: end for (t, p), end in ends.items() if t == topic})
@@ -98,11 +108,15 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                       committed_at=now.isoformat(timespec="seconds"), run_id=plan.run_id)
         try:
             tokens.write(token, expected_version=plan.token_versions[topic])
-        except TokenConflictError:
+        except TokenConflictError as conflict:
             current = tokens.read(plan.group, topic).token
-            if not (current and current.run_id == plan.run_id and dict(current.offsets) == offsets):
-                raise
-            log.info("token %s/%s was already advanced by this run", plan.group, topic)
+            if current and current.run_id == plan.run_id and dict(current.offsets) == offsets:
+                log.info("token %s/%s was already advanced by this run", plan.group, topic)
+                continue
+            if current and current.run_id not in (plan.run_id, plan.token_runs.get(topic)):
+                raise  # another run committed the topic: this plan is stale
+            left_as_found[topic] = changed_by_a_person(plan, topic, current, conflict)
+            log.warning("%s", left_as_found[topic])
     add_to_catalog(config, plan, manifest, storage, now)
     summary = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds"),
                "records": sum(e["records"] for e in manifest["slices"]),
@@ -111,7 +125,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "files": sum(len(row_files(e)) for e in manifest["slices"]),
                "retention_lost": manifest.get("retention_lost", []),
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
-                          for t in plan.topics()}}
+                          for t in plan.topics() if t not in left_as_found},
+               "tokens_left_as_found": left_as_found}
     storage.put_bytes(layout.run_file(root, plan.group, plan.run_id, "committed.json"),
                       json.dumps(summary, indent=1).encode())
     inflight.clear(storage, root, plan.group)
@@ -121,6 +136,20 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                         e["topic"], e["partition"], e["start"], e["end"], e["quarantined"],
                         "; ".join(f"offset {o}: {why}" for o, why in e.get("errors", ())[:3]))
     return summary
+
+
+def changed_by_a_person(plan: Plan, topic: str, current: Token | None,
+                        conflict: TokenConflictError) -> str:
+    """Why a token changed under a run by a person's hand (deleted, a line deleted or
+    edited, a rewind or an accepted loss that raced the plan) is left as found."""
+    ranges = ", ".join(f"{s.partition}: [{s.start}, {s.end})" for s in plan.slices
+                       if s.topic == topic and s.end > s.start) or "none"
+    now = "deleted" if current is None else "changed (version " + str(conflict.found) + ")"
+    return (f"token {plan.group}/{topic} was {now} while run {plan.run_id} was in flight, "
+            f"so the run left it as found: what the run archived of {topic} (partition: "
+            f"offsets {ranges}) is kept in the catalog like any archived file, and the next "
+            f"run archives {topic} from the token as it is now, moving aside the files it "
+            "archives again (as for any rewind)")
 
 
 def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,

@@ -109,6 +109,22 @@ def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str
                    _page(body))
 
 
+def tokens_left_as_found(group: str, run_id: str, left: dict[str, str], link: str) -> Message:
+    """A run whose tokens a person changed while it was in flight (commit.protocol)."""
+    body = [_p(f"While run <b>{_e(run_id)}</b> of group <b>{_e(group)}</b> was in flight, "
+               "the token of the topic(s) below was changed by hand (deleted, a line deleted "
+               "or edited, or a rewind or accept-loss that raced the plan). The run did not "
+               "overwrite it: it committed its other topics as usual, kept what it had "
+               "archived of these in the catalog, and left their tokens as they are. The next "
+               "run archives them from those tokens, moving aside whatever it archives again. "
+               "Nothing was lost or archived twice; nothing needs doing unless the change was "
+               "a mistake."), _facts([("group", group), ("run", run_id)]),
+            _table(("topic", "what happened"), sorted(left.items())), _links(link)]
+    where = next(iter(left)) if len(left) == 1 else f"{len(left)} topics"
+    return Message(f"[kafka-archive] {group}: token of {where} changed by hand during run "
+                   f"{run_id}; left as found", _page(body))
+
+
 def unmailed(anomalies: Iterable[Anomaly], mailed: dict[str, str], run_id: str
              ) -> tuple[list[Anomaly], dict[str, str]]:
     """The anomalies not mailed yet, and the new record of mailed ones (anomaly key -> run

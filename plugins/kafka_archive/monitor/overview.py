@@ -63,7 +63,7 @@ class GroupOverview:
     audited: bool
     alarms: list[Alarm]             # new, open and acknowledged mismatches
     accepted_losses: list[catalog.AcceptedLoss]  # ranges retention deleted, accepted
-    in_flight: str | None = None    # the run planned and not committed (failed, or running)
+    in_flight: inflight.InFlight | None = None  # planned, not committed (failed, or running)
 
 
 @dataclass(frozen=True)
@@ -141,4 +141,4 @@ def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, con
         audited=audited,
         alarms=incremental.alarms(storage, config, group) if audited else [],
         accepted_losses=[catalog.AcceptedLoss(**a) for a in cat.state.accepted],
-        in_flight=inflight.holding(storage, config.archive_root, group))
+        in_flight=inflight.current(storage, config.archive_root, group))

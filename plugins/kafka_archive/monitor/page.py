@@ -78,8 +78,12 @@ def attention(o: GroupOverview) -> str:
     items += [f"hole in {escape(p.topic)} partition {p.partition}: offsets "
               + ", ".join(f"[{a}, {b})" for a, b in p.holes) + " are in no file"
               for p in o.partitions if p.holes]
-    items += [f"run {escape(o.in_flight)} was planned and has not committed: it failed, or "
-              "is still running" for _ in [0] if o.in_flight]
+    if o.in_flight:
+        age = o.in_flight.age_ms(o.at_ms)
+        items.append(f"run {escape(o.in_flight.run_id)} was planned "
+                     f"{'?' if age is None else _duration_s(age // 1000)} ago and has not "
+                     f"committed ({escape(', '.join(o.in_flight.topics))}): it failed, or is "
+                     "still running; the group's next run finishes it")
     if not items:
         return "<div id='attention' class='calm'><p class='ok'>nothing needs a person</p></div>"
     lines = "".join(f"<li>{item}</li>" for item in items)
@@ -272,9 +276,11 @@ def _runs(o: GroupOverview) -> str:
             f"{'?' if r.mb_per_s is None else _rate(r.bytes / r.seconds)}</td></tr>"
             for r in o.runs]
     if o.in_flight:  # planned, not committed: a run that failed (or still runs)
-        rows.insert(0, f"<tr data-run='{escape(o.in_flight)}' class='bad'><td class='l'>"
-                       f"{escape(o.in_flight)}</td><td class='l' colspan='6'>not committed: "
-                       "failed, or still running (the next run re-executes its plan)</td></tr>")
+        run = escape(o.in_flight.run_id)
+        rows.insert(0, f"<tr data-run='{run}' class='bad'><td class='l'>{run}</td>"
+                       f"<td class='l' colspan='6'>planned {escape(o.in_flight.planned_at or '?')}"
+                       ", not committed: failed, or still running (the next run finishes "
+                       "its plan)</td></tr>")
     return _table(("run", "committed", "records", "bytes", "files", "plan to commit",
                    "throughput"), rows, "runs") if rows else \
         "<p class='muted'>no committed run yet</p>"

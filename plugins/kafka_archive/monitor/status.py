@@ -17,7 +17,7 @@ from kafka.errors import KafkaError
 from kafka_archive import catalog
 from kafka_archive.config import Config, Group
 from kafka_archive.errors import TransientError
-from kafka_archive.plan import planning
+from kafka_archive.plan import inflight, planning
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import MalformedTokenError, Token, TokenStore
 
@@ -39,6 +39,9 @@ class PartitionStatus:
     problem: str | None = None  # why this topic cannot be shown whole (a malformed token...)
     holes: tuple[tuple[int, int], ...] = ()  # [start, end) below the token in no current file
     behind_ms: int | None = None  # since the archive last held all Kafka had; None: unknown
+    # the run whose plan holds this topic, planned and not committed (failed, or running)
+    in_flight: str | None = None
+    in_flight_ms: int | None = None  # how long ago that plan was made; None: unknown
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ def status(config: Config, tokens: TokenStore, consumer, now_ms: int,
     out = []
     for g in groups:
         held = None if storage is None else _archived(config, storage, g.name)
+        flight = None if storage is None else inflight.current(storage, config.archive_root, g.name)
+        first = len(out)
         for topic in sorted({t for t in kafka_topics if g.selects(t)} | set(tokens.topics(g.name))):
             archived = None if held is None else held.get(topic, {})
             try:
@@ -126,6 +131,9 @@ def status(config: Config, tokens: TokenStore, consumer, now_ms: int,
                 out.append(PartitionStatus(g.name, topic, -1, None, None, None, None, None, None,
                                            None, *(archived_totals(archived)),
                                            problem=f"{type(exc).__name__}: {exc}"))
+        if flight is not None:
+            out[first:] = [replace(row, in_flight=flight.run_id, in_flight_ms=flight.age_ms(now_ms))
+                           if row.topic in flight.topics else row for row in out[first:]]
     return out
 
 
@@ -199,7 +207,11 @@ def render(statuses: list[PartitionStatus]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     problems = dict.fromkeys(f"PROBLEM {s.group}/{s.topic}: {s.problem}"
                              for s in statuses if s.problem)  # once a topic, in order
-    return "\n".join(lines + list(problems))
+    flights = dict.fromkeys(f"IN FLIGHT {s.group}: run {s.in_flight}, planned "
+                            f"{duration(s.in_flight_ms)} ago, has not committed (failed, or "
+                            "still running); the group's next run finishes it"
+                            for s in statuses if s.in_flight)
+    return "\n".join(lines + list(problems) + list(flights))
 
 
 def _show(value: int | None) -> str:

@@ -9,6 +9,8 @@ topics whose tokens it will advance.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import datetime
 
 from kafka_archive import layout
 from kafka_archive.plan.planning import Plan
@@ -33,6 +35,31 @@ def holding(storage: Storage, root: str, group: str, topic: str | None = None) -
     stored = storage.get_or_none(found["plan"])
     topics = json.loads(stored).get("token_versions", {}) if stored is not None else None
     return found.get("run_id") if topics is None or topic in topics else None
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """The plan in flight as operators see it: whose, since when, which topics it holds."""
+    run_id: str
+    planned_at: str | None  # ISO-8601 UTC; None: its plan cannot be read
+    topics: tuple[str, ...]
+
+    def age_ms(self, now_ms: int) -> int | None:
+        if self.planned_at is None:
+            return None
+        return max(0, now_ms - int(datetime.fromisoformat(self.planned_at).timestamp() * 1000))
+
+
+def current(storage: Storage, root: str, group: str) -> InFlight | None:
+    """The plan in flight, for status and the group page; None when there is none."""
+    marker = storage.get_or_none(layout.inflight_marker(root, group))
+    if marker is None:
+        return None
+    found = json.loads(marker)
+    stored = storage.get_or_none(found["plan"])
+    plan = json.loads(stored) if stored is not None else {}
+    return InFlight(found.get("run_id", "?"), plan.get("created_at"),
+                    tuple(sorted(plan.get("token_versions", {}))))
 
 
 def mark(storage: Storage, root: str, group: str, run_id: str, plan_url: str) -> None:

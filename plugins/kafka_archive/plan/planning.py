@@ -103,6 +103,9 @@ class Plan:
     # per topic and partition Kafka's end offset when planned: a slice reaching it means
     # the archive then held everything Kafka had (freshness measured by offsets)
     latest: dict[str, dict[str, int]] = field(default_factory=dict)
+    # per topic, the run id in the header of the token read: a token that changed under
+    # the plan but still names it (or is gone) was changed by a person, not by another run
+    token_runs: dict[str, str | None] = field(default_factory=dict)
 
     def format_for(self, topic: str) -> dict:
         return self.topic_formats.get(topic, self.format)

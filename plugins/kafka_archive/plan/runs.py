@@ -11,7 +11,7 @@ import json
 import logging
 from datetime import datetime, timezone
 
-from kafka_archive import catalog, layout
+from kafka_archive import catalog, layout, manifest as manifests
 from kafka_archive.plan import losses
 from kafka_archive.config import Config, Group
 from kafka_archive.errors import TerminalError
@@ -68,6 +68,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         topic_formats={t: group.format_for(t).__dict__ for t in topics
                        if group.format_for(t) != group.format},
         token_versions={t: reads[t].version for t in topics},
+        token_runs={t: reads[t].token.run_id if reads[t].token else None for t in topics},
         base_offsets={t: {str(p): o for p, o in offsets[t].items()} for t in topics},
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
         finalized=_watermarks(cat, group, topics),
@@ -127,9 +128,19 @@ def _refuse_other_clusters(config: Config, group: str, reads: dict) -> None:
 
 
 def _move_aside(storage: Storage, config: Config, plan: Plan) -> None:
-    for url in plan.superseded:  # idempotent: a file already moved is simply not found
-        if storage.size(url) is not None:
-            storage.move(url, layout.superseded(config.archive_root, plan.run_id, url))
+    """The files the plan's rewind replaces, to `_superseded/<run id>/`. Idempotent: a
+    re-executed plan finds the saved copy, and then what is at the old path is this plan's
+    own output (a re-archived slice has its predecessor's name), never moved onto the copy.
+    Before the job has finished (no manifest) that output is unfinished, or the original
+    whose move was cut short between copy and delete: it goes, the job writes it again."""
+    finished = manifests.read(storage, config.archive_root, plan.group, plan.run_id) is not None
+    for url in plan.superseded:
+        aside = layout.superseded(config.archive_root, plan.run_id, url)
+        if storage.size(aside) is None:
+            if storage.size(url) is not None:
+                storage.move(url, aside)
+        elif not finished:
+            storage.delete(url)
 
 
 def now_utc() -> datetime:

@@ -25,7 +25,8 @@ from kafka_archive.manifest import row_files
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage, join
-from kafka_archive.tokens import TokenStore
+from kafka_archive.plan import inflight
+from kafka_archive.tokens import Token, TokenStore
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
 
 ERROR, LOST, GAP, INFO = "ERROR", "lost", "gap", "info"  # only ERROR fails the check
@@ -280,7 +281,8 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
     every file the group's tree holds."""
     spec = config.group(group).layout  # an unknown group is a config error, not an empty archive
     event_time = spec.kind == "event_time"
-    contents = catalog.contents(storage, config, group, topic)
+    cat = catalog.open_catalog(storage, config, group)
+    contents = Contents.of(cat, cat.rows(topic))
     found = _catalog_files(contents)
     ignored: list[str] = []
     unlisted: set[str] = set()
@@ -300,6 +302,7 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
     for name in track(topics, f"verify {group}"):
         token = tokens.read(group, name).token
         offsets = dict(token.offsets) if token else {}
+        unfinished = _unfinished_commit(storage, config, cat, token)
         keys = {(p, g) for t, p, g in found if t == name}
         keys |= {(p, config.generation) for p in offsets}
         for partition, generation in sorted(keys):
@@ -321,11 +324,28 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
                 report.findings.append(Finding(INFO, f"generation {generation} is not the "
                                                      f"configured {config.generation}: not "
                                                      "checked against the token"))
+            if unfinished and token_offset is not None:
+                report.findings.append(unfinished)
             recorded = (token_offset, gaps[(name, partition)], skipped[(name, partition)])
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
             partitions.append(report)
     return Report(group, partitions, ignored, contents.accepted)
+
+
+def _unfinished_commit(storage: Storage, config: Config, cat: catalog.Catalog,
+                       token: Token | None) -> Finding | None:
+    """A token advanced by a run whose commit never reached the catalog: the token says
+    archived what no current file may hold (a commit cut short, then its files lost)."""
+    run = token and token.run_id
+    if not run or cat.state.has_run(run) or storage.get_or_none(
+            layout.run_file(config.archive_root, token.group, run, "committed.json")) is not None:
+        return None
+    where = f"token {token.group}/{token.topic} was advanced by run {run}"
+    if inflight.holding(storage, config.archive_root, token.group, token.topic) == run:
+        return Finding(INFO, f"{where}, still in flight: its next run finishes the commit")
+    return Finding(ERROR, f"{where}, whose commit never reached the catalog: offsets below "
+                          "the token may be in no file")
 
 
 def _catalog_files(contents: Contents

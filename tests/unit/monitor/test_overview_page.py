@@ -1,4 +1,5 @@
 from kafka_archive.audit.checkpoint import Alarm
+from kafka_archive.plan.inflight import InFlight
 from kafka_archive.plan.losses import AcceptedLoss
 from kafka_archive.monitor import page
 from kafka_archive import catalog
@@ -75,9 +76,11 @@ def test_what_needs_a_person_comes_first_and_green_stays_green():
 def test_a_hole_and_a_run_not_committed_are_flagged():
     part = PartitionStatus("backup", "t", 0, 195, 0, 195, 0, 0, None, "r1", 190, 2,
                            holes=((190, 195),))
-    html = page.render(overview(partitions=[part], alarms=[], freshness=[], in_flight="r2"), "/x")
+    planned = InFlight("r2", "2026-01-01T00:00:00+00:00", ("t", "u"))
+    html = page.render(overview(partitions=[part], alarms=[], freshness=[], in_flight=planned,
+                                at_ms=1_767_225_600_000 + 30 * 60_000), "/x")
     assert "hole in t partition 0: offsets [190, 195) are in no file" in html
-    assert "run r2 was planned and has not committed" in html
+    assert "run r2 was planned 30m00s ago and has not committed (t, u)" in html
     assert "<tr data-run='r2' class='bad'>" in html
 
 

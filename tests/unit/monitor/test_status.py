@@ -75,3 +75,12 @@ def test_a_topic_kafka_no_longer_has_is_flagged_and_the_others_shown(tmp_path):
     assert [(s.topic, s.partition, s.token) for s in found] == [("gone", 0, 5), ("gone", 1, 7)]
     assert all(s.problem.startswith("Kafka has no such topic") for s in found)
     assert render(found).count("PROBLEM backup/gone: Kafka has no such topic") == 1
+
+
+def test_a_plan_in_flight_is_named_once_with_its_age():
+    found = [replace(row, in_flight="r9", in_flight_ms=754_000)
+             for row in rows(GROUP, "t", TOKEN, {0: (0, 100), 1: (0, 5)}, {}, NOW)]
+    lines = render(found).splitlines()
+    assert lines[-1] == ("IN FLIGHT backup: run r9, planned 12m34s ago, has not committed "
+                         "(failed, or still running); the group's next run finishes it")
+    assert sum("IN FLIGHT" in line for line in lines) == 1
