@@ -282,6 +282,12 @@ def anomalies_mailed(root: str, group: str) -> str:
     return join(runs_dir(root, group), "_anomalies_mailed.json")
 
 
+def failures_mailed(root: str, group: str) -> str:
+    """Which task failures of a group's runs were mailed, and when: the same failure run
+    after run is mailed once, then at most daily, until a run commits."""
+    return join(runs_dir(root, group), "_failures_mailed.json")
+
+
 def superseded(root: str, run_id: str, url: str) -> str:
     """Where a file moved aside by a rewind goes: same relative path, under _superseded."""
     relative = url[len(root.rstrip("/")) + 1:]

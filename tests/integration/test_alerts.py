@@ -241,3 +241,50 @@ def test_deadline_callback_run_as_the_triggerer_runs_it_mails_the_run_in_flight(
     assert_no_secret(pipeline, message)
     report_delay("deadline callback (called in process -> mail)",
                  datetime.fromtimestamp(called, timezone.utc), arrived)
+
+
+def try_numbers(pipeline: Pipeline, run_id: str) -> dict[str, int]:
+    db = sqlite3.connect(Path(pipeline.env["AIRFLOW_HOME"]) / "airflow.db")
+    try:
+        return dict(db.execute("SELECT task_id, try_number FROM task_instance WHERE dag_id = ? "
+                               "AND run_id = ?", (f"kafka_archive_{GROUP}", run_id)).fetchall())
+    finally:
+        db.close()
+
+
+def test_a_terminal_failure_fails_at_once_and_is_mailed_once_across_runs(pipeline, kafka,
+                                                                        monkeypatch):
+    """Issue 31 §6: a file the manifest lists went missing before the commit (terminal).
+    The commit fails on its first try (no retries a minute apart), the mail says what to
+    do, and the next run, failing the same way, sends no second mail; once a person has
+    done it, a run commits and nothing is lost."""
+    topic = pipeline.create_topic("terminal", 1)
+    pipeline.produce([(topic, 0, None, f"m{i}".encode(), None) for i in range(20)])
+    pipeline.in_env(monkeypatch)
+    plan_url = pipeline.plan("gone-file")
+    pipeline.archive_to_end(plan_url)
+    [(path, _)] = pipeline.data_files().items()
+    pipeline.s3.client.delete_object(Bucket=pipeline.s3.bucket, Key=f"{pipeline.root_key}/{path}")
+
+    assert run_dag(pipeline).returncode != 0
+    _, message = wait_for_mail(pipeline, "task commit failed")
+    run_id, _ = last_run(pipeline)
+    assert try_numbers(pipeline, run_id)["commit"] == 1  # failed at once
+    html = html_of(message)
+    for expected in ("ManifestMismatchError", "terminal: retrying will not help",
+                     "What to do", "delete the run&#x27;s manifest.json",
+                     "not mailed again (a reminder follows daily)"):
+        assert expected in html, expected
+
+    assert run_dag(pipeline).returncode != 0  # the same failure, the next run
+    again, _ = last_run(pipeline)
+    assert again != run_id and try_numbers(pipeline, again)["commit"] == 1
+    assert "not mailed again: the same failure was mailed" in pipeline.dag_output
+    assert [m["Subject"] for _, m in mails_to(pipeline)] == [message["Subject"]]
+
+    pipeline.s3.client.delete_object(   # the remedy the mail gives
+        Bucket=pipeline.s3.bucket,
+        Key=plan_url.removeprefix(f"s3://{pipeline.s3.bucket}/").replace("plan.json",
+                                                                          "manifest.json"))
+    assert run_dag(pipeline).returncode == 0
+    assert sorted(r[2] for r in pipeline.archived_records()) == list(range(20))

@@ -1,7 +1,9 @@
 """Sending the alert emails (kafka_archive.monitor.alerts builds them) through Airflow's SMTP
 notifier on the connection `alerts.smtp_conn_id` names.
 
-- task failure: `on_task_failure`, every archive task's on_failure_callback.
+- task failure: `on_task_failure`, every archive task's on_failure_callback; the same
+  failure run after run is mailed once, then daily, until a run commits. A terminal error
+  fails its task at once (`fails_at_once_when_terminal`): Airflow retries only the rest.
 - data lost to retention (held, or skipped by `on_retention_gap: skip`): `on_plan`, from
   the plan; `on_late_loss`, from the commit, for ranges retention deleted after the plan
   was made (the archive job read them no more).
@@ -16,9 +18,11 @@ Error texts go through Airflow's secrets masker before they are mailed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable
@@ -26,17 +30,19 @@ from typing import Iterable
 from airflow.providers.common.compat.sdk import conf
 from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
+from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import redact
 
 from kafka_archive import brokers, catalog, config as config_module, layout, manifest as manifests
 from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
-from kafka_archive.errors import TerminalError, TransientError
+from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.monitor import freshness
 from kafka_archive.monitor.page import page_path
 from kafka_archive.plan import inflight
 from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
-                                          freshness_past_sla, run_link, task_failed,
+                                          failure_due, failure_key, freshness_past_sla,
+                                          run_link, task_failed,
                                           tokens_left_as_found, topics_held, unmailed)
 from kafka_archive.plan.planning import Anomaly, HeldTopicsError, Plan
 
@@ -138,18 +144,58 @@ def _mail_once(cfg: Config, group: str, run_id: str, anomalies, forget_unseen: b
         storage.put_bytes(state_url, json.dumps(still_open, indent=1, sort_keys=True).encode())
 
 
+def fails_at_once_when_terminal(body):
+    """A task body whose TerminalError fails the task at once: retrying cannot help, and
+    Airflow's retries would only delay the mail. The callback reads the error it wraps."""
+    @functools.wraps(body)
+    def run(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except TerminalError as exc:
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+    return run
+
+
 def on_task_failure(context) -> None:
-    """on_failure_callback of the archive tasks (runs in the task's process)."""
+    """on_failure_callback of the archive tasks (runs in the task's process). The same
+    failure in consecutive runs is mailed once, then daily, until a run commits."""
     cfg = config_module.load()
-    ti, error = context["ti"], context.get("exception")
+    ti, error = context["ti"], _archive_error(context.get("exception"))
     group = ti.dag_id.removeprefix("kafka_archive_")
     run_id = context["run_id"]
     link = link_for(ti.dag_id, run_id)
     if isinstance(error, HeldTopicsError):  # its anomalies were mailed when planned
         log.warning("not mailed again: %s", error)
         return
-    send(cfg.alerts, task_failed(group, run_id, ti.task_id, ti.try_number, _error_text(error),
-                                 _terminal(error), _plan_of(cfg, ti), link, ti.log_url), context)
+    text, kind = _error_text(error), (type(error).__name__ if error is not None else None)
+    storage = connections.storage(cfg.s3_conn_id)
+    state_url = layout.failures_mailed(cfg.archive_root, group)
+    mailed = json.loads(storage.get_or_none(state_url) or b"{}")
+    key, now_s = failure_key(ti.task_id, kind, text, run_id), time.time()
+    if not failure_due(mailed, key, now_s):
+        log.warning("not mailed again: the same failure was mailed for run %s (daily "
+                    "reminders until a run commits)", mailed[key]["run_id"])
+        return
+    first = mailed.get(key, {}).get("first_run")
+    send(cfg.alerts, task_failed(group, run_id, ti.task_id, ti.try_number, text, _terminal(error),
+                                 _plan_of(cfg, ti), link, ti.log_url, kind, first), context)
+    mailed[key] = {"run_id": run_id, "first_run": first or run_id, "mailed_at_s": now_s}
+    storage.put_bytes(state_url, json.dumps(mailed, indent=1, sort_keys=True).encode())
+
+
+def on_commit(cfg: Config, group: str) -> None:
+    """A run committed: failures mailed before are over (the next one is mailed again)."""
+    storage = connections.storage(cfg.s3_conn_id)
+    if storage.get_or_none(layout.failures_mailed(cfg.archive_root, group)) is not None:
+        storage.delete(layout.failures_mailed(cfg.archive_root, group))
+
+
+def _archive_error(error):
+    """The library's error a task failed with, also when fails_at_once_when_terminal
+    wrapped it."""
+    cause = getattr(error, "__cause__", None)
+    return cause if isinstance(error, AirflowFailException) and isinstance(cause, ArchiveError) \
+        else error
 
 
 def deadline_alert(cfg: Config, group: Group):

@@ -40,6 +40,7 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
         max_active_runs=1,  # plans must not overlap: one in flight at a time
+        # retries for transient failures only: a terminal one fails its task at once
         default_args={"retries": 2, "retry_delay": timedelta(minutes=1),
                       "on_failure_callback": alerting.on_task_failure},
         deadline=alerting.deadline_alert(cfg, group),
@@ -51,11 +52,13 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
     ) as dag:
 
         @task.short_circuit(retries=0)
+        @alerting.fails_at_once_when_terminal
         def plan(dag_run=None, params=None) -> str | None:
             return tasks.plan(group.name, dag_run.run_id, **trigger.plan_arguments(params),
                               accepted_by=_who(dag_run))
 
         @task
+        @alerting.fails_at_once_when_terminal
         def commit(plan_url: str) -> dict:
             return tasks.commit(plan_url)
 
@@ -84,6 +87,7 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
         held_topics(plan_url, committed)
         if group.layout.kind == "event_time":
             @task
+            @alerting.fails_at_once_when_terminal
             def finalize(summary: dict) -> dict:
                 return tasks.finalize(group.name)
 

@@ -100,6 +100,7 @@ def commit(plan_url: str) -> dict:
         offsets[topic] = dict(token.offsets) if token else {}
     mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
     alerting.on_tokens_left(cfg, made.group, made.run_id, summary["tokens_left_as_found"])
+    alerting.on_commit(cfg, made.group)
     late = [Anomaly(**a) for a in summary.pop("retention_lost")]
     alerting.on_late_loss(cfg, made.group, made.run_id, late)
     # ranges retention deleted before they were archived: the freshness task fails on them

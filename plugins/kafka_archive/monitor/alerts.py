@@ -43,16 +43,26 @@ def run_link(base_url: str, dag: str, run_id: str) -> str:
 
 # --- messages (pure) ---------------------------------------------------------------------
 
+REMIND_AFTER_S = 24 * 3600  # the same failure, run after run: mailed again at most daily
+
+
 def task_failed(group: str, run_id: str, task_id: str, try_number: int | None, error: str,
                 terminal: bool | None, plan: Plan | None, link: str,
-                log_link: str | None) -> Message:
-    kind = {True: "terminal: retrying will not help, a person must act",
+                log_link: str | None, error_class: str | None = None,
+                since: str | None = None) -> Message:
+    """since: the run that first failed this way, when this mail is a daily reminder."""
+    kind = {True: "terminal: retrying will not help (failed at once), a person must act",
             False: "transient: Airflow retried it; it may pass on the next run",
             None: "unclassified"}[terminal]
     facts = [("group", group), ("run", run_id), ("task", task_id), ("try", try_number),
              ("error kind", kind)]
-    body = [_p(f"Task <b>{_e(task_id)}</b> of the archive of group <b>{_e(group)}</b> failed."),
-            _facts(facts), "<h3>Error</h3>", f"<pre>{_e(error)}</pre>"]
+    body = [_p(f"Task <b>{_e(task_id)}</b> of the archive of group <b>{_e(group)}</b> failed."
+               + (f" It has failed the same way in every run since {_e(since)}: this is the "
+                  "daily reminder." if since else
+                  " Later runs failing the same way are not mailed again (a reminder follows "
+                  "daily) until a run commits.")),
+            _facts(facts), "<h3>Error</h3>", f"<pre>{_e(error)}</pre>",
+            "<h3>What to do</h3>", _p(_e(remedy(error_class, terminal, group)))]
     if plan is not None:
         body += [f"<h3>What the run was archiving ({len(plan.slices)} slices, "
                  f"{plan.records()} offsets)</h3>", _slices_table(plan)]
@@ -62,8 +72,49 @@ def task_failed(group: str, run_id: str, task_id: str, try_number: int | None, e
     else:
         body.append(_p("No plan was made for this run, so no data moved and no token changed."))
     body += [_links(link, log_link)]
-    return Message(f"[kafka-archive] {group}: task {task_id} failed in run {run_id}",
-                   _page(body))
+    return Message(f"[kafka-archive] {group}: task {task_id} failed in run {run_id}"
+                   + (f" (failing since {since})" if since else ""), _page(body))
+
+
+def remedy(error_class: str | None, terminal: bool | None, group: str) -> str:
+    """What a person does about a failed task, by the error's class."""
+    known = {
+        "TokenConflictError": "Another run committed this topic while this run's plan was in "
+                              "flight (two plans at once: was `_inflight.json` removed by "
+                              "hand?). This run's plan is stale; `kafka-archive verify --group "
+                              f"{group} --full` shows any file it left outside the catalog.",
+        "ManifestMismatchError": "A file the run's manifest lists is missing or changed since "
+                                 "the archive job wrote it (or the job did not finish). Find "
+                                 "out what removed it; to archive the plan again, delete the "
+                                 "run's manifest.json: the next run then re-runs its job.",
+        "MalformedTokenError": "Fix the token line the error names, or delete it to archive "
+                               "that partition again from start_from.",
+        "OverlapError": f"`kafka-archive verify --group {group} --full` shows which files hold "
+                        "the offsets twice; the run was not committed.",
+        "ConfigError": "Fix the config file and key the error names; the next run reads it "
+                       "again.",
+    }
+    if error_class in known:
+        return known[error_class]
+    if terminal:
+        return ("The error names what is wrong (topic, partition, offsets, file); fix that, "
+                "and the next scheduled run (or a manual trigger) goes on from there.")
+    if terminal is False:
+        return ("Usually nothing: the next run tries again. If it keeps failing, check that "
+                "Kafka, the S3 server and Spark are reachable from the workers.")
+    return "Read the error and the task's log: this failure is not one kafka-archive knows."
+
+
+def failure_key(task_id: str, error_class: str | None, error: str, run_id: str) -> str:
+    """The same failure in consecutive runs has the same key: the task, the error's class
+    and its text, with the failing run's own id taken out."""
+    return f"{task_id} {error_class} {error.replace(run_id, '<run>')}"
+
+
+def failure_due(mailed: dict[str, dict], key: str, now_s: float) -> bool:
+    """Whether a failure is mailed now: the first time, then at most every REMIND_AFTER_S."""
+    last = mailed.get(key)
+    return last is None or now_s - last["mailed_at_s"] >= REMIND_AFTER_S
 
 
 def data_lost(group: str, run_id: str, anomalies: Iterable[Anomaly], run_failed: bool,

@@ -179,3 +179,29 @@ def test_audit_mismatch_says_what_where_what_to_do_and_links_that_open():
     local = alerts.audit_mismatch("backup", new[:1], {}, "http://af/x", "file:///a/report.html",
                                   604800, 0, 0)
     assert 'href="file:///a/report.html"' in local.html and "presigned" not in local.html
+
+
+def test_the_same_failure_in_consecutive_runs_is_one_key_and_mailed_daily():
+    first = alerts.failure_key("commit", "ManifestMismatchError",
+                               "run old-run cannot commit: f is None bytes", "manual__1")
+    again = alerts.failure_key("commit", "ManifestMismatchError",
+                               "run old-run cannot commit: f is None bytes", "manual__2")
+    assert first == again  # the plan re-executed is old-run's in both runs
+    other = alerts.failure_key("plan", "ConfigError", "manual__2: bad key x", "manual__2")
+    assert other != first and "<run>" in other  # the failing run's own id is taken out
+    mailed = {first: {"run_id": "manual__1", "first_run": "manual__1", "mailed_at_s": 1000.0}}
+    assert alerts.failure_due({}, first, 1000.0)
+    assert not alerts.failure_due(mailed, first, 1000.0 + alerts.REMIND_AFTER_S - 1)
+    assert alerts.failure_due(mailed, first, 1000.0 + alerts.REMIND_AFTER_S)
+    assert alerts.failure_due(mailed, other, 1001.0)
+
+
+def test_a_failure_mail_says_what_to_do_and_whether_it_is_a_reminder():
+    message = alerts.task_failed("backup", "r9", "commit", 1, "ManifestMismatchError: x", True,
+                                 None, LINK, None, "ManifestMismatchError", since="r1")
+    assert message.subject.endswith("failed in run r9 (failing since r1)")
+    assert "delete the run&#x27;s manifest.json" in message.html
+    assert "daily reminder" in message.html
+    fresh = alerts.task_failed("backup", "r1", "plan", 1, "TransientError: x", False, None,
+                               LINK, None, "TransientError")
+    assert "the next run tries again" in fresh.html and "not mailed again" in fresh.html
