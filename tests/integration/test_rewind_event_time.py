@@ -14,7 +14,7 @@ import msgpack
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
-from test_partitioned import Archive
+from test_partitioned import Archive, read_file
 from test_rewind_cli import cli
 
 from kafka_archive.airflow import tasks
@@ -125,3 +125,55 @@ def test_rewinds_of_the_event_time_group_archive_each_message_once(archive, kafk
     verify_full(archive)
     assert hadoop_offsets(archive, sc, tmp_path) == Counter(everything)
     audit_ok("audit-2")
+
+
+def hour_folders(archive: Archive, sc, tmp_path, topic: str) -> Counter:
+    """The values a folder reader of the topic's `dt=*/hr=*` partitions sees, as a Hive
+    table over them would: Hadoop's reader through Spark over the glob (`_late/` and
+    `_quarantine/` are not in it)."""
+    folder = tmp_path / f"hive-{time.monotonic_ns()}"
+    for path, data in archive.files("partitioned").items():
+        if path.startswith(f"{topic}/dt=") and path.endswith(".seq"):
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            (folder / path).write_bytes(data)
+    return Counter(bytes(value) for _, value in sc.sequenceFile(
+        str(folder / topic / "dt=*" / "hr=*"), BYTES_WRITABLE, BYTES_WRITABLE).collect())
+
+
+def test_no_kind_of_rewind_changes_what_the_hour_folders_hold(archive, kafka, sc, tmp_path):
+    """Issue 31 §3, reproduced: with every hour finalized, a rewind archived the hours'
+    messages again into `_late/`, and a reader of the hour folders went from all of them
+    to none. Now each message goes back where it was: the 300 on time into their hours,
+    the 30 that came late into `_late/` again, whatever kind of rewind."""
+    topic = archive.create_topic("hive", 3)
+    start = audit_counts.window_start(int(time.time() * 1000) - 6 * HOUR, MIN)
+    produce(archive, topic, start, 300)
+    archive.run("partitioned", "on-time")  # archives and finalizes the five hours
+    produce(archive, topic, start + 30_000, 30)  # into final hours: `_late/`
+    assert archive.run("partitioned", "late")["late"] == 30
+    seen = hour_folders(archive, sc, tmp_path, topic)
+    assert sum(seen.values()) == len(seen) == 300
+    everything = Counter({(p, o) for p in range(3) for o in range(110)})
+    token = archive.token_root / "partitioned" / f"{topic}.token"
+
+    def rewound_by(what: str, command=None, edit=None) -> None:
+        if command:
+            done = cli(archive, "rewind", "--group", "partitioned", "--topic", topic, *command)
+            assert done.returncode == 0, done.stderr
+        if edit:
+            edit()
+        summary = archive.run("partitioned", f"after-{what}")
+        assert summary["records"] > 0, what
+        assert hour_folders(archive, sc, tmp_path, topic) == seen, what
+        assert hadoop_offsets(archive, sc, tmp_path) == everything, what
+        verify_full(archive)
+
+    rewound_by("to-offset", ["--partition", "0", "--to-offset", "50"])
+    rewound_by("to-time", ["--to-time", str(start + 2 * HOUR)])
+    rewound_by("line-deleted", edit=lambda: token.write_text(
+        "".join(line for line in token.read_text().splitlines(keepends=True)
+                if not line.rstrip().endswith(" 1 110"))))
+    rewound_by("file-deleted", edit=token.unlink)
+    late = sum(len(read_file(path, data)) for path, data in archive.files("partitioned").items()
+               if path.startswith(f"{topic}/_late/") and path.endswith(".seq"))
+    assert late == 30  # and the late messages are back in `_late/`

@@ -165,7 +165,7 @@ class ArchiveTask:
         """Write one slice from its messages (formats.batch.Batch, in offset order); its
         manifest row. Reading stops where the slice reaches its size cap."""
         out = slice_writer.OpenSlice(self.targets[s.topic], s.partition, s.start, s.end,
-                                     s.max_bytes)
+                                     s.max_bytes, s.archived_before)
         try:
             for batch in batches:
                 out.add_batch(batch)

@@ -10,7 +10,9 @@ archive), so the same messages under the same config always give the same files.
   in that time partition. A message the parser cannot read goes to the slice's quarantine
   file with the reason (records.Record.error); a message whose time partition was already
   final when the run was planned (`Target.finalized_ms`) goes to `_late/<time partition>/`,
-  so a finalized partition's files never change. Nothing is dropped.
+  so a finalized partition gains no files. A message archived before and archived again
+  after a rewind goes where the run that first archived it put it (`archived_before`):
+  back into its finalized partition, so a rewind never empties one. Nothing is dropped.
 
 Each file streams to a local temp file (in Spark's local dirs on an executor), hashed on
 the way, and is uploaded when the slice is complete; `finish` returns the slice's manifest
@@ -19,6 +21,7 @@ row, `discard` drops the temp files of a slice that failed.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import tempfile
@@ -55,8 +58,12 @@ class Target:
 
 
 class OpenSlice:
-    def __init__(self, target: Target, partition: int, start: int, end: int, max_bytes: int):
+    def __init__(self, target: Target, partition: int, start: int, end: int, max_bytes: int,
+                 archived_before: tuple[tuple[int, int | None], ...] = ()):
+        """archived_before: planning.Slice.archived_before (a rewind's re-archive)."""
         self.target, self.partition, self.start, self.end = target, partition, start, end
+        self.before_ends = [end for end, _ in archived_before]
+        self.before_marks = [mark for _, mark in archived_before]
         self.topic, self.max_bytes = target.topic, max_bytes
         self.event_time = target.layout.kind == "event_time"
         self.files: dict[str, _OpenFile] = {}  # url of the file's directory -> file
@@ -166,7 +173,8 @@ class OpenSlice:
                                          t.generation, r.offset)
             return self._open(url.rsplit("/", 1)[0], lambda: url, formats.QUARANTINE_FORMAT), \
                 Record(r.offset, r.key, r.value, r.timestamp_ms, r.headers, error=exc.reason)
-        if t.finalized_ms is not None and _final(time_path, t):
+        finalized_ms = self._finalized_ms(r.offset)
+        if finalized_ms is not None and _final(time_path, finalized_ms, t.layout):
             self.late += 1
             url = layout.late_file(t.root, t.group, t.topic, time_path, self.partition,
                                    t.generation, r.offset, t.format)
@@ -175,6 +183,13 @@ class OpenSlice:
         return self._open(folder, lambda: layout.event_data_file(
             t.root, t.group, t.topic, time_path, self.partition, t.generation, r.offset,
             t.format), t.format), r
+
+    def _finalized_ms(self, offset: int) -> int | None:
+        """The watermark deciding whether a message is late: the one of the run that
+        archived it before (a rewind's re-archive puts it back where it was), or this
+        run's for a message archived the first time."""
+        i = bisect.bisect_right(self.before_ends, offset)
+        return self.before_marks[i] if i < len(self.before_ends) else self.target.finalized_ms
 
     def _open(self, folder: str, url, fmt: dict) -> _OpenFile:
         out = self.files.get(folder)
@@ -213,8 +228,8 @@ class OpenSlice:
             out.discard()
 
 
-def _final(time_path: str, t: Target) -> bool:
-    return layout.time_partition_range(time_path, t.layout)[1] <= t.finalized_ms
+def _final(time_path: str, finalized_ms: int, spec: LayoutSpec) -> bool:
+    return layout.time_partition_range(time_path, spec)[1] <= finalized_ms
 
 
 class _OpenFile:

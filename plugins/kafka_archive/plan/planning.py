@@ -42,6 +42,12 @@ class Slice:
     start: int
     end: int        # exclusive; start == end only initialises a token (start_from: latest)
     max_bytes: int  # the job ends the slice early, deterministically, past this many bytes
+    # event-time layout, after a rewind: ((end, finalized_ms), ...) in offset order: the
+    # offsets below `end` (and at or past the previous end) were archived before by a run
+    # whose plan held time partitions ending at or before finalized_ms (None: none) final.
+    # Archived again, they go where that run put them: back into a finalized time
+    # partition, not `_late/`, so a rewind never empties what folder readers see
+    archived_before: tuple[tuple[int, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,8 @@ class Plan:
     @classmethod
     def from_json(cls, data: bytes) -> Plan:
         raw = json.loads(data)
-        raw["slices"] = tuple(Slice(**s) for s in raw["slices"])
+        raw["slices"] = tuple(Slice(**{**s, "archived_before": tuple(
+            tuple(step) for step in s.get("archived_before", ()))}) for s in raw["slices"])
         raw["anomalies"] = tuple(Anomaly(**a) for a in raw["anomalies"])
         raw["superseded"] = tuple(raw["superseded"])
         return cls(**raw)

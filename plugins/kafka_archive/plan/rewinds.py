@@ -19,6 +19,7 @@ deleted or hand-edited token line the same second way.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -198,7 +199,11 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
     """The slices adjusted so no message is archived twice, and the archived files the
     plan must move aside: every file of a row holding an offset at or beyond a slice's
     start. Such rows exist only after a rewind (a token line deleted or moved back). A
-    row straddling the start keeps its messages: the slice starts after it."""
+    row straddling the start keeps its messages: the slice starts after it. In the
+    event-time layout each slice also carries where its offsets were archived before
+    (Slice.archived_before), so they go back to the same time partitions."""
+    event_time = config.group(cat.group).layout.kind == "event_time"
+    watermarks: dict[str, dict] = {}  # run folder -> its plan's finalize watermarks
     adjusted, superseded = [], []
     for s in slices:
         beyond = _beyond(cat, config, s.topic, s.partition, s.start)
@@ -207,7 +212,19 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
             continue
         straddling = [r for r in beyond if r["start"] < s.start]
         start = max([s.start] + [r["end"] for r in straddling])
-        superseded += [f["url"] for r in beyond if r["start"] >= start for f in row_files(r)]
+        replaced = [r for r in beyond if r["start"] >= start]
+        superseded += [f["url"] for r in replaced for f in row_files(r)]
+        before = tuple((r["end"], _watermark_of(cat, r, watermarks)) for r in replaced) \
+            if event_time else ()
         # past the slice's end: a slice of no offsets that moves the token past the row
-        adjusted.append(replace(s, start=start, end=max(start, s.end)))
+        adjusted.append(replace(s, start=start, end=max(start, s.end), archived_before=before))
     return adjusted, superseded
+
+
+def _watermark_of(cat: catalog.Catalog, row: dict, known: dict[str, dict]) -> int | None:
+    """The finalize watermark of the row's topic in the plan of the run that wrote it."""
+    run = row["_run"]
+    if run not in known:
+        stored = cat.storage.get_or_none(f"{run}/plan.json")
+        known[run] = json.loads(stored).get("finalized", {}) if stored is not None else {}
+    return known[run].get(row["topic"])

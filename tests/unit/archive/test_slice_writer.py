@@ -38,8 +38,8 @@ def messages():
             for o, v in values.items()]
 
 
-def write(root, **kw):
-    out = slice_writer.OpenSlice(target(root, **kw), 3, 0, 8, 1 << 30)
+def write(root, archived_before=(), **kw):
+    out = slice_writer.OpenSlice(target(root, **kw), 3, 0, 8, 1 << 30, archived_before)
     for r in messages():
         out.add(r)
     return out.finish(Storage())
@@ -76,6 +76,21 @@ def test_rewriting_gives_identical_bytes_and_late_messages_go_aside(tmp_path):
     names = [f["url"].split("/partitioned/t/")[1] for f in late["files"]]
     assert f"_late/{layout.time_partition(T0, LayoutSpec())}/1_3_00000000000000000000.seq" in names
     assert late["late"] == 2
+
+
+def test_a_rewind_puts_messages_back_where_the_run_that_archived_them_did(tmp_path):
+    """The first hour is final for the re-archiving run, but the slice was archived before
+    any hour was: its messages go back into their hours (byte-identical files), not
+    `_late/`."""
+    before = write(f"file://{tmp_path}/a")
+    again = write(f"file://{tmp_path}/b", finalized_ms=T0 + HOUR, archived_before=((8, None),))
+    assert again["late"] == 0
+    assert [read(f["url"]) for f in again["files"]] == [read(f["url"]) for f in before["files"]]
+    # offsets 0-3 came from a run that held the first hour final (0 and 3 were late then);
+    # offsets 4 on are archived the first time, by a run that holds nothing final
+    both = write(f"file://{tmp_path}/c", finalized_ms=None, archived_before=((4, T0 + HOUR),))
+    late = [r.offset for f in both["files"] if "/_late/" in f["url"] for r in read(f["url"])]
+    assert both["late"] == 2 and late == [0, 3]
 
 
 def test_backup_layout_keeps_one_file_named_by_the_slice_start(tmp_path):

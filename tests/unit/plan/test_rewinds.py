@@ -126,11 +126,13 @@ def test_an_event_time_rewind_moves_aside_every_file_of_each_later_slice(archive
     commit_row(archive, "partitioned", 0, 0, 10, first)
     commit_row(archive, "partitioned", 0, 10, 20, second)
     # the token deleted: start_from earliest = 0 -> every file of both slices moves aside
+    # (each slice's offsets archived again where its run put them: no watermark then)
     adjusted, superseded = supersede(archive, [Slice("t", 0, 0, 25, 1000)], "partitioned")
-    assert adjusted == [Slice("t", 0, 0, 25, 1000)] and superseded == first + second
+    assert adjusted == [Slice("t", 0, 0, 25, 1000, ((10, None), (20, None)))]
+    assert superseded == first + second
     # earliest 4 (retention): the straddling slice keeps its messages, the next moves
     adjusted, superseded = supersede(archive, [Slice("t", 0, 4, 25, 1000)], "partitioned")
-    assert adjusted == [Slice("t", 0, 10, 25, 1000)] and superseded == second
+    assert adjusted == [Slice("t", 0, 10, 25, 1000, ((20, None),))] and superseded == second
 
 
 class FakeConsumer:
