@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 from kafka_archive import layout
 from kafka_archive.catalog.state import State, row_key, with_time_partitions
+from kafka_archive.catalog import store
 from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url, snapshot_url,
                                          _load_json)
 from kafka_archive.errors import TerminalError, VersionConflict
@@ -161,31 +162,48 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
     return state, [rows[k] for k in sorted(rows)]
 
 
+ATTEMPTS = 3  # rebuilds that lost their entry to a commit before giving up
+
+
 def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec) -> Catalog:
     """Write the catalog anew from the run folders: its snapshot under a name of its own,
     then a `rebuild` entry naming it at the next seq (compare-and-swap), then the regular
     snapshot there. A crash before the entry leaves the old catalog as it was. A group
     that has committed nothing gets an empty catalog and nothing is written: its first
-    commit writes entry 1."""
-    started = time.monotonic()
-    state, rows = from_run_folders(storage, root, group, spec)
-    if not state.topics and not state.accepted and not state.recent:
-        return Catalog(storage, root, group, state)
-    listed = [url for url, _ in storage.list(join(folder(root, group), "log"))]
-    seq = int(listed[-1].rsplit("/", 1)[-1].split(".")[0]) + 1 if listed else 1
-    state.seq = seq
-    catalog = Catalog(storage, root, group, state, tail=[{"add": rows}])
-    tag = f"-rebuild-{secrets.token_hex(4)}"
-    own = join(folder(root, group), "rebuilds", f"{seq:020d}{tag}.json")
-    catalog.write_snapshot(url=own, tag=tag)
-    try:
-        storage.put_if(entry_url(root, group, seq), json.dumps(
-            {"kind": "rebuild", "seq": seq, "snapshot": own}).encode(), None)
-    except VersionConflict:
-        raise TerminalError(f"catalog of group {group}: another writer added entry {seq} "
-                            "while it was being rebuilt; run again") from None
-    storage.put_bytes(snapshot_url(root, group, seq), storage.get_bytes(own))
-    storage.put_bytes(latest_url(root, group), json.dumps({"seq": seq}).encode())
-    log.warning("catalog of group %s rebuilt from its run folders at entry %d: %d rows in "
-                "%.1f s", group, seq, len(rows), time.monotonic() - started)
-    return catalog
+    commit writes entry 1.
+
+    The log is listed before the run folders are scanned, and a commit marks its run
+    committed before it adds its entry: so every entry below the claimed seq is a run the
+    scan saw, and a commit that adds one meanwhile takes the seq first (this rebuild loses
+    the race and scans again). A rebuild that lost to another rebuild takes that one's."""
+    for attempt in range(1, ATTEMPTS + 1):
+        started = time.monotonic()
+        listed = [url for url, _ in storage.list(join(folder(root, group), "log"))]
+        seq = int(listed[-1].rsplit("/", 1)[-1].split(".")[0]) + 1 if listed else 1
+        state, rows = from_run_folders(storage, root, group, spec)
+        if not state.topics and not state.accepted and not state.recent:
+            return Catalog(storage, root, group, state)
+        state.seq = seq
+        catalog = Catalog(storage, root, group, state, tail=[{"add": rows}])
+        tag = f"-rebuild-{secrets.token_hex(4)}"
+        own = join(folder(root, group), "rebuilds", f"{seq:020d}{tag}.json")
+        catalog.write_snapshot(url=own, tag=tag)
+        try:
+            storage.put_if(entry_url(root, group, seq), json.dumps(
+                {"kind": "rebuild", "seq": seq, "snapshot": own}).encode(), None)
+        except VersionConflict:
+            winner = _load_json(storage, entry_url(root, group, seq))
+            if winner.get("kind") == "rebuild":  # one rebuild at a time: take the other's
+                log.warning("catalog of group %s was rebuilt by another reader at entry %d",
+                            group, seq)
+                return store.read(storage, root, group)
+            log.warning("catalog of group %s: a %s took entry %d while it was being rebuilt; "
+                        "again (%d)", group, winner.get("kind"), seq, attempt)
+            continue
+        storage.put_bytes(snapshot_url(root, group, seq), storage.get_bytes(own))
+        storage.put_bytes(latest_url(root, group), json.dumps({"seq": seq}).encode())
+        log.warning("catalog of group %s rebuilt from its run folders at entry %d: %d rows in "
+                    "%.1f s", group, seq, len(rows), time.monotonic() - started)
+        return catalog
+    raise TerminalError(f"catalog of group {group}: other writers added entries while it was "
+                        f"rebuilt, {ATTEMPTS} times; run again")

@@ -60,9 +60,22 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
         if new:
             log.info("%s/%s: finalized %s", group.name, topic, ", ".join(new))
     if done:  # after the markers: a crash in between only means they are written again
-        catalog.append(storage, config, group.name,
-                       lambda _: {"kind": "finalize", "topics": done})
-        for topic, state in done.items():  # the run folders' side, for a rebuild
+        entry = {}
+
+        def made(fresh: catalog.Catalog) -> dict | None:
+            """The entry against the catalog as it is now (a lost compare-and-swap reads
+            again): a watermark never moves back, a partition is finalized once."""
+            entry.clear()
+            for topic, state in done.items():
+                known = fresh.state.topics[topic]
+                mark = max(state["through_ms"], known.finalized_through_ms or state["through_ms"])
+                paths = [path for path in state["paths"] if path in known.open_time]
+                if paths or mark != known.finalized_through_ms:
+                    entry[topic] = {"through_ms": mark, "paths": paths}
+            return {"kind": "finalize", "topics": dict(entry)} if entry else None
+
+        catalog.append(storage, config, group.name, made)
+        for topic, state in entry.items():  # the run folders' side, for a rebuild
             storage.put_bytes(layout.finalized_state(config.archive_root, group.name, topic),
                               json.dumps({"through_ms": state["through_ms"]}).encode())
     return {topic: state["paths"] for topic, state in done.items()}

@@ -2,12 +2,14 @@
 
 Order, never changed: (1) check the manifest covers every planned slice and every file
 is durable with its recorded size, (2) advance each topic's token by compare-and-swap
-against the version the plan was made from, (3) add the run's rows to the catalog (by
-compare-and-swap; the rows the plan's rewind moved aside come out), (4) mark the run
-committed, (5) clear the in-flight mark. A crash anywhere leaves the plan in flight; the
-next run finishes it from its stored manifest (the job does not run again) and finds
-tokens already advanced and the catalog already holding this run, which count as done.
-So the catalog never lacks a committed run.
+against the version the plan was made from, (3) mark the run committed in its folder
+(`committed.json`, the run folders' truth a rebuild reads), (4) add the run's rows to the
+catalog (by compare-and-swap; the rows the plan's rewind moved aside come out), (5) clear
+the in-flight mark. A crash anywhere leaves the plan in flight; the next run finishes it
+from its stored manifest (the job does not run again) and finds tokens already advanced
+and the catalog already holding this run, which count as done. (3) before (4): a rebuild
+that lists the log before it scans the run folders sees every run the log has (catalog.
+rebuild), so a rebuild racing a commit never drops it.
 
 A token a person changed while the plan was in flight (deleted it, or a line, to rewind;
 a rewind or accept-loss that raced the plan) is left as found, never overwritten: the
@@ -117,7 +119,6 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                 raise  # another run committed the topic: this plan is stale
             left_as_found[topic] = changed_by_a_person(plan, topic, current, conflict)
             log.warning("%s", left_as_found[topic])
-    add_to_catalog(config, plan, manifest, storage, now)
     summary = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds"),
                "records": sum(e["records"] for e in manifest["slices"]),
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
@@ -127,8 +128,10 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
                           for t in plan.topics() if t not in left_as_found},
                "tokens_left_as_found": left_as_found}
-    storage.put_bytes(layout.run_file(root, plan.group, plan.run_id, "committed.json"),
-                      json.dumps(summary, indent=1).encode())
+    committed = layout.run_file(root, plan.group, plan.run_id, "committed.json")
+    if storage.size(committed) is None:  # a re-run keeps the first: a rebuild orders by it
+        storage.put_bytes(committed, json.dumps(summary, indent=1).encode())
+    add_to_catalog(config, plan, manifest, storage, now)
     inflight.clear(storage, root, plan.group)
     for e in manifest["slices"]:
         if e.get("quarantined"):  # kept, never dropped: but someone must fix the parser

@@ -26,6 +26,7 @@ from collections import defaultdict
 
 from kafka_archive import catalog, formats, layout
 from kafka_archive.archive import job, slice_writer
+from kafka_archive.catalog.state import row_key
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.manifest import row_files
@@ -102,8 +103,22 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
                  "add": [catalog.catalog_row(new, old["_run"], plans[old["_run"]], spec,
                                              config.archive_root, group)
                          for new, old in zip(new_rows, replaced)]}
-        catalog.append(storage, config, group,
-                       lambda cat: None if cat.state.has_run(run_id, "backfill") else entry)
+        def made(cat: catalog.Catalog) -> dict | None:
+            """The entry, if the rows it replaces are still current in the catalog as it is
+            now (a lost compare-and-swap reads again): a run that committed meanwhile (a
+            rewind that moved them aside) must not see them back, nor lose its own."""
+            if cat.state.has_run(run_id, "backfill"):
+                return None
+            current = {row_key(r): r for r in cat.rows(topic)}
+            gone = [r for r in replaced if current.get(row_key(r), {}).get("_run") != r["_run"]]
+            if gone:
+                raise BackfillError(
+                    f"{topic} partition {gone[0]['partition']} [{gone[0]['start']}, "
+                    f"{gone[0]['end']}): a run changed it while the backfill ran (a rewind?); "
+                    f"the backfill was not recorded: run it again ({len(gone)} slices)")
+            return entry
+
+        catalog.append(storage, config, group, made)
         storage.put_bytes(layout.run_file(config.archive_root, group, run_id, "backfill.json"),
                           json.dumps(summary, indent=1, sort_keys=True).encode())
     log.info("backfill %s %s: %d slices rebuilt, %d files moved aside", group, topic,

@@ -8,11 +8,12 @@ import json
 
 import pytest
 
-from kafka_archive import layout
+from kafka_archive import catalog, layout
 from kafka_archive.audit import gather
 from kafka_archive.catalog import AcceptedLoss, Contents, lost_ranges
 from kafka_archive.manifest import row_files
-from kafka_archive.catalog.rebuild import from_run_folders
+from kafka_archive.catalog.rebuild import catalog_row, from_run_folders, rebuild, run_folder
+from kafka_archive.catalog.state import State
 from kafka_archive.storage import Storage
 
 GROUP = "backup"
@@ -143,3 +144,43 @@ def test_a_rows_format_is_its_plans_for_its_topic():
     c = Contents(rows=[], plans=plans, lost={})
     assert c.format_of({"_run": "r1", "topic": "t"}) == {"kind": "sequencefile"}
     assert c.format_of({"_run": "r1", "topic": "u"}) == {"kind": "text"}
+
+
+class CommitDuringScan(Storage):
+    """Storage where a commit (its committed.json, then its catalog entry, in the order
+    commit.protocol writes them) lands right after a rebuild has listed the run folders."""
+
+    def __init__(self, archive: Archive, commit):
+        super().__init__()
+        self.archive, self.commit, self.done = archive, commit, False
+
+    def list(self, prefix_url, start_after=None):
+        yield from super().list(prefix_url, start_after)
+        if "/_runs/" in prefix_url and not self.done:
+            self.done = True
+            self.commit()
+
+
+def test_a_commit_landing_while_the_catalog_is_rebuilt_is_kept(archive):
+    """Issue 31 §2.1: the rebuild scanned the runs, a commit landed, the rebuild then
+    claimed the next entry as replacing everything: the commit was gone from the catalog
+    while its token had moved."""
+    archive.run("r1", "2026-01-01T00:00:00+00:00", [archive.row(0, 0, 10)])
+    spec = layout.LayoutSpec()
+
+    def commit_r2():
+        row = archive.row(0, 10, 20)
+        archive.run("r2", "2026-01-01T00:10:00+00:00", [row])
+        catalog.store.append(lambda: catalog.store.read(archive.storage, archive.root, GROUP)
+                             or catalog.Catalog(archive.storage, archive.root, GROUP, State()),
+                             lambda cat: {"kind": "commit", "run_id": "r2", "at": "x",
+                                          "run": {"run_id": "r2"},
+                                          "add": [catalog_row(row, run_folder(
+                                              archive.root, GROUP, "r2"), {}, spec,
+                                              archive.root, GROUP)]})
+
+    rebuilt = rebuild(CommitDuringScan(archive, commit_r2), archive.root, GROUP, spec)
+    assert [(r["start"], r["end"]) for r in rebuilt.rows("t")] == [(0, 10), (10, 20)]
+    stored = catalog.store.read(archive.storage, archive.root, GROUP)
+    assert [(r["start"], r["end"]) for r in stored.rows("t")] == [(0, 10), (10, 20)]
+    assert stored.state.has_run("r2")

@@ -1,0 +1,104 @@
+"""Finalizing against a catalog another writer changes meanwhile: the entry is made again
+from the catalog as it is, so a watermark never moves back (issue 31 §2.6). A local
+archive, the real catalog; Kafka is a small in-process stand-in (what finalize asks)."""
+
+import json
+import textwrap
+
+import pytest
+
+from kafka_archive import catalog, config as config_module, layout
+from kafka_archive.commit import finalizing
+from kafka_archive.errors import VersionConflict
+from kafka_archive.storage import Storage, local_path
+from kafka_archive.tokens import LocalTokenStore, Token
+
+HOUR = 3_600_000
+NOW = 1_767_225_600_000 + 10 * HOUR  # 2026-01-01T10:00Z
+
+
+class Kafka:
+    """kafka-python's consumer as far as finalize asks it: one topic, caught up."""
+
+    def topics(self):
+        return {"t"}
+
+    def partitions_for_topic(self, topic):
+        return {0}
+
+    def beginning_offsets(self, tps):
+        return {tp: 0 for tp in tps}
+
+    def end_offsets(self, tps):
+        return {tp: 10 for tp in tps}
+
+
+class LosesFirstRace(Storage):
+    """Storage where another finalizer appends its entry (a later watermark, no new
+    partitions) just before this one's first log entry."""
+
+    def __init__(self, cfg, later_ms: int):
+        super().__init__()
+        self.cfg, self.later_ms, self.raced = cfg, later_ms, False
+
+    def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
+        if "/_catalog/" in url and "/log/" in url and not self.raced:
+            self.raced = True
+            catalog.append(Storage(), self.cfg, "partitioned", lambda cat: {
+                "kind": "finalize", "topics": {"t": {"through_ms": self.later_ms, "paths": []}}})
+        return super().put_if(url, data, expected_version, content_type)
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kafka: {{bootstrap_servers: "b"}}
+        archive_root: file://{tmp_path}/archive
+        token_root: {tmp_path}/tokens
+        groups:
+          partitioned:
+            layout: {{kind: event_time, granularity: hour}}
+            parser: {{kind: json, field: ts}}
+            lateness: 1h
+        """))
+    made = config_module.load(path)
+    root = made.archive_root
+    urls = [layout.event_data_file(root, "partitioned", "t", f"dt=2026-01-01/hr=0{h}", 0, 1, h,
+                                   {"kind": "sequencefile"}) for h in (0, 1)]
+    row = catalog.catalog_row({"topic": "t", "partition": 0, "start": 0, "end": 10,
+                               "records": 10, "bytes": 2, "gaps": [], "audit": [],
+                               "files": [{"url": u, "records": 5, "bytes": 1} for u in urls]},
+                              catalog.run_folder(root, "partitioned", "r1"), {"generation": 1},
+                              made.group("partitioned").layout, root, "partitioned")
+    catalog.append(Storage(), made, "partitioned",
+                   lambda cat: {"kind": "commit", "run_id": "r1", "at": "x", "add": [row]})
+    tokens = LocalTokenStore(tmp_path / "tokens")
+    tokens.write(Token("partitioned", "t", "b", {0: 10}, run_id="r1"), None)
+    return made, tokens
+
+
+def test_a_finalize_that_loses_the_race_never_moves_the_watermark_back(cfg):
+    made, tokens = cfg
+    later = NOW + 5 * HOUR  # the other finalizer saw a later time
+    storage = LosesFirstRace(made, later)
+    done = finalizing.finalize(made, made.group("partitioned"), storage, tokens, Kafka(), NOW)
+    assert storage.raced and done == {"t": ["dt=2026-01-01/hr=00", "dt=2026-01-01/hr=01"]}
+    state = catalog.open_catalog(Storage(), made, "partitioned").state.topics["t"]
+    assert state.finalized_through_ms == later  # not NOW - 1h, which this run computed
+    assert state.open_time == set()
+    stored = local_path(layout.finalized_state(made.archive_root, "partitioned", "t"))
+    assert json.loads(stored.read_text()) == {"through_ms": later}
+    for hour in (0, 1):
+        assert local_path(layout.success_marker(made.archive_root, "partitioned", "t",
+                                                f"dt=2026-01-01/hr=0{hour}")).exists()
+
+
+def test_the_race_is_real_without_the_fresh_read(cfg):
+    """The stand-in really makes this finalizer's first entry lose its compare-and-swap."""
+    made, _ = cfg
+    storage = LosesFirstRace(made, NOW)
+    seq = catalog.open_catalog(storage, made, "partitioned").state.seq
+    with pytest.raises(VersionConflict):
+        storage.put_if(catalog.store.entry_url(made.archive_root, "partitioned", seq + 1),
+                       b"{}", None)
