@@ -64,6 +64,8 @@ class OpenSlice:
         self.target, self.partition, self.start, self.end = target, partition, start, end
         self.before_ends = [end for end, _ in archived_before]
         self.before_marks = [mark for _, mark in archived_before]
+        # a rewind's re-archive replaces rows whole: no size cut before their end
+        self.cut_from = self.before_ends[-1] if self.before_ends else start
         self.topic, self.max_bytes = target.topic, max_bytes
         self.event_time = target.layout.kind == "event_time"
         self.files: dict[str, _OpenFile] = {}  # url of the file's directory -> file
@@ -76,7 +78,7 @@ class OpenSlice:
     def add(self, r: Record) -> None:
         """The next message of the slice (offsets increasing)."""
         size = len(r.key or b"") + len(r.value or b"")
-        if self.count and self.payload + size > self.max_bytes:
+        if self.count and self.payload + size > self.max_bytes and r.offset >= self.cut_from:
             # end right after the last record written, so a gap before `offset` is left
             # to the next run; deterministic: depends on the data only
             self.cut, self.end = True, self.next_offset
@@ -116,6 +118,7 @@ class OpenSlice:
         sizes = b.payload_sizes()
         over = self.payload + np.cumsum(sizes) > self.max_bytes
         over[0] &= self.count > 0  # a slice's first message is kept whatever its size
+        over &= b.offset >= self.cut_from
         cut_at = int(np.argmax(over)) if over.any() else None
         if cut_at is not None:
             b, sizes = b.slice(0, cut_at), sizes[:cut_at]

@@ -157,8 +157,8 @@ def changed_by_a_person(plan: Plan, topic: str, current: Token | None,
 
 def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
                    now: datetime, dry_run: bool = False) -> None:
-    """The run's rows into the catalog; out go the current rows at or beyond the start
-    of a slice whose partition the plan rewound (the files it moved aside). Nothing when
+    """The run's rows into the catalog; out go the current rows starting inside a slice
+    (the rows a rewind's plan archives again, whose files it moved aside). Nothing when
     the catalog holds this run already (a commit re-run after a crash). dry_run: only
     check that the catalog takes the entry (catalog.OverlapError if a row's offsets are
     in a current file already), writing nothing: the commit does so before any token
@@ -174,12 +174,13 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
         if cat.state.has_run(plan.run_id):
             return None
         removed = []
-        for s in plan.slices:
+        for s in plan.slices:  # the rows the plan archives again (rewinds.supersede)
             topic = cat.state.topics.get(s.topic)
             summary = topic and topic.summaries.get(part_key(s.partition, plan.generation))
             if summary and summary.end is not None and summary.end > s.start:
                 removed += [r for r in cat.rows(s.topic, s.partition, plan.generation,
-                                                end_after=s.start) if r["start"] >= s.start]
+                                                end_after=s.start)
+                            if s.start <= r["start"] < s.end]
         return {"kind": "commit", "run_id": plan.run_id, "at": committed["committed_at"],
                 "run": catalog.run_summary(plan_dict, manifest, committed),
                 "add": rows, "remove": removed,

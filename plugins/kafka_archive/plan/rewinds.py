@@ -197,11 +197,15 @@ def _straddler(cat: catalog.Catalog, config: Config, topic: str, partition: int,
 def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
               ) -> tuple[list[Slice], list[str]]:
     """The slices adjusted so no message is archived twice, and the archived files the
-    plan must move aside: every file of a row holding an offset at or beyond a slice's
-    start. Such rows exist only after a rewind (a token line deleted or moved back). A
-    row straddling the start keeps its messages: the slice starts after it. In the
-    event-time layout each slice also carries where its offsets were archived before
-    (Slice.archived_before), so they go back to the same time partitions."""
+    plan must move aside: every file of the rows this run archives again, the rows at or
+    beyond a slice's start. Such rows exist only after a rewind (a token line deleted or
+    moved back). A row straddling the start keeps its messages: the slice starts after
+    it. The slice reaches to the end of the last row it starts in (a row is archived
+    again whole: the job cuts no slice inside what it replaces, Slice.archived_before);
+    rows beyond a capped slice stay current until a later run reaches them, so nothing
+    leaves the catalog that this run does not archive again. Each slice also carries
+    where its offsets were archived before, so in the event-time layout they go back to
+    the same time partitions."""
     event_time = config.group(cat.group).layout.kind == "event_time"
     watermarks: dict[str, dict] = {}  # run folder -> its plan's finalize watermarks
     adjusted, superseded = [], []
@@ -212,12 +216,16 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
             continue
         straddling = [r for r in beyond if r["start"] < s.start]
         start = max([s.start] + [r["end"] for r in straddling])
-        replaced = [r for r in beyond if r["start"] >= start]
-        superseded += [f["url"] for r in replaced for f in row_files(r)]
-        before = tuple((r["end"], _watermark_of(cat, r, watermarks)) for r in replaced) \
-            if event_time else ()
         # past the slice's end: a slice of no offsets that moves the token past the row
-        adjusted.append(replace(s, start=start, end=max(start, s.end), archived_before=before))
+        end, replaced = max(start, s.end), []
+        for r in beyond:  # in offset order
+            if start <= r["start"] < end:
+                replaced.append(r)
+                end = max(end, r["end"])
+        superseded += [f["url"] for r in replaced for f in row_files(r)]
+        before = tuple((r["end"], _watermark_of(cat, r, watermarks) if event_time else None)
+                       for r in replaced)
+        adjusted.append(replace(s, start=start, end=end, archived_before=before))
     return adjusted, superseded
 
 

@@ -103,6 +103,18 @@ def test_backup_layout_keeps_one_file_named_by_the_slice_start(tmp_path):
     assert row_files(row)[0]["records"] == row["records"] == 6
 
 
+def test_a_rewind_never_cuts_inside_the_rows_it_archives_again(tmp_path):
+    """max_bytes would cut after the first message; a re-archive of rows ending at 4 runs
+    to their end and may cut only after it (issue 31 §2.4: the rows were moved aside)."""
+    for before, end in (((), 1), (((4, None),), 4)):
+        out = slice_writer.OpenSlice(target(f"file://{tmp_path}/{end}", spec=LayoutSpec()), 3,
+                                     0, 8, 1, before)
+        for r in messages():
+            out.add(r)
+        row = out.finish(Storage())
+        assert (row["cut"], row["end"]) == (True, end)
+
+
 def plan():
     return Plan(group="partitioned", run_id="r1", created_at="", bootstrap="b", generation=1,
                 format={}, slices=(Slice("t", 3, 0, 8, 1 << 30),), token_versions={},
