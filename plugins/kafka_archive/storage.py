@@ -212,6 +212,32 @@ class Storage:
                 return s3_compare_and_swap(self.s3, url, data, expected_version, content_type)
             return local_compare_and_swap(local_path(url), data, expected_version)
 
+    def check_conditional_writes(self, folder_url: str) -> str:
+        """Refuse a server that does not honour `If-None-Match: *` and `If-Match`: there two
+        writers could both win a token or a catalog entry, and one would be lost. Probes
+        an object under folder_url (created, then overwritten against no version and
+        against a wrong one, both of which must fail; then deleted); what was checked."""
+        url = join(folder_url, "_conditional_write_probe")
+        where = (f"the S3 server at {self.s3.meta.endpoint_url}" if url.startswith("s3://")
+                 else "the local file system")
+        self.delete(url)  # one a crashed probe left
+        self.put_if(url, b"first", None)
+        for version, condition in ((None, "If-None-Match: * (create only if absent)"),
+                                   ('"00000000000000000000000000000000"',
+                                    "If-Match with a version the object does not have")):
+            try:
+                self.put_if(url, b"second", version)
+            except VersionConflict:
+                continue
+            raise TerminalError(
+                f"{where} does not honour conditional writes: a PUT of {url} with {condition} "
+                "succeeded over an existing object. Tokens and the catalog move by "
+                "compare-and-swap; on this server two writers could both win and one "
+                "commit would be lost, so kafka-archive refuses to run on it. Use a server "
+                "that honours If-Match / If-None-Match (AWS S3, MinIO).")
+        self.delete(url)
+        return f"{where} honours If-None-Match: * and If-Match"
+
     def delete(self, url: str) -> None:
         with _classified("delete", url):
             if url.startswith("s3://"):

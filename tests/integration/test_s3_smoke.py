@@ -1,5 +1,7 @@
 """The S3 server is real and honours the conditional writes token commits rely on."""
 
+import json
+
 import pytest
 from botocore.exceptions import ClientError
 
@@ -73,3 +75,46 @@ def test_an_upload_answered_503_is_transient(s3, service_env, unique, tmp_path):
         assert statuses.failed >= 1
     finally:
         statuses.close()
+
+
+def test_a_server_that_ignores_conditional_writes_is_refused_by_name(s3, service_env, unique,
+                                                                     tmp_path, airflow_env,
+                                                                     kafka, monkeypatch):
+    """Issue 31 §2.8: two writers could both win a token or a catalog entry on it. The
+    plan and preflight refuse it, naming the server; MinIO itself passes."""
+    import boto3
+
+    from kafka_archive import config
+    from kafka_archive.errors import TerminalError
+    from kafka_archive.monitor import preflight
+    from kafka_archive.storage import Storage
+    from tests.support import localservices
+    from tests.support.fault_proxies import HttpStatusFaults
+    from tests.support.pipeline import Pipeline, objects
+
+    upstream = ("127.0.0.1", int(service_env["KAFKA_ARCHIVE_S3_PORT"]))
+    key, secret = localservices.generated(service_env, "KAFKA_ARCHIVE_S3_ACCESS_KEY",
+                                          "KAFKA_ARCHIVE_S3_SECRET_KEY")
+    folder = f"s3://{s3.bucket}/smoke/{unique}"
+    assert "honours" in Storage(lambda: s3.client).check_conditional_writes(folder)
+    forgetful = HttpStatusFaults(0, upstream, ignore_conditions=True)
+    try:
+        client = boto3.client("s3", endpoint_url=forgetful.endpoint, aws_access_key_id=key,
+                              aws_secret_access_key=secret, region_name="us-east-1")
+        with pytest.raises(TerminalError, match=rf"the S3 server at {forgetful.endpoint} does "
+                                                r"not honour conditional writes: a PUT of .* "
+                                                r"with If-None-Match: \*"):
+            Storage(lambda: client).check_conditional_writes(folder)
+
+        pipeline = Pipeline(airflow_env, kafka, s3, f"cw{unique}", tmp_path)
+        pipeline.in_env(monkeypatch)
+        connection = json.loads(pipeline.env["AIRFLOW_CONN_KAFKA_ARCHIVE_S3"])
+        connection["extra"]["endpoint_url"] = forgetful.endpoint
+        monkeypatch.setenv("AIRFLOW_CONN_KAFKA_ARCHIVE_S3", json.dumps(connection))
+        with pytest.raises(TerminalError, match=f"{forgetful.endpoint} does not honour"):
+            pipeline.plan("refused")  # before anything is planned or written
+        with pytest.raises(TerminalError, match=f"{forgetful.endpoint} does not honour"):
+            preflight.conditional_writes(config.load(), Storage(lambda: client), None)
+        assert not pipeline.data_files() and not objects(s3, pipeline.root_key, "_runs/")
+    finally:
+        forgetful.close()

@@ -64,10 +64,12 @@ class Toxiproxy:
 class HttpStatusFaults:
     """Forwards to upstream (host, port); `arm(status, first, count)` makes the requests
     numbered first .. first+count-1 (1-based, counted from the arm call) fail with
-    `status`. `requests` counts what it saw, `failed` what it failed."""
+    `status`. `requests` counts what it saw, `failed` what it failed. With
+    `ignore_conditions`, it plays a server that ignores If-Match / If-None-Match: a PUT the
+    real server refuses with 412 is answered 200, as if written."""
 
-    def __init__(self, port: int, upstream: tuple[str, int]):
-        self.upstream = upstream
+    def __init__(self, port: int, upstream: tuple[str, int], ignore_conditions: bool = False):
+        self.upstream, self.ignore_conditions = upstream, ignore_conditions
         self.lock = threading.Lock()
         self.requests, self.failed, self._fail = 0, 0, (None, set())
         faults = self
@@ -101,6 +103,9 @@ class HttpStatusFaults:
                     data = response.read()
                     headers = [(k, v) for k, v in response.getheaders()
                                if k.lower() not in ("transfer-encoding", "connection")]
+                    if faults.ignore_conditions and self.command == "PUT" and response.status == 412:
+                        self._answer(200, [("ETag", '"%032x"' % faults.requests)], b"")
+                        return
                     self._answer(response.status, headers, data, head=self.command == "HEAD")
                 finally:
                     upstream.close()

@@ -46,3 +46,11 @@ def test_local_list_after_a_name(tmp_path):
         f"{root}/1_0_02.seq", f"{root}/1_0_03.txt.gz"]
     with pytest.raises(ValueError, match="is not under"):
         list(store.list(root, start_after=f"file://{tmp_path}/elsewhere/1"))
+
+
+def test_the_local_file_system_honours_conditional_writes_and_leaves_no_probe(tmp_path):
+    from kafka_archive.storage import Storage
+
+    said = Storage().check_conditional_writes(f"file://{tmp_path}/runs")
+    assert said == "the local file system honours If-None-Match: * and If-Match"
+    assert list((tmp_path / "runs").glob("_conditional_write_probe")) == []

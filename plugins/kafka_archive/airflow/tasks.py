@@ -36,6 +36,8 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
     cfg = config_module.load()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
+    if not dry_run:  # a server that ignores compare-and-swap could lose a commit
+        preflight_check.conditional_writes(cfg, storage, tokens)
     consumer = brokers.consumer(cfg)
     try:
         for request in accepting:

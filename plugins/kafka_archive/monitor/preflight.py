@@ -1,7 +1,8 @@
 """Preflight: is this deployment ready to archive, audit and alert?
 
 Checks Kafka (reachable; the audit's monitoring topic exists), the archive root (a write
-reads back), the token root (a probe token created and deleted by compare-and-swap),
+reads back; its server honours conditional writes), the token root (a probe token created
+and deleted by compare-and-swap),
 the Kafka client settings (librdkafka takes every kafka.properties entry), and, when
 given, the SMTP connection alerts go through.
 
@@ -22,7 +23,7 @@ from kafka_archive import brokers, retries
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.storage import Storage, join
-from kafka_archive.tokens import Token, TokenStore
+from kafka_archive.tokens import S3TokenStore, Token, TokenStore
 
 PROBE_GROUP, PROBE_TOPIC = "_preflight", "probe"
 
@@ -46,6 +47,7 @@ def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenSto
     checks = {"monitoring_topic": lambda: _monitoring_topic(config, topics),
               # the tasks read Kafka with librdkafka: refuse a property it cannot honour
               "kafka_client": lambda: _kafka_client(config)}
+    checks["conditional_writes"] = lambda: conditional_writes(config, store, tokens)
     if tokens is not None:
         checks["token_root"] = lambda: _token_root(config, tokens)
     if smtp is not None:
@@ -74,6 +76,15 @@ def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenSto
     if failed:
         raise TerminalError("preflight failed:\n  " + "\n  ".join(failed))
     return report
+
+
+def conditional_writes(config: Config, store: Storage, tokens: TokenStore | None) -> str:
+    """The archive root's server (and the token root's, on S3) honours compare-and-swap:
+    TerminalError naming the server otherwise. The plan checks it before every run."""
+    done = [store.check_conditional_writes(join(config.archive_root, "_preflight"))]
+    if isinstance(tokens, S3TokenStore):
+        done.append(tokens.storage.check_conditional_writes(join(tokens.url, PROBE_GROUP)))
+    return "; ".join(dict.fromkeys(done))
 
 
 def _kafka_client(config: Config) -> str:
