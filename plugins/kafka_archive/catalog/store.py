@@ -208,21 +208,28 @@ class Catalog:
 
 def read(storage: Storage, root: str, group: str) -> Catalog | None:
     """The catalog as stored, or None when the group has none. CatalogUnreadable when
-    its files are damaged."""
+    its files are damaged past what the log can make up for."""
     hint = storage.get_or_none(latest_url(root, group))
     try:
         seq = json.loads(hint)["seq"] if hint is not None else None
     except (ValueError, KeyError, TypeError):
         seq = None
-    if seq is None:  # no hint: the newest snapshot there is, if any
-        listed = [url for url, _ in storage.list(join(folder(root, group), "snapshots"))]
-        seq = int(listed[-1].rsplit("/", 1)[-1].split(".")[0]) if listed else 0
-    catalog = _from_snapshot(storage, root, group, seq) if seq else Catalog(
-        storage, root, group, State())
-    entries = list(storage.list(join(folder(root, group), "log"),
-                                start_after=entry_url(root, group, seq)))
+    try:
+        catalog = _from_snapshot(storage, root, group, seq) if seq else None
+    except CatalogUnreadable as exc:  # a hint naming a lost or damaged snapshot
+        log.warning("catalog of %s: %s; reading an older snapshot and the log", group, exc)
+        catalog = None
+    if catalog is None:
+        catalog = _newest_readable_snapshot(storage, root, group, below=seq)
+    seq = catalog.snapshot_seq
+    entries = [(url, size) for url, size in storage.list(
+        join(folder(root, group), "log"), start_after=entry_url(root, group, seq))
+        if _seq_of(url) > seq]
     if not seq and not entries:
         return None
+    if entries and _seq_of(entries[0][0]) != seq + 1:
+        raise CatalogUnreadable(f"{entries[0][0]}: the log has no entry {seq + 1}, the first "
+                                "after the snapshot read")
     for url, _ in entries:
         entry = _load_json(storage, url)
         if entry.get("kind") == "rebuild":  # a rebuild's snapshot replaces all before it
@@ -231,6 +238,26 @@ def read(storage: Storage, root: str, group: str) -> Catalog | None:
         catalog.state.apply(entry)
         catalog.tail.append(entry)
     return catalog
+
+
+def _seq_of(url: str) -> int:
+    return int(url.rsplit("/", 1)[-1].split(".")[0].split("-")[0])
+
+
+def _newest_readable_snapshot(storage: Storage, root: str, group: str,
+                              below: int | None = None) -> Catalog:
+    """The newest snapshot that reads whole (below `below`, a damaged one's seq), or an
+    empty catalog at seq 0 when none does: the log then makes up the rest."""
+    listed = sorted((_seq_of(url) for url, _ in storage.list(join(folder(root, group),
+                                                                   "snapshots"))), reverse=True)
+    for seq in listed:
+        if below is not None and seq >= below:
+            continue
+        try:
+            return _from_snapshot(storage, root, group, seq)
+        except CatalogUnreadable as exc:
+            log.warning("catalog of %s: %s; trying an older snapshot", group, exc)
+    return Catalog(storage, root, group, State())
 
 
 def _from_snapshot(storage: Storage, root: str, group: str, seq: int,
@@ -283,6 +310,13 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
         if entry["seq"] - catalog.snapshot_seq >= SNAPSHOT_EVERY:
             try:
                 catalog.write_snapshot()
+            except CatalogUnreadable as exc:
+                # a damaged chunk: no snapshot can be made past it, and the log's tail
+                # would grow with every entry; the rebuild writes a whole new one
+                log.warning("catalog of %s: snapshot at %d not written (%s); rebuilding",
+                            catalog.group, entry["seq"], exc)
+                if catalog.repair is not None:
+                    return catalog.repair()
             except Exception as exc:  # the entry is durable: a later writer snapshots
                 log.warning("catalog of %s: snapshot at %d not written (%r); the log holds "
                             "every entry", catalog.group, entry["seq"], exc)

@@ -141,6 +141,16 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
     return summary
 
 
+def _holds_rows_of(cat: catalog.Catalog, run: str, rows: list[dict]) -> bool:
+    """Whether the catalog holds the run's rows already (its entry is older than the
+    state's recent runs: backfills came between a crash and this re-run)."""
+    first = next((r for r in rows if r["end"] > r["start"]), None)
+    return first is not None and any(
+        r["_run"] == run and r["start"] == first["start"]
+        for r in cat.rows(first["topic"], first["partition"], first["_generation"],
+                          end_after=first["start"], start_before=first["start"] + 1))
+
+
 def changed_by_a_person(plan: Plan, topic: str, current: Token | None,
                         conflict: TokenConflictError) -> str:
     """Why a token changed under a run by a person's hand (deleted, a line deleted or
@@ -171,7 +181,7 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
     committed = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds")}
 
     def entry(cat: catalog.Catalog) -> dict | None:
-        if cat.state.has_run(plan.run_id):
+        if cat.state.has_run(plan.run_id) or _holds_rows_of(cat, run, rows):
             return None
         removed = []
         for s in plan.slices:  # the rows the plan archives again (rewinds.supersede)

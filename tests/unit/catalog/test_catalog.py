@@ -184,3 +184,34 @@ def test_a_commit_whose_rows_a_current_file_holds_is_refused_before_any_token_mo
     with pytest.raises(OverlapError, match=r"offsets \[5, 10\) of run late"):
         protocol.commit(env.cfg, plan, env.storage, tokens, datetime.now(timezone.utc))
     assert tokens.read(GROUP, "a").token is None  # no token moved
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled"])
+def test_a_lost_newest_snapshot_is_made_up_from_an_older_one_and_the_log(env, damage):
+    """Issue 31 §2.8: `_latest.json` naming a missing snapshot started a full rebuild from
+    the run folders; the older snapshot and the log hold everything."""
+    for i in range(40):  # snapshots at 16 and 32
+        env.commit([env.row("a", 0, 10 * i, 10 * i + 10)])
+    before = answer(env.opened())
+    newest = store.snapshot_url(env.cfg.archive_root, GROUP, 32)
+    if damage == "missing":
+        env.storage.delete(newest)
+    else:
+        Storage.put_bytes(env.storage, newest, b"{not json")
+    cat = env.opened()
+    assert answer(cat) == before
+    assert cat.snapshot_seq == 16 and cat.state.seq == 40  # no rebuild entry was added
+
+
+def test_a_damaged_chunk_does_not_stop_snapshots_for_good(env):
+    """Issue 31 §2.8: a snapshot rewrites the chunks its entries touched; a damaged one
+    made every later snapshot fail, and the log's tail (read on every open) grew."""
+    for i in range(20):
+        env.commit([env.row("a", 0, 10 * i, 10 * i + 10)])
+    Storage.put_bytes(env.storage, env.opened().chunks["a"][-1].url, b"{not json")
+    for i in range(20, 36):
+        env.commit([env.row("a", 0, 10 * i, 10 * i + 10)])
+    cat = env.opened()
+    assert len(cat.tail) < store.SNAPSHOT_EVERY
+    assert [(r["start"], r["end"]) for r in cat.rows("a")] == [(10 * i, 10 * i + 10)
+                                                             for i in range(36)]

@@ -151,3 +151,17 @@ def test_a_commit_cut_short_after_a_token_finishes_on_the_next_try(run):
     assert summary["tokens_left_as_found"] == {}
     assert tokens.read("backup", "t").token.offsets == {0: 8}
     assert catalog.open_catalog(storage, cfg, "backup").state.has_run("r1")
+
+
+def test_a_commit_run_again_after_many_later_entries_adds_nothing(run):
+    """The catalog keeps only the last runs in its state; a commit re-run after more than
+    that many backfills must still find its rows there (issue 31 §2.8)."""
+    cfg, storage, tokens, _ = run
+    commit_now(run)
+    for n in range(25):
+        catalog.append(storage, cfg, "backup", lambda cat, n=n: {
+            "kind": "backfill", "run_id": f"b{n}", "at": "x", "run": {"run_id": f"b{n}"}})
+    cat = catalog.open_catalog(storage, cfg, "backup")
+    assert not cat.state.has_run("r1")
+    commit_now(run)
+    assert catalog.open_catalog(storage, cfg, "backup").state.seq == cat.state.seq
