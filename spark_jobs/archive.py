@@ -9,6 +9,8 @@ import time
 
 from kafka_archive import config, spark as launch
 from kafka_archive.archive import job, progress
+from kafka_archive.errors import ArchiveError
+from kafka_archive.storage import Storage
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--config", required=True)
@@ -19,7 +21,11 @@ started = time.monotonic()
 sc = launch.job_context("kafka-archive")
 ready = time.monotonic()
 try:
-    manifest = job.run(sc, config.load(launch.shipped_file(args.config)), args.plan)
+    try:
+        manifest = job.run(sc, config.load(launch.shipped_file(args.config)), args.plan)
+    except ArchiveError as failed:  # for ArchiveOperator: terminal or transient
+        job.record_failure(Storage.from_environment(), args.plan, failed)
+        raise
     # spark-submit's output is the task's log (the Spark provider logs each line)
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)),
           flush=True)

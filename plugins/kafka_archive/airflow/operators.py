@@ -12,12 +12,17 @@ or a log.
 
 from __future__ import annotations
 
+import json
 import os
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kafka_archive import config, spark
+from kafka_archive.airflow import connections
+from kafka_archive.archive import job
+from kafka_archive.errors import TerminalError, TransientError
 
 
 def s3_environment(conn_id: str) -> dict[str, str]:
@@ -101,7 +106,22 @@ class ArchiveOperator(BaseOperator):
             files=",".join(submit.files), name=self.job_name, env_vars=env_vars,
             deploy_mode=submit.deploy_mode,
             application_args=["--config", str(cfg.path), *self.job_args()])
-        self.hook.submit(str(self.job), **popen)
+        try:
+            self.hook.submit(str(self.job), **popen)
+        except AirflowException as exc:
+            # the job's own classified error, where its driver recorded one (each job
+            # clears an earlier try's): a terminal one fails the task at once (no retry),
+            # and the mail shows what it said
+            recorded = connections.storage(self.s3_conn_id).get_or_none(
+                job.failure_url(self.plan_url))
+            if recorded is None:
+                raise
+            failure = json.loads(recorded)
+            error = (TerminalError if failure["terminal"] else TransientError)(
+                f"{failure['class']}: {failure['message']}")
+            if failure["terminal"]:
+                raise AirflowFailException(f"TerminalError: {error}") from error
+            raise error from exc
 
     def on_kill(self) -> None:
         if self.hook:

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 from kafka_archive import spark
 from kafka_archive.archive import slice_writer, source
 from kafka_archive.config import Config
+from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.formats import parsers
 from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
                                     write as write_manifest)
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 def run(sc, config: Config, plan_url: str) -> Manifest:
     storage = Storage.from_environment()
+    storage.delete(failure_url(plan_url))  # an earlier try's: this one says for itself
     plan = Plan.from_json(storage.get_bytes(plan_url))
     done = read_manifest(storage, config.archive_root, plan.group, plan.run_id)
     if done is not None:
@@ -66,6 +68,18 @@ def run(sc, config: Config, plan_url: str) -> Manifest:
                           "vanished": vanished, "retention_lost": [asdict(a) for a in lost]}
     write_manifest(storage, config.archive_root, manifest)
     return manifest
+
+
+def failure_url(plan_url: str) -> str:
+    """Where the driver records the classified error that ended the job (beside the plan):
+    spark-submit's exit code alone cannot say whether Airflow should retry."""
+    return plan_url.rsplit("/", 1)[0] + "/job_failure.json"
+
+
+def record_failure(storage: Storage, plan_url: str, error: ArchiveError) -> None:
+    storage.put_bytes(failure_url(plan_url), json.dumps({
+        "class": type(error).__name__, "terminal": isinstance(error, TerminalError),
+        "message": str(error)}).encode())
 
 
 def task_slices(slices: list[Slice], parallelism: int) -> list[list[Slice]]:

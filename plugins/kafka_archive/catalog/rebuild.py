@@ -18,7 +18,8 @@ import json
 import logging
 import secrets
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from kafka_archive import layout
@@ -97,19 +98,21 @@ def run_summary(plan: dict, manifest: dict, committed: dict) -> dict:
             "files": sum(len(row_files(r)) for r in slices)}
 
 
+FETCHERS = 16  # GETs of run documents in flight at once (S3 answers each in ~10-50 ms)
+
+
 def from_run_folders(storage: Storage, root: str, group: str, spec: layout.LayoutSpec
                      ) -> tuple[State, list[dict]]:
-    """The state and current rows of a group, replayed from its run folders."""
-    events, plans = [], {}
-    for run, names in run_folders(storage, layout.runs_dir(root, group)).items():
-        if "committed.json" in names:
-            committed = _load_json(storage, f"{run}/committed.json")
-            plans[run] = _load_json(storage, f"{run}/plan.json")
-            events.append((committed["committed_at"], run, "commit", committed))
-        if "backfill.json" in names:
-            events.append((_load_json(storage, f"{run}/backfill.json")["at"], run, "backfill", None))
-    by_id = {run.rsplit("/", 1)[-1]: run for run in plans}
+    """The state and current rows of a group, replayed from its run folders in commit
+    order. Each run's documents are fetched FETCHERS at a time, a bounded window ahead
+    of the replay; a superseded file finds its row through an index by URL, so the
+    replay costs what the runs hold, not runs x rows."""
+    folders = run_folders(storage, layout.runs_dir(root, group))
+    committed_runs = [run for run, names in folders.items() if "committed.json" in names]
+    backfill_runs = [run for run, names in folders.items() if "backfill.json" in names]
+    by_id = {run.rsplit("/", 1)[-1]: run for run in committed_runs}
     rows: dict[tuple, dict] = {}
+    key_of: dict[str, tuple] = {}  # file URL -> the key of the current row holding it
     state = State()  # the fold of the same entries the commits and backfills append
 
     def replace_rows(gone: list[dict], added: list[dict]) -> list[dict]:
@@ -117,33 +120,55 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
         out = {row_key(r): r for r in gone}
         out.update((row_key(r), rows[row_key(r)]) for r in added if row_key(r) in rows)
         for key in out:
-            rows.pop(key, None)
+            for f in row_files(rows.pop(key, None) or {}):
+                key_of.pop(f["url"], None)
         for row in added:
             rows[row_key(row)] = row
+            key_of.update((f["url"], row_key(row)) for f in row_files(row))
         return list(out.values())
 
-    for at, run, kind, committed in sorted(events, key=lambda e: e[:3]):
-        if kind == "commit":
-            plan = plans[run]
-            moved = set(plan.get("superseded", ()))
-            gone = [r for r in rows.values() if any(f["url"] in moved for f in row_files(r))]
-            manifest = _load_json(storage, f"{run}/manifest.json")
-            added = [catalog_row(r, run, plan, spec, root, group) for r in manifest["slices"]]
-            state.apply({"kind": "commit", "seq": 0, "run_id": plan.get("run_id"), "at": at,
-                         "run": run_summary(plan, manifest, committed),
-                         "remove": replace_rows(gone, added), "add": added,
-                         "lost": [{"topic": a["topic"], "partition": a["partition"],
-                                   "lost_from": a["lost_from"], "lost_to": a["lost_to"]}
-                                  for a in plan.get("anomalies", ())
-                                  if a.get("action") == "skipped"]})
-        else:
-            backfill = _load_json(storage, f"{run}/backfill.json")
+    plans: dict[str, dict] = {}  # of replaced runs, for backfills: read when first needed
+
+    def plan_of(run: str) -> dict:
+        if run not in plans:
+            plans[run] = _load_json(storage, f"{run}/plan.json")
+        return plans[run]
+
+    with ThreadPoolExecutor(FETCHERS) as pool:
+        load = lambda name: lambda run: _load_json(storage, f"{run}/{name}")  # noqa: E731
+        events = sorted(
+            [(c["committed_at"], run, "commit", c)
+             for run, c in zip(committed_runs, pool.map(load("committed.json"), committed_runs))]
+            + [(b["at"], run, "backfill", b)
+               for run, b in zip(backfill_runs, pool.map(load("backfill.json"), backfill_runs))],
+            key=lambda e: e[:3])
+
+        def documents(event) -> tuple[dict, dict] | None:
+            _, run, kind, _ = event
+            if kind != "commit":
+                return None
+            return _load_json(storage, f"{run}/plan.json"), _load_json(storage, f"{run}/manifest.json")
+
+        for (at, run, kind, doc), fetched in zip(events, _ahead(pool, documents, events)):
+            if kind == "commit":
+                plan, manifest = fetched
+                gone = [rows[key] for key in {key_of[u] for u in plan.get("superseded", ())
+                                              if u in key_of}]
+                added = [catalog_row(r, run, plan, spec, root, group) for r in manifest["slices"]]
+                state.apply({"kind": "commit", "seq": 0, "run_id": plan.get("run_id"), "at": at,
+                             "run": run_summary(plan, manifest, doc),
+                             "remove": replace_rows(gone, added), "add": added,
+                             "lost": [{"topic": a["topic"], "partition": a["partition"],
+                                       "lost_from": a["lost_from"], "lost_to": a["lost_to"]}
+                                      for a in plan.get("anomalies", ())
+                                      if a.get("action") == "skipped"]})
+                continue
             added = []
-            for r in backfill["slices"]:
+            for r in doc["slices"]:
                 # the replaced run by its id: its folder's URL depends on how the root is spelled
                 planned = by_id.get(r["replaces_run"].rsplit("/", 1)[-1])
-                if planned in plans:
-                    added.append(catalog_row(r, planned, plans[planned], spec, root, group))
+                if planned is not None:
+                    added.append(catalog_row(r, planned, plan_of(planned), spec, root, group))
             state.apply({"kind": "backfill", "seq": 0, "run_id": run.rsplit("/", 1)[-1],
                          "at": at, "run": {"run_id": run.rsplit("/", 1)[-1], "planned_at": at,
                                            "committed_at": at,
@@ -160,6 +185,17 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
             topic.open_time = {p for p in topic.open_time if topic.finalized_through_ms
                                < layout.time_partition_range(p, spec)[1]}
     return state, [rows[k] for k in sorted(rows)]
+
+
+def _ahead(pool: ThreadPoolExecutor, fetch, items: list, window: int = 2 * FETCHERS):
+    """fetch(item) for each item, in order, at most `window` fetched ahead."""
+    pending = deque()
+    for item in items:
+        pending.append(pool.submit(fetch, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 ATTEMPTS = 3  # rebuilds that lost their entry to a commit before giving up

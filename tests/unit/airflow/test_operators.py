@@ -98,3 +98,37 @@ def test_the_replay_job_is_launched_like_the_archive_job_with_the_runs_rate(subm
 ])
 def test_the_master_is_the_connections_as_the_provider_reads_it(conn_type, host, port, master):
     assert spark_master(SimpleNamespace(conn_type=conn_type, host=host, port=port)) == master
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_jobs_classified_failure_decides_whether_airflow_retries(submitted, monkeypatch,
+                                                                     tmp_path, terminal):
+    """spark-submit's exit code says only that the job failed; its driver records the
+    error it failed with beside the plan (issue 31 §6)."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from kafka_archive.archive import job
+    from kafka_archive.errors import TerminalError, TransientError
+
+    def fails(self, application, **popen):
+        raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
+
+    submitted("local[2]")  # the connections and the recording hook are in place
+    monkeypatch.setattr(RecordingHook, "submit", fails)
+    plan_url = f"file://{tmp_path}/run/plan.json"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "job_failure.json").write_text(json.dumps(
+        {"class": "ManifestMismatchError" if terminal else "TransientError",
+         "terminal": terminal, "message": "run r1 cannot commit: what the job said"}))
+    assert job.failure_url(plan_url) == f"file://{tmp_path}/run/job_failure.json"
+    operator = ArchiveOperator(task_id="archive", plan_url=plan_url,
+                               config_path=str(tmp_path / "kafka-archive.yaml"),
+                               s3_conn_id="kafka_archive_s3", conn_id="kafka_archive_spark")
+    expected = AirflowFailException if terminal else TransientError
+    with pytest.raises(expected, match="run r1 cannot commit: what the job said") as failed:
+        operator.execute({})
+    if terminal:
+        assert isinstance(failed.value.__cause__, TerminalError)
+    (tmp_path / "run" / "job_failure.json").unlink()  # a job that recorded nothing
+    with pytest.raises(AirflowException, match="Error code is: 1"):
+        operator.execute({})

@@ -1,0 +1,127 @@
+"""Operators' commands killed part way (SIGKILL, at spread-out moments of the command's own
+run): `rewind`, `accept-loss` and `catalog --rebuild`. After each kill the operator runs
+the command again if it had not taken effect, then a clean run; every file read back by
+Hadoop's own reader holds each message Kafka still has exactly once, `verify --full`
+finds no error and no plan stays in flight (issue 31 §5)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import msgpack
+import pytest
+from kafka import KafkaAdminClient, TopicPartition
+from test_backup_archive import consumed, varied_messages
+from test_rewind_cli import CLI, cli, run
+
+from kafka_archive.formats.sequencefile import BYTES_WRITABLE
+from tests.support.pipeline import Pipeline
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def archived(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    pipeline = Pipeline(airflow_env, kafka, s3, f"kill{unique}", tmp_path)
+    pipeline.topic = pipeline.create_topic("k", PARTITIONS)
+    pipeline.produce(varied_messages(pipeline.topic, PARTITIONS, 300, seed=31))
+    run(pipeline, monkeypatch, "first")
+    return pipeline
+
+
+def killed(pipeline: Pipeline, args: list[str], after_s: float) -> bool:
+    """Run `kafka-archive <args>`, SIGKILL it after_s in; whether it finished first."""
+    job = subprocess.Popen([CLI, *args], env=pipeline.env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        job.wait(timeout=after_s)
+        return True
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        return False
+
+
+def moments(pipeline: Pipeline, count: int = 2) -> list[float]:
+    """Kill times spread over a run of a command, and one just past it (timed on a
+    harmless one: `status`, which loads the same modules, reads the catalog and Kafka)."""
+    started = time.monotonic()
+    assert cli(pipeline, "status", "--group", "backup").returncode == 0
+    took = time.monotonic() - started
+    return [took * (i + 1) / (count + 1) for i in range(count)] + [took * 1.2]
+
+
+def hadoop_offsets(pipeline: Pipeline, sc, tmp_path) -> Counter:
+    """(partition, offset) of every message in the group's data files, by Hadoop's reader."""
+    found: Counter = Counter()
+    folder = tmp_path / f"read-{time.monotonic_ns()}"
+    folder.mkdir()
+    for i, (path, data) in enumerate(sorted(pipeline.data_files().items())):
+        (folder / f"{i}.seq").write_bytes(data)
+        partition = int(path.rsplit("/", 1)[-1].split("_")[1])
+        for key, _ in sc.sequenceFile(str(folder / f"{i}.seq"), BYTES_WRITABLE,
+                                      BYTES_WRITABLE).collect():
+            found[(partition, msgpack.unpackb(bytes(key), strict_map_key=False)[1])] += 1
+    return found
+
+
+def assert_whole(pipeline: Pipeline, sc, tmp_path, expected: set[tuple]) -> None:
+    seen = hadoop_offsets(pipeline, sc, tmp_path)
+    assert max(seen.values()) == 1, "a message is archived twice"
+    assert set(seen) >= {(p, o) for _, p, o, *_ in expected}, "a message Kafka has is lost"
+    done = cli(pipeline, "verify", "--group", "backup", "--full")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "not in the catalog" not in done.stdout
+    status = cli(pipeline, "status", "--group", "backup")
+    assert "IN FLIGHT" not in status.stdout, status.stdout
+
+
+def test_rewinds_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch):
+    expected = consumed(kafka, [archived.topic])
+    for n, after_s in enumerate(moments(archived)):
+        partition, to_offset = n % PARTITIONS, 10 * n + 5
+        args = ["rewind", "--group", "backup", "--topic", archived.topic,
+                "--partition", str(partition), "--to-offset", str(to_offset)]
+        if not killed(archived, args, after_s) and \
+                archived.token_offsets()[archived.topic][partition] == 100:
+            assert cli(archived, *args).returncode == 0  # the operator does it again
+        assert archived.token_offsets()[archived.topic][partition] == 0  # inside file 1
+        run(archived, monkeypatch, f"after-rewind-{n}")
+        assert_whole(archived, sc, tmp_path, expected)
+
+
+def test_rebuilds_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch):
+    expected = consumed(kafka, [archived.topic])
+    for n, after_s in enumerate(moments(archived)):
+        killed(archived, ["catalog", "--group", "backup", "--rebuild"], after_s)
+        archived.produce(varied_messages(archived.topic, PARTITIONS, 30, seed=100 + n))
+        expected = consumed(kafka, [archived.topic])
+        run(archived, monkeypatch, f"after-rebuild-{n}")
+        assert_whole(archived, sc, tmp_path, expected)
+
+
+def test_accepted_losses_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch):
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        for n, after_s in enumerate(moments(archived)):
+            partition = n % PARTITIONS
+            archived.produce((archived.topic, partition, None, f"gone {n} {i}".encode(), None)
+                             for i in range(5))
+            end = archived.token_offsets()[archived.topic][partition] + 5
+            admin.delete_records({TopicPartition(archived.topic, partition): end - 2})
+            args = ["accept-loss", "--group", "backup", "--topic", archived.topic,
+                    "--partition", str(partition), "--reason", f"kill test {n}"]
+            if not killed(archived, args, after_s) and \
+                    archived.token_offsets()[archived.topic][partition] < end - 2:
+                assert cli(archived, *args).returncode == 0, "accept-loss again"
+            assert archived.token_offsets()[archived.topic][partition] == end - 2
+            run(archived, monkeypatch, f"after-loss-{n}")
+            assert_whole(archived, sc, tmp_path, consumed(kafka, [archived.topic]))
+            report = cli(archived, "verify", "--group", "backup").stdout
+            assert f"kill test {n}" in report  # the record of the loss, never lost itself
+    finally:
+        admin.close()
