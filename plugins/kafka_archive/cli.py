@@ -64,8 +64,12 @@ def run(argv: list[str] | None = None) -> int:
                                                "every file readable, no offset twice, no hole")
     check.add_argument("--group", required=True)
     check.add_argument("--topic", help="only this topic")
+    check.add_argument("--files", action="store_true",
+                       help="read every current file (plain verify checks the catalog's "
+                            "offsets against the tokens)")
     check.add_argument("--full", action="store_true",
-                       help="also walk the group's tree: files the catalog does not name")
+                       help="read every file, also those the catalog does not name (walks "
+                            "the group's tree)")
     book = commands.add_parser("catalog", help="a group's catalog: entry, topics, partitions, "
                                                "files; --rebuild makes it anew from the runs")
     book.add_argument("--group", required=True)
@@ -173,7 +177,8 @@ def run(argv: list[str] | None = None) -> int:
                        help="check the range and the target, print the plan, produce nothing")
     # each subcommand's function: (config, args) -> exit code (None: 0)
     cat.set_defaults(run=lambda c, a: cat_file(_storage(c), a.file, a.limit, a.format))
-    check.set_defaults(run=lambda c, a: verify_group(c, a.group, a.json, a.topic, a.full))
+    check.set_defaults(run=lambda c, a: verify_group(c, a.group, a.json, a.topic, a.full,
+                                                     a.files))
     book.set_defaults(run=lambda c, a: show_catalog(c, a.group, a.rebuild))
     files.set_defaults(run=lambda c, a: list_files(c, a.group, a.topic, a.json, a.partition,
                                                    a.from_offset))
@@ -248,11 +253,11 @@ def epoch_ms(text: str) -> int:
 
 
 def verify_group(config: Config, group: str, as_json: bool = False, topic: str | None = None,
-                 full: bool = False) -> int:
+                 full: bool = False, files: bool = False) -> int:
     """Print the report; 1 when it found an error."""
     tokens = _tokens(config)
     report = verify.verify_group(config, group, _storage(config), tokens, terminal_bar,
-                                 topic, full)
+                                 topic, full, files)
     print(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     return 1 if report.errors() else 0
 

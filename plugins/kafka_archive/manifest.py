@@ -41,6 +41,8 @@ class SliceRow(TypedDict, total=False):
     min_timestamp_ms: int | None
     max_timestamp_ms: int | None
     gaps: list[list[int]]              # [start, end): offsets Kafka does not have
+    placed_by: list[list]              # event time: [end, finalize watermark] steps that
+                                       # decided lateness (planning.Slice.archived_before)
     audit: list[list]                  # [source, window start ms, messages]
 
 

@@ -125,6 +125,6 @@ def test_a_topic_can_have_its_own_format(airflow_env, kafka, s3, unique, tmp_pat
         assert [r.value for r in formats.read(io.BytesIO(data), path)] == lines
     # verify takes the text file's offsets from its manifest row
     report = verify.verify_group(config.load(), "backup", connections.storage("kafka_archive_s3"),
-                                 pipeline.tokens)
+                                 pipeline.tokens, files=True)
     assert report.errors() == [], report.render()
     assert sum(f.records for p in report.partitions for f in p.files) == 40

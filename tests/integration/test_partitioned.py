@@ -179,7 +179,7 @@ def test_json_msgpack_and_timestamp_topics_land_in_their_hours_bad_ones_in_quara
     # verify understands the event-time layout
     cfg = config_module.load()
     report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
-                                 LocalTokenStore(archive.token_root))
+                                 LocalTokenStore(archive.token_root), files=True)
     assert not report.errors(), report.render()
 
 
@@ -266,7 +266,7 @@ def test_late_events_before_finalization_are_included_after_it_go_to_late(archiv
     assert len(recent_files) == 2  # one per slice: offsets 2 and 4
     cfg = config_module.load()
     report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
-                                 LocalTokenStore(archive.token_root))
+                                 LocalTokenStore(archive.token_root), files=True)
     assert not report.errors(), report.render()
 
 
@@ -305,7 +305,7 @@ def test_backfill_after_a_parser_fix_is_byte_identical_to_a_correct_run(
     assert not any("/_quarantine/" in p for p in rebuilt)
     assert len(_objects(broken, f"_superseded/backfill-1/partitioned/{topic}/_quarantine")) == 2
     report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
-                                 LocalTokenStore(broken.token_root))
+                                 LocalTokenStore(broken.token_root), files=True)
     assert not report.errors(), report.render()
 
     # the same backfill again changes nothing (a crashed backfill is repaired by a re-run)
@@ -348,6 +348,6 @@ def test_a_new_generation_writes_new_names_and_verify_reads_both(archive):
     assert names == ["1_0_00000000000000000000.seq", "2_0_00000000000000000003.seq"]
     cfg = config_module.load()
     report = verify.verify_group(cfg, "partitioned", connections.storage(cfg.s3_conn_id),
-                                 LocalTokenStore(archive.token_root))
+                                 LocalTokenStore(archive.token_root), files=True)
     assert not report.errors(), report.render()
     assert {(p.generation, len(p.files)) for p in report.partitions} == {(1, 1), (2, 1)}

@@ -194,6 +194,15 @@ class OpenSlice:
         i = bisect.bisect_right(self.before_ends, offset)
         return self.before_marks[i] if i < len(self.before_ends) else self.target.finalized_ms
 
+    def _placed_by(self) -> list[list]:
+        """[end, watermark] steps covering the slice: which watermark decided lateness
+        below each end, so that a later rewind places every message the same way."""
+        steps = [[end, mark] for end, mark in zip(self.before_ends, self.before_marks)
+                 if end <= self.end]
+        if not steps or steps[-1][0] < self.end:
+            steps.append([self.end, self.target.finalized_ms])
+        return steps
+
     def _open(self, folder: str, url, fmt: dict) -> _OpenFile:
         out = self.files.get(folder)
         if out is None:
@@ -220,7 +229,7 @@ class OpenSlice:
                 "url": single["url"] if single else None, "files": written,
                 "errors": self.errors,
                 "min_timestamp_ms": self.min_ts, "max_timestamp_ms": self.max_ts,
-                "gaps": self.gaps,
+                "gaps": self.gaps, **({"placed_by": self._placed_by()} if self.event_time else {}),
                 "audit": sorted([source, window, n]
                                 for (source, window), n in self.audit_counts.items())}
 

@@ -42,11 +42,13 @@ class Slice:
     start: int
     end: int        # exclusive; start == end only initialises a token (start_from: latest)
     max_bytes: int  # the job ends the slice early, deterministically, past this many bytes
-    # event-time layout, after a rewind: ((end, finalized_ms), ...) in offset order: the
-    # offsets below `end` (and at or past the previous end) were archived before by a run
-    # whose plan held time partitions ending at or before finalized_ms (None: none) final.
-    # Archived again, they go where that run put them: back into a finalized time
-    # partition, not `_late/`, so a rewind never empties what folder readers see
+    # after a rewind: ((end, finalized_ms), ...) in offset order: the offsets below `end`
+    # (and at or past the previous end) were archived before, and (event-time layout)
+    # placed by a finalize watermark holding time partitions ending at or before
+    # finalized_ms (None: none) final, as their rows record it (`placed_by`). Archived
+    # again, they go where they were: back into a finalized time partition, not `_late/`,
+    # so a rewind never empties what folder readers see; and no size cut falls before
+    # the last end (the rows are archived again whole)
     archived_before: tuple[tuple[int, int | None], ...] = ()
 
 

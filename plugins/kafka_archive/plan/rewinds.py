@@ -223,16 +223,22 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
                 replaced.append(r)
                 end = max(end, r["end"])
         superseded += [f["url"] for r in replaced for f in row_files(r)]
-        before = tuple((r["end"], _watermark_of(cat, r, watermarks) if event_time else None)
-                       for r in replaced)
+        before = tuple(step for r in replaced
+                       for step in (_placed_by(cat, r, watermarks) if event_time
+                                    else [(r["end"], None)]))
         adjusted.append(replace(s, start=start, end=end, archived_before=before))
     return adjusted, superseded
 
 
-def _watermark_of(cat: catalog.Catalog, row: dict, known: dict[str, dict]) -> int | None:
-    """The finalize watermark of the row's topic in the plan of the run that wrote it."""
+def _placed_by(cat: catalog.Catalog, row: dict, known: dict[str, dict]
+               ) -> list[tuple[int, int | None]]:
+    """The watermarks that placed the row's messages (Slice.archived_before's steps): as
+    its row records them (a re-archive keeps the first placement), or, for a row from
+    before that, its run's plan watermark for the whole row."""
+    if "placed_by" in row:
+        return [tuple(step) for step in row["placed_by"]]
     run = row["_run"]
     if run not in known:
         stored = cat.storage.get_or_none(f"{run}/plan.json")
         known[run] = json.loads(stored).get("finalized", {}) if stored is not None else {}
-    return known[run].get(row["topic"])
+    return [(row["end"], known[run].get(row["topic"]))]

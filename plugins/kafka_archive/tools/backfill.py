@@ -72,7 +72,8 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
     for row in track(chosen, f"backfill {group} {topic}"):
         plan = plans[row["_run"]]
         target = job.target(config, _as_plan(config, plan, group, topic), topic)
-        out = slice_writer.OpenSlice(target, row["partition"], row["start"], row["end"], UNLIMITED)
+        out = slice_writer.OpenSlice(target, row["partition"], row["start"], row["end"], UNLIMITED,
+                                     tuple(map(tuple, row.get("placed_by", ()))))
         for r in _backup_records(storage, backup.get(row["partition"], []), row["start"], row["end"]):
             out.add(r)
         new = out.finish(storage)

@@ -1,7 +1,9 @@
 """Verifying a group's archive against its tokens, like Secor's LogFileVerifier.
 
-Every current file the catalog names is read whole (with `full`, also every file found
-by walking the group's tree: a file the catalog does not name is reported, and counts
+Plain, from the catalog's per-partition summaries alone (what the current rows cover):
+no offset missing between them or below the token, no token its commit never reached.
+With `files`, every current file the catalog names is read whole (with `full`, also every
+file found by walking the group's tree: a file the catalog does not name is reported, and counts
 in the arithmetic); then, per topic, Kafka partition and generation, the files' offset
 ranges are checked by arithmetic: no offset in two files, no offset missing
 between files or between the last file and the token. Offsets Kafka itself lacks
@@ -202,6 +204,10 @@ class PartitionReport:
     token_offset: int | None
     files: list[FileSummary]
     findings: list[Finding] = field(default_factory=list)
+    counted: tuple[int, int] | None = None  # (files, records) from the catalog, files unread
+
+    def file_count(self) -> int:
+        return self.counted[0] if self.counted else len(self.files)
 
     def title(self) -> str:
         usable = [f for f in self.files if not f.problem]
@@ -209,8 +215,9 @@ class PartitionReport:
                 f"{max(f.last_offset for f in usable)}" if usable else "")
         token = ("not checked against a token" if self.token_offset is None
                  else f"token {self.token_offset}")
+        records = self.counted[1] if self.counted else sum(f.records for f in usable)
         return (f"{self.topic} partition={self.partition} generation {self.generation}: "
-                f"{len(self.files)} files, {sum(f.records for f in usable)} records{span}, {token}")
+                f"{self.file_count()} files, {records} records{span}, {token}")
 
 
 @dataclass
@@ -226,7 +233,7 @@ class Report:
     def to_json(self) -> dict:
         """The report for programs: per partition its files and findings, and the totals."""
         return {"group": self.group, "ok": not self.errors(), "errors": len(self.errors()),
-                "files": sum(len(p.files) for p in self.partitions),
+                "files": sum(p.file_count() for p in self.partitions),
                 "partitions": [asdict(p) for p in self.partitions], "ignored": self.ignored}
 
     def render(self) -> str:
@@ -236,7 +243,7 @@ class Report:
             lines += [f"  {f.level}: {f.message}" for f in p.findings]
         lines += [f"info: ignored {url}: not an archive file name" for url in self.ignored]
         lines += [f"known loss: {loss.describe()}" for loss in self.accepted]
-        files = sum(len(p.files) for p in self.partitions)
+        files = sum(p.file_count() for p in self.partitions)
         lines.append(f"group {self.group}: {len(self.partitions)} partitions, {files} files, "
                      f"{len(self.errors())} errors")
         return "\n".join(lines)
@@ -275,13 +282,17 @@ def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSumm
 
 
 def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore,
-                 track: Track = untracked, topic: str | None = None, full: bool = False
-                 ) -> Report:
-    """The files of a group (or one topic) as the catalog names them; with full, also
-    every file the group's tree holds."""
+                 track: Track = untracked, topic: str | None = None, full: bool = False,
+                 files: bool = False) -> Report:
+    """A group (or one topic) checked against its tokens: from the catalog's per-partition
+    summaries alone (what each partition's current files cover), or, with files, by
+    reading every current file the catalog names; with full, also every file the
+    group's tree holds."""
     spec = config.group(group).layout  # an unknown group is a config error, not an empty archive
     event_time = spec.kind == "event_time"
     cat = catalog.open_catalog(storage, config, group)
+    if not (files or full):
+        return _from_summaries(config, group, storage, tokens, cat, track, topic)
     contents = Contents.of(cat, cat.rows(topic))
     found = _catalog_files(contents)
     ignored: list[str] = []
@@ -331,6 +342,45 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
                                 else check_partition(files, *recorded))
             partitions.append(report)
     return Report(group, partitions, ignored, contents.accepted)
+
+
+def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenStore,
+                    cat: catalog.Catalog, track: Track, topic: str | None) -> Report:
+    """The offset arithmetic of verify on what each partition's current rows cover (the
+    catalog's summaries): holes between them and below the token, accepted losses, a
+    token whose commit never reached the catalog. No row or file is read, so its cost
+    follows partitions, not history. Rows never overlap (the catalog refuses an entry
+    that would): two files holding an offset is a stray file, which --full finds."""
+    lost = catalog.lost_ranges(cat.state)
+    names = sorted(set(cat.state.topics) | set(tokens.topics(group)))
+    partitions = []
+    for name in track([t for t in names if topic is None or t == topic], f"verify {group}"):
+        token = tokens.read(group, name).token
+        offsets = dict(token.offsets) if token else {}
+        unfinished = _unfinished_commit(storage, config, cat, token)
+        known = cat.state.topics.get(name)
+        summaries = {(s.partition, s.generation): s
+                     for s in (known.summaries.values() if known else ()) if s.rows}
+        for partition, generation in sorted(set(summaries) | {(p, config.generation)
+                                                              for p in offsets}):
+            configured = generation == config.generation
+            token_offset = offsets.get(partition) if configured else None
+            s = summaries.get((partition, generation))
+            covered = [FileSummary(f"offsets [{a}, {b})", a, a, b - 1, b - a)
+                       for a, b in (s.covered if s else ())]
+            report = PartitionReport(name, partition, generation, token_offset, covered,
+                                     counted=(s.files, s.records) if s else (0, 0))
+            if unfinished and token_offset is not None:
+                report.findings.append(unfinished)
+            if not configured:
+                report.findings.append(Finding(INFO, f"generation {generation} is not the "
+                                                     f"configured {config.generation}: not "
+                                                     "checked against the token"))
+            report.findings += check_partition(covered, token_offset, (),
+                                               lost.get((name, partition), ()))
+            partitions.append(report)
+    return Report(group, partitions, [], tuple(catalog.AcceptedLoss(**a)
+                                               for a in cat.state.accepted))
 
 
 def _unfinished_commit(storage: Storage, config: Config, cat: catalog.Catalog,

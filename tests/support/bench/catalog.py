@@ -17,7 +17,8 @@ accepted loss; tokens on S3. Then:
   the UI page (the real functions, against the real Kafka, where the topics do not
   exist), ls of one partition's newest slices, plan (the catalog part: supersede and the
   watermarks), commit, replay planning of the last hour of one partition, the
-  incremental audit after one commit, and verify's catalog part for one topic.
+  incremental audit after one commit, plain verify (every topic, against the tokens),
+  and the rows verify --files reads for one topic.
 With --wide TxP: one group of T topics x P partitions, one committed run: plan, commit,
 status and page.
 """
@@ -45,7 +46,7 @@ from kafka_archive.plan import rewinds
 from kafka_archive.plan.planning import Plan, Slice
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import Token, open_store
-from kafka_archive.tools import replay
+from kafka_archive.tools import replay, verify
 from tests.support import localservices
 
 SLICE = 1000                    # offsets per slice
@@ -253,8 +254,10 @@ class Bench:
         self.measure("ls one partition, newest 100 slices", lambda: catalog.open_catalog(
             storage, cfg, "g").rows(topics[0], 7, end_after=end - 100 * SLICE),
             limit_s=2, limit_requests=50)
-        self.measure("verify one topic: its current rows", lambda: catalog.contents(
-            storage, cfg, "g", topics[0]), limit_s=2, limit_requests=50)
+        self.measure("verify (plain, every topic)", lambda: verify.verify_group(
+            cfg, "g", storage, tokens), limit_s=2, limit_requests=50)
+        self.measure("verify one topic: its current rows (--files reads them)",
+                     lambda: catalog.contents(storage, cfg, "g", topics[0]))
         slices = [Slice(topics[0], p, end, end + SLICE, 1 << 30) for p in range(partitions)]
         self.measure("plan: catalog, supersede, watermarks", lambda: rewinds.supersede(
             catalog.open_catalog(storage, cfg, "g"), cfg, slices), limit_s=10)

@@ -85,6 +85,7 @@ def test_a_rewind_puts_messages_back_where_the_run_that_archived_them_did(tmp_pa
     before = write(f"file://{tmp_path}/a")
     again = write(f"file://{tmp_path}/b", finalized_ms=T0 + HOUR, archived_before=((8, None),))
     assert again["late"] == 0
+    assert before["placed_by"] == again["placed_by"] == [[8, None]]  # the next rewind's too
     assert [read(f["url"]) for f in again["files"]] == [read(f["url"]) for f in before["files"]]
     # offsets 0-3 came from a run that held the first hour final (0 and 3 were late then);
     # offsets 4 on are archived the first time, by a run that holds nothing final

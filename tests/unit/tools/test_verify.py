@@ -127,3 +127,48 @@ def test_read_summary_of_a_real_and_of_a_damaged_file(tmp_path):
     path.write_bytes(buffer.getvalue()[:-7])
     damaged = read_summary(Storage(), str(path), 4)
     assert damaged.problem.startswith("unreadable: ") and damaged.first_offset is None
+
+
+def test_plain_verify_reads_the_catalogs_summaries_not_the_files(tmp_path):
+    """Issue 31 §4: plain verify read every current file (35.7 s at a year of runs). It
+    now checks the offsets the catalog's summaries cover against the tokens: a hole and
+    an accepted loss are found, no row chunk and no archived file is read."""
+    import json as json_module
+
+    from kafka_archive import catalog, config, layout
+    from kafka_archive.tokens import LocalTokenStore, Token
+    from kafka_archive.tools.verify import verify_group
+    from tests.support.counting_storage import CountingStorage
+
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(f"kafka: {{bootstrap_servers: b}}\narchive_root: file://{tmp_path}/a\n"
+                    f"token_root: {tmp_path}/t\n")
+    cfg, storage = config.load(path), CountingStorage()
+    for n, (start, end) in enumerate([(0, 10), (10, 20), (30, 40)]):  # [20, 30) in no file
+        url = layout.data_file(cfg.archive_root, "backup", "t", 0, 1, start, "sequencefile")
+        row = catalog.catalog_row({"topic": "t", "partition": 0, "start": start, "end": end,
+                                   "records": end - start, "bytes": 1, "gaps": [],
+                                   "audit": [], "url": url},
+                                  catalog.run_folder(cfg.archive_root, "backup", f"r{n}"),
+                                  {"generation": 1}, layout.LayoutSpec(), cfg.archive_root,
+                                  "backup")
+        catalog.append(storage, cfg, "backup", lambda cat, row=row, n=n: {
+            "kind": "commit", "run_id": f"r{n}", "at": "x", "run": {"run_id": f"r{n}"},
+            "add": [row]})
+    tokens = LocalTokenStore(tmp_path / "t")
+    tokens.write(Token("backup", "t", "b", {0: 45}, run_id="r2"), None)
+    storage.reads = 0
+    report = verify_group(cfg, "backup", storage, tokens)
+    assert [f.message for f in report.errors()] == [
+        "hole: offsets [20, 30) between offsets [0, 20) and offsets [30, 40) are in no file",
+        "hole: offsets [40, 45) after offsets [30, 40), below the token 45 are in no file"]
+    assert report.partitions[0].title() == (
+        "t partition=0 generation 1: 3 files, 30 records, offsets 0..39, token 45")
+    assert storage.reads <= 4  # the hint and the log's 3 entries: no chunk, no file
+    catalog.append(storage, cfg, "backup", lambda cat: {"kind": "loss", "loss": {
+        "group": "backup", "topic": "t", "partition": 0, "lost_from": 20, "lost_to": 30,
+        "by": "ana", "at": "then", "reason": "retention"}})
+    report = verify_group(cfg, "backup", storage, tokens)
+    assert len(report.errors()) == 1 and "known loss: t partition 0: offsets [20, 30)" in \
+        report.render()
+    assert json_module.loads(json_module.dumps(report.to_json()))["files"] == 3
