@@ -294,6 +294,11 @@ def superseded(root: str, run_id: str, url: str) -> str:
     return join(root, "_superseded", _safe(run_id), relative)
 
 
+def run_folder_name(run_id: str) -> str:
+    """The name of a run's folder under `_runs/<group>/`."""
+    return _safe(run_id)
+
+
 def _safe(run_id: str) -> str:
     # Airflow run ids hold ':' and '+', which some S3 tools and shells mangle
     return re.sub(r"[^A-Za-z0-9._=-]", "_", run_id)

@@ -5,7 +5,8 @@ time partition and the run that wrote it, whatever the layout, plus the ranges l
 retention and the open time partitions. Commit, backfill, accept-loss and finalize add
 entries by compare-and-swap (catalog.store); readers get the state (per-partition
 summaries, small) and ask for rows only where they need them. The run folders stay the
-truth: a missing or damaged catalog is rebuilt from them (catalog.rebuild).
+truth: a missing or damaged catalog is rebuilt from its own log when that is whole, else
+from them (catalog.rebuild).
 
     state.py    the state and how an entry changes it (pure)
     store.py    log, snapshots and row chunks on storage; read and append
@@ -50,7 +51,9 @@ def append(storage, config: Config, group: str, make_entry) -> Catalog:
 
 
 def rebuild(storage, config: Config, group: str) -> Catalog:
-    return _rebuild.rebuild(storage, config.archive_root, group, config.group(group).layout)
+    """By hand (`kafka-archive catalog --rebuild`): from the run folders, the truth."""
+    return _rebuild.rebuild(storage, config.archive_root, group, config.group(group).layout,
+                            from_runs=True)
 
 
 def contents(storage, config: Config, group: str, topic: str | None = None) -> Contents:

@@ -187,6 +187,41 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
     return state, [rows[k] for k in sorted(rows)]
 
 
+def from_log(storage: Storage, root: str, group: str) -> tuple[State, list[dict]] | None:
+    """The state and current rows replayed from the catalog's own log, in its order (the
+    compare-and-swap's, not clocks'), when the log is whole from entry 1 and every entry
+    reads; None when it is not, or holds a rebuild entry (then what came before that is
+    in a snapshot, not the log): the run folders decide then."""
+    listed = [url for url, _ in storage.list(join(folder(root, group), "log"))]
+    if not listed or any(store.seq_of(url) != n for n, url in enumerate(listed, start=1)):
+        return None
+    committed = {run.rsplit("/", 1)[-1] for run, names in
+                 run_folders(storage, layout.runs_dir(root, group)).items()
+                 if "committed.json" in names}
+    rows: dict[tuple, dict] = {}
+    state, logged = State(), set()
+    with ThreadPoolExecutor(FETCHERS) as pool:
+        for entry in _ahead(pool, lambda url: _readable(storage, url), listed):
+            if entry is None or entry.get("kind") == "rebuild":
+                return None
+            if entry.get("kind") == "commit":
+                logged.add(layout.run_folder_name(entry["run_id"]))
+            for row in entry.get("remove", ()):
+                rows.pop(row_key(row), None)
+            rows.update((row_key(row), row) for row in entry.get("add", ()))
+            state.apply(entry)
+    if committed - logged:  # a run the log lacks (a commit under way): the folders decide
+        return None
+    return state, [rows[k] for k in sorted(rows)]
+
+
+def _readable(storage: Storage, url: str) -> dict | None:
+    try:
+        return _load_json(storage, url)
+    except store.CatalogUnreadable:
+        return None
+
+
 def _ahead(pool: ThreadPoolExecutor, fetch, items: list, window: int = 2 * FETCHERS):
     """fetch(item) for each item, in order, at most `window` fetched ahead."""
     pending = deque()
@@ -201,8 +236,11 @@ def _ahead(pool: ThreadPoolExecutor, fetch, items: list, window: int = 2 * FETCH
 ATTEMPTS = 3  # rebuilds that lost their entry to a commit before giving up
 
 
-def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec) -> Catalog:
-    """Write the catalog anew from the run folders: its snapshot under a name of its own,
+def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec,
+            from_runs: bool = False) -> Catalog:
+    """Write the catalog anew, from its own log when that is whole (from_log: a damaged
+    snapshot or chunk), else (or with from_runs) from the run folders, the truth: its
+    snapshot under a name of its own,
     then a `rebuild` entry naming it at the next seq (compare-and-swap), then the regular
     snapshot there. A crash before the entry leaves the old catalog as it was. A group
     that has committed nothing gets an empty catalog and nothing is written: its first
@@ -216,7 +254,9 @@ def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec) ->
         started = time.monotonic()
         listed = [url for url, _ in storage.list(join(folder(root, group), "log"))]
         seq = int(listed[-1].rsplit("/", 1)[-1].split(".")[0]) + 1 if listed else 1
-        state, rows = from_run_folders(storage, root, group, spec)
+        replayed = None if from_runs else from_log(storage, root, group)
+        source = "its log" if replayed else "its run folders"
+        state, rows = replayed or from_run_folders(storage, root, group, spec)
         if not state.topics and not state.accepted and not state.recent:
             return Catalog(storage, root, group, state)
         state.seq = seq
@@ -238,8 +278,8 @@ def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec) ->
             continue
         storage.put_bytes(snapshot_url(root, group, seq), storage.get_bytes(own))
         storage.put_bytes(latest_url(root, group), json.dumps({"seq": seq}).encode())
-        log.warning("catalog of group %s rebuilt from its run folders at entry %d: %d rows in "
-                    "%.1f s", group, seq, len(rows), time.monotonic() - started)
+        log.warning("catalog of group %s rebuilt from %s at entry %d: %d rows in %.1f s",
+                    group, source, seq, len(rows), time.monotonic() - started)
         return catalog
     raise TerminalError(f"catalog of group {group}: other writers added entries while it was "
                         f"rebuilt, {ATTEMPTS} times; run again")

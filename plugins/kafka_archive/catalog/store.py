@@ -224,10 +224,10 @@ def read(storage: Storage, root: str, group: str) -> Catalog | None:
     seq = catalog.snapshot_seq
     entries = [(url, size) for url, size in storage.list(
         join(folder(root, group), "log"), start_after=entry_url(root, group, seq))
-        if _seq_of(url) > seq]
+        if seq_of(url) > seq]
     if not seq and not entries:
         return None
-    if entries and _seq_of(entries[0][0]) != seq + 1:
+    if entries and seq_of(entries[0][0]) != seq + 1:
         raise CatalogUnreadable(f"{entries[0][0]}: the log has no entry {seq + 1}, the first "
                                 "after the snapshot read")
     for url, _ in entries:
@@ -240,7 +240,7 @@ def read(storage: Storage, root: str, group: str) -> Catalog | None:
     return catalog
 
 
-def _seq_of(url: str) -> int:
+def seq_of(url: str) -> int:
     return int(url.rsplit("/", 1)[-1].split(".")[0].split("-")[0])
 
 
@@ -248,7 +248,7 @@ def _newest_readable_snapshot(storage: Storage, root: str, group: str,
                               below: int | None = None) -> Catalog:
     """The newest snapshot that reads whole (below `below`, a damaged one's seq), or an
     empty catalog at seq 0 when none does: the log then makes up the rest."""
-    listed = sorted((_seq_of(url) for url, _ in storage.list(join(folder(root, group),
+    listed = sorted((seq_of(url) for url, _ in storage.list(join(folder(root, group),
                                                                    "snapshots"))), reverse=True)
     for seq in listed:
         if below is not None and seq >= below:

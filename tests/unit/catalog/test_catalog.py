@@ -215,3 +215,20 @@ def test_a_damaged_chunk_does_not_stop_snapshots_for_good(env):
     assert len(cat.tail) < store.SNAPSHOT_EVERY
     assert [(r["start"], r["end"]) for r in cat.rows("a")] == [(10 * i, 10 * i + 10)
                                                              for i in range(36)]
+
+
+def test_a_damaged_chunk_is_repaired_from_the_log_in_its_order_not_by_clocks(env):
+    """Issue 31 §2.7, §4: the rebuild ordered runs by committed_at (a wall clock, one
+    second); a host whose clock ran behind put a rewind before the run it replaced. A
+    whole log is the order the compare-and-swap gave; the repair replays it."""
+    for i in range(20):
+        env.commit([env.row("a", 0, 10 * i, 10 * i + 10)])
+    superseded = [r["files"][0]["url"] for r in env.opened().rows("a", 0, end_after=150)]
+    env.commit([env.row("a", 0, 150, 200)], superseded=superseded)  # run00021, a rewind
+    env.put("run00021", "committed.json", {"run_id": "run00021",
+                                           "committed_at": "2025-12-31T00:00:00+00:00"})
+    before = answer(env.opened())
+    assert [r["_run"].rsplit("/", 1)[-1] for r in env.opened().rows("a", 0, end_after=150)] \
+        == ["run00021"]
+    Storage.put_bytes(env.storage, env.opened().chunks["a"][0].url, b"{not json")
+    assert answer(env.opened()) == before
