@@ -170,17 +170,25 @@ def on_task_failure(context) -> None:
     text, kind = _error_text(error), (type(error).__name__ if error is not None else None)
     storage = connections.storage(cfg.s3_conn_id)
     state_url = layout.failures_mailed(cfg.archive_root, group)
-    mailed = json.loads(storage.get_or_none(state_url) or b"{}")
     key, now_s = failure_key(ti.task_id, kind, text, run_id), time.time()
-    if not failure_due(mailed, key, now_s):
+    try:
+        mailed = json.loads(storage.get_or_none(state_url) or b"{}")
+    except Exception:  # S3 may be what failed: the mail matters more than its dedup
+        log.exception("could not read which failures were mailed; mailing this one")
+        mailed = None
+    if mailed is not None and not failure_due(mailed, key, now_s):
         log.warning("not mailed again: the same failure was mailed for run %s (daily "
                     "reminders until a run commits)", mailed[key]["run_id"])
         return
-    first = mailed.get(key, {}).get("first_run")
+    first = (mailed or {}).get(key, {}).get("first_run")
     send(cfg.alerts, task_failed(group, run_id, ti.task_id, ti.try_number, text, _terminal(error),
                                  _plan_of(cfg, ti), link, ti.log_url, kind, first), context)
-    mailed[key] = {"run_id": run_id, "first_run": first or run_id, "mailed_at_s": now_s}
-    storage.put_bytes(state_url, json.dumps(mailed, indent=1, sort_keys=True).encode())
+    if mailed is not None:
+        mailed[key] = {"run_id": run_id, "first_run": first or run_id, "mailed_at_s": now_s}
+        try:
+            storage.put_bytes(state_url, json.dumps(mailed, indent=1, sort_keys=True).encode())
+        except Exception:
+            log.exception("could not record the mailed failure; the next run mails it again")
 
 
 def on_commit(cfg: Config, group: str) -> None:

@@ -145,7 +145,11 @@ def _holds_rows_of(cat: catalog.Catalog, run: str, rows: list[dict]) -> bool:
     """Whether the catalog holds the run's rows already (its entry is older than the
     state's recent runs: backfills came between a crash and this re-run)."""
     first = next((r for r in rows if r["end"] > r["start"]), None)
-    return first is not None and any(
+    topic = first and cat.state.topics.get(first["topic"])
+    summary = topic and topic.summaries.get(part_key(first["partition"], first["_generation"]))
+    if not summary or summary.overlap(first["start"], first["end"]) is None:
+        return False  # its offsets are in no current row: no row to read (a new commit)
+    return any(
         r["_run"] == run and r["start"] == first["start"]
         for r in cat.rows(first["topic"], first["partition"], first["_generation"],
                           end_after=first["start"], start_before=first["start"] + 1))
