@@ -210,7 +210,8 @@ def _fold_new_runs(config: Config, storage: Storage, group: str, cp: Checkpoint,
     new, corrected = 0, False
     if not recount and cp.catalog_seq is not None:
         for entry in store.entries_after(storage, config.archive_root, group, cp.catalog_seq):
-            if entry["kind"] == "rebuild":
+            # a rebuilt catalog, or entries its cleanup deleted since this checkpoint
+            if entry["kind"] == "rebuild" or entry["seq"] != cp.catalog_seq + 1:
                 recount = True
                 break
             gather.count_rows(entry.get("remove", ()), cp.archived, sign=-1)

@@ -38,6 +38,7 @@ FORMAT = 1
 SNAPSHOT_EVERY = 16   # log entries after a snapshot before the next is written
 CHUNK_ROWS = 20_000   # rows per chunk before a new chunk is started
 ATTEMPTS = 5          # lost compare-and-swap races before giving up
+KEEP_SNAPSHOTS = 2    # snapshots a cleanup keeps, with the log entries after the older
 
 
 class CatalogUnreadable(TerminalError):
@@ -310,6 +311,7 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
         if entry["seq"] - catalog.snapshot_seq >= SNAPSHOT_EVERY:
             try:
                 catalog.write_snapshot()
+                clean(catalog.storage, catalog.root, catalog.group)
             except CatalogUnreadable as exc:
                 # a damaged chunk: no snapshot can be made past it, and the log's tail
                 # would grow with every entry; the rebuild writes a whole new one
@@ -323,6 +325,35 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
         return catalog
     raise TerminalError(f"catalog of group {catalog.group}: lost the race for a new entry "
                         f"{ATTEMPTS} times; run again")
+
+
+def clean(storage: Storage, root: str, group: str) -> int:
+    """Delta's log cleanup: keep the newest KEEP_SNAPSHOTS snapshots and the log entries
+    after the oldest of them (a reader that opened the older one still finds its entries;
+    one that finds the newer gone falls back to the older), delete the entries, snapshots
+    and rebuild snapshots before it and every row chunk no kept snapshot names that an
+    older snapshot wrote (a snapshot being written now writes chunks of a later seq).
+    So the catalog stays about two snapshots and their chunks, whatever the history.
+    Returns the objects deleted; a failure leaves garbage for the next cleanup, no damage."""
+    base = folder(root, group)
+    snapshots = sorted(seq_of(url) for url, _ in storage.list(join(base, "snapshots")))
+    if len(snapshots) < KEEP_SNAPSHOTS:
+        return 0
+    floor, keep = snapshots[-KEEP_SNAPSHOTS], snapshots[-KEEP_SNAPSHOTS:]
+    named = set()
+    for seq in keep:
+        named |= {c["url"] for chunks in _load_json(storage, snapshot_url(root, group, seq))
+                  ["chunks"].values() for c in chunks}
+    doomed = [url for url, _ in storage.list(join(base, "log")) if seq_of(url) <= floor]
+    doomed += [snapshot_url(root, group, seq) for seq in snapshots if seq < floor]
+    doomed += [url for url, _ in storage.list(join(base, "rebuilds")) if seq_of(url) < floor]
+    doomed += [url for url, _ in storage.list(join(base, "rows"))
+               if url not in named and seq_of(url) < floor]
+    for url in doomed:
+        storage.delete(url)
+    if doomed:
+        log.info("catalog of %s: cleaned %d objects before entry %d", group, len(doomed), floor)
+    return len(doomed)
 
 
 def entries_after(storage: Storage, root: str, group: str, seq: int) -> Iterable[dict]:

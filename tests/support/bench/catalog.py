@@ -55,6 +55,17 @@ RUN_EVERY = timedelta(minutes=15)
 TAIL_RUNS = 20
 
 
+def catalog_bytes(storage: Storage, cfg) -> str:
+    """The catalog's size on storage against one snapshot and the chunks it names (what a
+    cleaned-up catalog holds: catalog.store.clean keeps two snapshots, sharing chunks)."""
+    total = sum(size for _, size in storage.list(catalog.store.folder(cfg.archive_root, "g")))
+    cat = catalog.open_catalog(storage, cfg, "g")
+    one = (storage.size(catalog.store.snapshot_url(cfg.archive_root, "g", cat.snapshot_seq))
+           or 0) + sum(storage.size(c.url) or 0 for cs in cat.chunks.values() for c in cs)
+    return (f"  catalog bytes                              {total:,} in all; one snapshot and its "
+            f"chunks {one:,}: {total / max(one, 1):.2f}x  (target <= 2x)")
+
+
 @dataclass
 class Counter:
     requests: int = 0
@@ -273,6 +284,7 @@ class Bench:
             self.measure("first audit (counts every row)", audit)
         self.commit(cfg, storage, topics, partitions, end // SLICE, "commit (the catalog's part)")
         self.measure("audit after one commit", audit)
+        print(catalog_bytes(storage, cfg))
 
     def wide(self, topics_n: int, partitions: int) -> None:
         print(f"\na group of {topics_n} topics x {partitions} partitions")

@@ -232,3 +232,22 @@ def test_a_damaged_chunk_is_repaired_from_the_log_in_its_order_not_by_clocks(env
         == ["run00021"]
     Storage.put_bytes(env.storage, env.opened().chunks["a"][0].url, b"{not json")
     assert answer(env.opened()) == before
+
+
+def test_old_entries_snapshots_and_chunks_are_cleaned_up(env):
+    """Issue 31 §4: nothing was ever deleted (a year: GBs of log). Two snapshots and the
+    entries after the older stay; every answer stays the same, a rebuild agrees."""
+    for i in range(100):
+        env.commit([env.row("a", p, 10 * i, 10 * i + 10) for p in range(3)]
+                   + [env.row("b", 0, i, i + 1)])
+    base = store.folder(env.cfg.archive_root, GROUP)
+    listed = lambda what: [u for u, _ in env.storage.list(f"{base}/{what}")]  # noqa: E731
+    assert [store.seq_of(u) for u in listed("snapshots")] == [80, 96]
+    assert [store.seq_of(u) for u in listed("log")] == list(range(81, 101))
+    named = {c["url"] for seq in (80, 96) for chunks in json.loads(env.storage.get_bytes(
+        store.snapshot_url(env.cfg.archive_root, GROUP, seq)))["chunks"].values()
+        for c in chunks}
+    assert set(listed("rows")) == named
+    cat = env.opened()
+    assert [(r["start"], r["end"]) for r in cat.rows("a", 2)][-2:] == [(980, 990), (990, 1000)]
+    assert answer(catalog.rebuild(env.storage, env.cfg, GROUP)) == answer(cat)
