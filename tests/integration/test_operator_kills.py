@@ -1,11 +1,13 @@
 """Operators' commands killed part way (SIGKILL, at spread-out moments of the command's own
-run): `rewind`, `accept-loss` and `catalog --rebuild`. After each kill the operator runs
+run): `rewind`, `accept-loss`, `catalog --rebuild` and `backfill` (a killed replay is in
+test_replay.py). After each kill the operator runs
 the command again if it had not taken effect, then a clean run; every file read back by
 Hadoop's own reader holds each message Kafka still has exactly once, `verify --full`
 finds no error and no plan stays in flight (issue 31 §5)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +18,7 @@ import msgpack
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from test_backup_archive import consumed, varied_messages
+from test_partitioned import PARTITIONED, Archive
 from test_rewind_cli import CLI, cli, run
 
 from kafka_archive.formats.sequencefile import BYTES_WRITABLE
@@ -125,3 +128,38 @@ def test_accepted_losses_killed_at_any_moment(archived, kafka, sc, tmp_path, mon
             assert f"kill test {n}" in report  # the record of the loss, never lost itself
     finally:
         admin.close()
+
+
+def test_a_backfill_killed_at_any_moment_and_run_again_is_a_clean_backfill(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    """A parser fixed, its quarantined messages rebuilt from the backup group; the backfill
+    killed part way, then run again: the files equal a correct run's, verify --full finds
+    no error (no stray file, no file the catalog names missing)."""
+    prefix = f"bf{unique}"
+    broken = Archive(airflow_env, kafka, s3, prefix, tmp_path,
+                     PARTITIONED.format(p=prefix, field="wrong"), name="broken")
+    reference = Archive(airflow_env, kafka, s3, prefix, tmp_path,
+                        PARTITIONED.format(p=prefix, field="ts"), name="reference")
+    topic = broken.create_topic("js", 2)
+    now = int(time.time() * 1000)
+    broken.produce_at([(topic, i % 2, None, json.dumps({"ts": now - i * 7 * 60_000,
+                                                        "i": i}).encode(), now)
+                       for i in range(200)])
+    for made in (reference, broken):
+        made.in_env(monkeypatch)
+        made.run("backup", "backup-1")
+        made.run("partitioned", "run-1")
+    broken.write_config(PARTITIONED.format(p=prefix, field="ts"))  # the fix
+    args = ["backfill", "--group", "partitioned", "--topic", topic, "--from-offset", "0"]
+    for n, after_s in enumerate(moments(broken)):
+        killed(broken, args, after_s)
+        assert cli(broken, *args).returncode == 0  # the operator runs it again
+        assert data_files(broken) == data_files(reference), f"kill {n}"
+        done = cli(broken, "verify", "--group", "partitioned", "--full")
+        assert done.returncode == 0 and "not in the catalog" not in done.stdout, done.stdout
+
+
+def data_files(made: Archive) -> dict[str, bytes]:
+    """The group's files but its markers (_SUCCESS depends on when the finalizer ran)."""
+    return {p: d for p, d in made.files("partitioned").items()
+            if not p.split("/")[-1].startswith("_")}
