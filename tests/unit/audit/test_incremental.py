@@ -228,3 +228,17 @@ def test_holes_next_to_a_windows_messages_are_named_as_verify_names_them(env):
     # each hole touches offsets holding window 0's messages: [0, 6) and [7, 10), [0, 4)
     assert incremental.holes(env.storage, env.cfg, "backup", [alarm], located) == {
         alarm.key: [(0, 6, 7), (1, 4, 20)]}
+
+
+def test_entries_cleaned_up_since_the_checkpoint_are_recounted_not_skipped(env):
+    """The catalog's cleanup deletes old log entries (issue 31 §4): an audit whose
+    checkpoint is older than what is left recounts from the current rows instead of
+    folding in only the entries still there."""
+    env.run("r00", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
+    env.events(10)
+    assert statuses(env.audit()) == {0: ("OK", 10, 10)}
+    for i in range(1, 50):  # snapshots at 16, 32, 48: entries up to 32 are cleaned up
+        env.run(f"r{i:02}", f"2026-01-01T00:{i:02}:00+00:00", [env.row(0, 10 * i, 10 * i + 10)])
+    env.events(490)
+    after = env.audit()
+    assert after.recounted and statuses(after) == {0: ("OK", 500, 500)}
