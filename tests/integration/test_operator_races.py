@@ -5,9 +5,12 @@ re-executed. Each ends with clean runs and the archive holding every message onc
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from test_backup_archive import consumed, varied_messages
+from test_rewind_cli import cli
 
 from kafka_archive import brokers, config, layout
 from kafka_archive.airflow import connections
@@ -73,7 +76,8 @@ def assert_whole(pipeline: Pipeline, expected: set[tuple], topics: list[str]) ->
     assert set(archived) == expected
     report = verify.verify_group(config.load(), "backup", storage(), pipeline.tokens, full=True)
     assert report.errors() == [], report.render()
-    assert not [f for p in report.partitions for f in p.findings if "not in the catalog" in f.message]
+    assert not [f for p in report.partitions for f in p.findings
+                if "not in the catalog" in f.message]
     assert pipeline.token_offsets() == end_offsets(pipeline.kafka, topics)
     assert inflight.holding(storage(), pipeline.root, "backup") is None
 
@@ -150,6 +154,9 @@ def test_a_commit_killed_after_its_token_then_retention_loses_nothing(pipeline, 
     assert pipeline.token_offsets() == {topic: {0: 100}}
     report = verify.verify_group(config.load(), "backup", storage(), pipeline.tokens)
     assert any("still in flight" in f.message for p in report.partitions for f in p.findings)
+    shown = cli(pipeline, "status", "--group", "backup").stdout  # and how long ago
+    assert re.search(r"^IN FLIGHT backup: run killed-run, planned [0-9dhms]+ ago, has not "
+                     r"committed", shown, re.M), shown
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     admin.delete_records({TopicPartition(topic, 0): 50})
     admin.close()

@@ -103,7 +103,8 @@ class HttpStatusFaults:
                     data = response.read()
                     headers = [(k, v) for k, v in response.getheaders()
                                if k.lower() not in ("transfer-encoding", "connection")]
-                    if faults.ignore_conditions and self.command == "PUT" and response.status == 412:
+                    if (faults.ignore_conditions and self.command == "PUT"
+                            and response.status == 412):
                         self._answer(200, [("ETag", '"%032x"' % faults.requests)], b"")
                         return
                     self._answer(response.status, headers, data, head=self.command == "HEAD")

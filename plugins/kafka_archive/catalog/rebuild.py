@@ -147,7 +147,8 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
             _, run, kind, _ = event
             if kind != "commit":
                 return None
-            return _load_json(storage, f"{run}/plan.json"), _load_json(storage, f"{run}/manifest.json")
+            return (_load_json(storage, f"{run}/plan.json"),
+                    _load_json(storage, f"{run}/manifest.json"))
 
         for (at, run, kind, doc), fetched in zip(events, _ahead(pool, documents, events)):
             if kind == "commit":

@@ -303,6 +303,11 @@ class Bench:
         self.measure("plan with every token deleted (rewind)", lambda: rewinds.supersede(
             catalog.open_catalog(storage, cfg, "g"), cfg, rewound), limit_s=10)
         self.commit(cfg, storage, topics, partitions, end // SLICE, "commit (the catalog's part)")
+        newest = list(storage.list(catalog.store.folder(cfg.archive_root, "g") + "/log"))[-1]
+        print(f"  bytes of that commit's log entry           {newest[1]:,} "
+              f"({newest[1] / len(topics) / partitions:.0f} per partition)")
+        self.measure("open the catalog", lambda: catalog.open_catalog(storage, cfg, "g"),
+                     limit_s=1)
         consumer = brokers.consumer(cfg)
         now_ms = int(time.time() * 1000)
         try:

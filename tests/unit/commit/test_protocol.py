@@ -83,7 +83,8 @@ def run(tmp_path):
                 base_offsets={"t": {"0": 5}, "u": {}}, token_runs={"t": "r0", "u": None})
     rows = []
     for s in plan.slices:
-        url = layout.data_file(cfg.archive_root, "backup", s.topic, s.partition, 1, s.start, "sequencefile")
+        url = layout.data_file(cfg.archive_root, "backup", s.topic, s.partition, 1, s.start,
+                               "sequencefile")
         storage.put_bytes(url, b"x" * 10)
         rows.append({**entry(s.start, s.end, 3, url=url, size=10), "topic": s.topic})
     plan_url = layout.run_file(cfg.archive_root, "backup", "r1", "plan.json")
