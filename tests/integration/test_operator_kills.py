@@ -7,7 +7,6 @@ finds no error and no plan stays in flight (issue 31 §5)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import msgpack
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from test_backup_archive import consumed, varied_messages
-from test_partitioned import PARTITIONED, Archive
+from test_partitioned import PARTITIONED, Archive, parser_fix
 from test_rewind_cli import CLI, cli, run
 
 from kafka_archive.formats.sequencefile import BYTES_WRITABLE
@@ -136,19 +135,7 @@ def test_a_backfill_killed_at_any_moment_and_run_again_is_a_clean_backfill(
     killed part way, then run again: the files equal a correct run's, verify --full finds
     no error (no stray file, no file the catalog names missing)."""
     prefix = f"bf{unique}"
-    broken = Archive(airflow_env, kafka, s3, prefix, tmp_path,
-                     PARTITIONED.format(p=prefix, field="wrong"), name="broken")
-    reference = Archive(airflow_env, kafka, s3, prefix, tmp_path,
-                        PARTITIONED.format(p=prefix, field="ts"), name="reference")
-    topic = broken.create_topic("js", 2)
-    now = int(time.time() * 1000)
-    broken.produce_at([(topic, i % 2, None, json.dumps({"ts": now - i * 7 * 60_000,
-                                                        "i": i}).encode(), now)
-                       for i in range(200)])
-    for made in (reference, broken):
-        made.in_env(monkeypatch)
-        made.run("backup", "backup-1")
-        made.run("partitioned", "run-1")
+    broken, reference, topic = parser_fix(airflow_env, kafka, s3, prefix, tmp_path, monkeypatch)
     broken.write_config(PARTITIONED.format(p=prefix, field="ts"))  # the fix
     args = ["backfill", "--group", "partitioned", "--topic", topic, "--from-offset", "0"]
     for n, after_s in enumerate(moments(broken)):

@@ -270,9 +270,11 @@ def test_late_events_before_finalization_are_included_after_it_go_to_late(archiv
     assert not report.errors(), report.render()
 
 
-def test_backfill_after_a_parser_fix_is_byte_identical_to_a_correct_run(
-        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
-    prefix = f"t{unique}"
+def parser_fix(airflow_env, kafka, s3, prefix: str, tmp_path, monkeypatch
+               ) -> tuple[Archive, Archive, str]:
+    """Two archives of one topic of 200 JSON messages over three days: `broken` reads the
+    event time from a field the messages lack (all quarantined), `reference` from `ts`;
+    both archived (backup, then partitioned). (broken, reference, topic)."""
     broken = Archive(airflow_env, kafka, s3, prefix, tmp_path,
                      PARTITIONED.format(p=prefix, field="wrong"), name="broken")
     reference = Archive(airflow_env, kafka, s3, prefix, tmp_path,
@@ -287,6 +289,13 @@ def test_backfill_after_a_parser_fix_is_byte_identical_to_a_correct_run(
         made.in_env(monkeypatch)
         made.run("backup", "backup-1")
         made.run("partitioned", "run-1")
+    return broken, reference, topic
+
+
+def test_backfill_after_a_parser_fix_is_byte_identical_to_a_correct_run(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    prefix = f"t{unique}"
+    broken, reference, topic = parser_fix(airflow_env, kafka, s3, prefix, tmp_path, monkeypatch)
     assert all("/_quarantine/" in p for p in broken.files("partitioned") if "_SUCCESS" not in p
                and not p.endswith(".json"))
 
