@@ -16,7 +16,7 @@ from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.plan.planning import Plan, Slice
 from kafka_archive.storage import Storage, local_path
-from kafka_archive.tools import verify
+from kafka_archive.tools import offset_checks
 
 HOUR = 3_600_000
 T0 = 1_795_300_000_000 - 1_795_300_000_000 % HOUR  # an hour boundary
@@ -134,15 +134,15 @@ def test_commit_checks_every_file_of_a_row(tmp_path):
 
 def test_verify_scattered_offsets_finds_duplicates_and_holes():
     def summary(url, offsets):
-        return verify.summarize(url, offsets[0], offsets), offsets
+        return offset_checks.summarize(url, offsets[0], offsets), offsets
     clean = [summary("a", [0, 3]), summary("b", [1, 2, 4])]
-    assert not [f for f in verify.check_scattered(clean, 5, []) if f.level == verify.ERROR]
-    twice = verify.check_scattered([summary("a", [0, 3]), summary("b", [1, 3])], 4, [])
-    assert any("duplicate offsets 3" in f.message and f.level == verify.ERROR for f in twice)
-    hole = verify.check_scattered([summary("a", [0, 3]), summary("b", [1])], 4, [])
+    assert not [f for f in offset_checks.check_scattered(clean, 5, []) if f.level == offset_checks.ERROR]
+    twice = offset_checks.check_scattered([summary("a", [0, 3]), summary("b", [1, 3])], 4, [])
+    assert any("duplicate offsets 3" in f.message and f.level == offset_checks.ERROR for f in twice)
+    hole = offset_checks.check_scattered([summary("a", [0, 3]), summary("b", [1])], 4, [])
     assert any("hole: offsets [2, 3)" in f.message for f in hole)
-    gap = verify.check_scattered([summary("a", [0, 3]), summary("b", [1])], 4, [(2, 3)])
-    assert not [f for f in gap if f.level == verify.ERROR]
+    gap = offset_checks.check_scattered([summary("a", [0, 3]), summary("b", [1])], 4, [(2, 3)])
+    assert not [f for f in gap if f.level == offset_checks.ERROR]
 
 
 def test_watermark_subtracts_lateness():

@@ -5,8 +5,9 @@ import io
 from kafka_archive import formats
 from kafka_archive.formats import records
 from kafka_archive.storage import Storage
-from kafka_archive.tools.verify import (ERROR, GAP, INFO, LOST, FileSummary, Finding,
-                                        check_partition, read_summary, summarize)
+from kafka_archive.tools.offset_checks import (ERROR, GAP, INFO, LOST, FileSummary, Finding,
+                                               check_partition, summarize)
+from kafka_archive.tools.verify import read_summary
 
 
 def _file(first: int, last: int, name_offset: int | None = None) -> FileSummary:

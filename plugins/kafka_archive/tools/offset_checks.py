@@ -1,0 +1,175 @@
+"""The offset arithmetic of `kafka-archive verify`, pure: from what each file (or each
+covered range) holds, per Kafka partition and generation, no offset in two files and no
+offset missing between files or between the last one and the token. Offsets Kafka itself
+lacks (compaction, transaction markers) are gaps and ranges lost to retention and
+accepted are known loss: reported, not errors. Offsets below the first file are not
+archived on purpose (retention, start_from) and only noted. tools.verify does the
+reading."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+ERROR, LOST, GAP, INFO = "ERROR", "lost", "gap", "info"  # only ERROR fails the check
+
+
+Range = tuple[int, int]  # [start, end) offsets
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    url: str
+    name_offset: int                 # the first offset its name promises
+    first_offset: int | None = None  # of the records read; None when unusable
+    last_offset: int | None = None
+    records: int = 0
+    problem: str | None = None       # why the file is unusable (unreadable, unordered, empty)
+
+
+def summarize(url: str, name_offset: int, offsets: Iterable[int]) -> FileSummary:
+    """A file's summary from the offsets of its records, in file order."""
+    first = last = None
+    count = 0
+    for offset in offsets:
+        if last is not None and offset <= last:
+            return FileSummary(url, name_offset, problem=f"offset {offset} follows offset "
+                                                         f"{last}: offsets must increase")
+        first = offset if first is None else first
+        last, count = offset, count + 1
+    if first is None:
+        return FileSummary(url, name_offset, problem="holds no record")
+    return FileSummary(url, name_offset, first, last, count)
+
+
+def check_partition(files: list[FileSummary], token_offset: int | None,
+                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = ()
+                    ) -> list[Finding]:
+    """Findings for the files of one Kafka partition in one generation.
+
+    token_offset: the next offset to archive, None when not checked against a token.
+    known_gaps: offsets Kafka lacks, from the manifests. retention_skipped: offsets a plan
+    skipped because retention had deleted them.
+    """
+    findings = [Finding(ERROR, f"{f.url}: {f.problem}") for f in files if f.problem]
+    usable = sorted((f for f in files if not f.problem), key=lambda f: (f.first_offset, f.url))
+    findings += [Finding(ERROR, f"{f.url}: first record has offset {f.first_offset}, but the "
+                                f"file name says {f.name_offset}")
+                 for f in usable if f.first_offset != f.name_offset]
+    if not usable:
+        if token_offset:
+            findings.append(Finding(INFO, f"no readable file; offsets below the token "
+                                          f"{token_offset} are not archived here"))
+        return findings
+    if usable[0].first_offset > 0:
+        findings.append(Finding(INFO, f"offsets below {usable[0].first_offset} are not archived "
+                                      "here (retention, start_from or an earlier generation)"))
+    reach = usable[0]  # the file reaching the highest offset so far
+    for f in usable[1:]:
+        if f.first_offset <= reach.last_offset:
+            findings.append(Finding(ERROR, f"duplicate offsets [{f.first_offset}, "
+                                           f"{min(f.last_offset, reach.last_offset)}] are in both "
+                                           f"{reach.url} and {f.url}"))
+        else:
+            findings += _missing(reach.last_offset + 1, f.first_offset,
+                                 f"between {reach.url} and {f.url}", known_gaps, retention_skipped)
+        if f.last_offset > reach.last_offset:
+            reach = f
+    end = reach.last_offset + 1
+    if token_offset is not None and token_offset > end:
+        findings += _missing(end, token_offset,
+                             f"after {reach.url}, below the token {token_offset}",
+                             known_gaps, retention_skipped)
+    elif token_offset is not None and token_offset < end:
+        findings.append(Finding(INFO, f"offsets [{token_offset}, {end}) are archived beyond the "
+                                      "token: a run wrote them but has not committed yet"))
+    return findings
+
+
+def check_scattered(files: list[tuple[FileSummary, list[int]]], token_offset: int | None,
+                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = ()
+                    ) -> list[Finding]:
+    """The event-time layout's check of one Kafka partition: its offsets are spread over
+    many files (per slice and time partition, quarantine, late), none consecutive. Every
+    offset must be in one file only; the runs of consecutive offsets are then checked
+    like the files of the partition layout. files: (summary, offsets read)."""
+    findings = [Finding(ERROR, f"{f.url}: {f.problem}") for f, _ in files if f.problem]
+    usable = [(f, offsets) for f, offsets in files if not f.problem]
+    findings += [Finding(ERROR, f"{f.url}: first record has offset {f.first_offset}, but the "
+                                f"file name says {f.name_offset}")
+                 for f, _ in usable if f.first_offset != f.name_offset]
+    owner: dict[int, str] = {}
+    twice: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for f, offsets in usable:
+        for offset in offsets:
+            if offset in owner:
+                twice[(owner[offset], f.url)].append(offset)
+            else:
+                owner[offset] = f.url
+    findings += [Finding(ERROR, f"duplicate offsets {_few(found)} are in both {a} and {b}")
+                 for (a, b), found in sorted(twice.items())]
+    runs: list[FileSummary] = []
+    for offset in sorted(owner):
+        if runs and runs[-1].last_offset + 1 == offset:
+            last = runs[-1]
+            runs[-1] = FileSummary(f"offsets [{last.first_offset}, {offset}]", last.first_offset,
+                                   last.first_offset, offset, last.records + 1)
+        else:
+            runs.append(FileSummary(f"offsets [{offset}, {offset}]", offset, offset, offset, 1))
+    return findings + check_partition(runs, token_offset, known_gaps, retention_skipped)
+
+
+def _few(offsets: list[int]) -> str:
+    shown = ", ".join(map(str, offsets[:5]))
+    return shown + (f" (+{len(offsets) - 5} more)" if len(offsets) > 5 else "")
+
+
+def _missing(start: int, end: int, where: str, known_gaps: Iterable[Range],
+             retention_skipped: Iterable[Range]) -> list[Finding]:
+    """Findings for offsets [start, end) that no file holds: each part is a Kafka gap, a
+    recorded retention loss or a hole."""
+    gaps, rest = _split(start, end, known_gaps)
+    lost, holes = [], []
+    for a, b in rest:
+        covered, uncovered = _split(a, b, retention_skipped)
+        lost += covered
+        holes += uncovered
+    return ([Finding(GAP, f"offsets {_show(r)} {where}: gap (Kafka has no such offsets)")
+             for r in gaps]
+            + [Finding(LOST, f"known loss: offsets {_show(r)} {where}: deleted by retention "
+                             "before they were archived, loss accepted") for r in lost]
+            + [Finding(ERROR, f"hole: offsets {_show(r)} {where} are in no file") for r in holes])
+
+
+def _split(start: int, end: int, ranges: Iterable[Range]) -> tuple[list[Range], list[Range]]:
+    """[start, end) cut into the parts covered by ranges and the parts not covered."""
+    covered: list[Range] = []
+    pos = start
+    for a, b in sorted(ranges):
+        a, b = max(a, pos), min(b, end)
+        if a >= b:
+            continue
+        if covered and covered[-1][1] == a:  # ranges that touch read as one
+            covered[-1] = (covered[-1][0], b)
+        else:
+            covered.append((a, b))
+        pos = b
+    uncovered, pos = [], start
+    for a, b in covered:
+        if a > pos:
+            uncovered.append((pos, a))
+        pos = b
+    if pos < end:
+        uncovered.append((pos, end))
+    return covered, uncovered
+
+
+def _show(r: Range) -> str:
+    return f"[{r[0]}, {r[1]})"
