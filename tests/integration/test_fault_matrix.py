@@ -281,7 +281,7 @@ def test_broker_stopped_and_restarted_during_plan(faults, bench, service_env):
 
 
 def test_a_spark_task_s_failure_reaches_the_driver_as_the_class_it_raised(faults, bench):
-    """S3 answers 503 to every request after the driver's read of the plan: the tasks'
+    """S3 answers 503 to every request after the driver's reads: the tasks'
     uploads fail in the Python workers, and job.run raises what they raised (a
     TransientError naming the S3 call), not Spark's Py4JJavaError. Clean runs then
     archive everything once."""
@@ -290,7 +290,9 @@ def test_a_spark_task_s_failure_reaches_the_driver_as_the_class_it_raised(faults
     plan_url = faults.pipeline.plan("task-failure")
     assert plan_url is not None
     statuses = bench["statuses"]
-    statuses.arm(503, 2, 100_000)  # request 1 is the driver reading plan.json
+    # requests 1-3 are the driver's: clearing an earlier try's failure record, reading
+    # plan.json, looking for a manifest (none: the job runs)
+    statuses.arm(503, 4, 100_000)
     faults.through(statuses.endpoint)
     cfg = config_module.load(faults.pipeline.config_path)
     try:
