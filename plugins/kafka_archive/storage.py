@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -217,10 +218,10 @@ class Storage:
         writers could both win a token or a catalog entry, and one would be lost. Probes
         an object under folder_url (created, then overwritten against no version and
         against a wrong one, both of which must fail; then deleted); what was checked."""
-        url = join(folder_url, "_conditional_write_probe")
+        # a name of its own: plans of several groups probe the same root at once
+        url = join(folder_url, f"_conditional_write_probe-{secrets.token_hex(8)}")
         where = (f"the S3 server at {self.s3.meta.endpoint_url}" if url.startswith("s3://")
                  else "the local file system")
-        self.delete(url)  # one a crashed probe left
         self.put_if(url, b"first", None)
         for version, condition in ((None, "If-None-Match: * (create only if absent)"),
                                    ('"00000000000000000000000000000000"',
@@ -229,6 +230,7 @@ class Storage:
                 self.put_if(url, b"second", version)
             except VersionConflict:
                 continue
+            self.delete(url)
             raise TerminalError(
                 f"{where} does not honour conditional writes: a PUT of {url} with {condition} "
                 "succeeded over an existing object. Tokens and the catalog move by "

@@ -53,4 +53,18 @@ def test_the_local_file_system_honours_conditional_writes_and_leaves_no_probe(tm
 
     said = Storage().check_conditional_writes(f"file://{tmp_path}/runs")
     assert said == "the local file system honours If-None-Match: * and If-Match"
-    assert list((tmp_path / "runs").glob("_conditional_write_probe")) == []
+    assert list((tmp_path / "runs").glob("_conditional_write_probe*")) == []
+
+
+def test_probes_of_one_root_at_once_never_refuse_a_server_that_honours_conditions(tmp_path):
+    """Plans of several groups probe the same archive root at the same time: a probe
+    object shared between them let one delete the other's and look like a server that
+    ignores If-None-Match."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kafka_archive.storage import Storage
+
+    folder = f"file://{tmp_path}/_preflight"
+    with ThreadPoolExecutor(4) as pool:
+        said = list(pool.map(lambda _: Storage().check_conditional_writes(folder), range(40)))
+    assert set(said) == {"the local file system honours If-None-Match: * and If-Match"}
