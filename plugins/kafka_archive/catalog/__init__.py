@@ -29,25 +29,39 @@ from kafka_archive.config import Config
 log = logging.getLogger(__name__)
 
 
-def open_catalog(storage, config: Config, group: str) -> Catalog:
-    """The group's catalog, rebuilt from the run folders when it has none or it is
-    unreadable."""
+def open_catalog(storage, config: Config, group: str, *, may_rebuild: bool = False) -> Catalog:
+    """The group's catalog. A damaged newest snapshot or chunk is read past from an older
+    snapshot and the log (catalog.store). Past that, or for a group with runs but no
+    catalog: a writer (may_rebuild: plan, commit, finalize, the operators' commands)
+    rebuilds it, one rebuild at a time; a reader (status, the page, verify, the audit,
+    ls, replay) never waits on a rebuild, it fails at once naming the damage."""
     spec = config.group(group).layout
+
+    def repair(damage: str) -> Catalog:
+        if not may_rebuild:
+            raise CatalogUnreadable(f"catalog of group {group}: {damage}; the group's next "
+                                    "run rebuilds it, or `kafka-archive catalog --group "
+                                    f"{group} --rebuild` now")
+        log.warning("catalog of group %s is unreadable (%s): rebuilding it", group, damage)
+        return _rebuild.rebuild(storage, config.archive_root, group, spec)
+
     try:
         found = store.read(storage, config.archive_root, group)
     except CatalogUnreadable as exc:
-        log.warning("catalog of group %s is unreadable (%s): rebuilding it from the runs",
-                    group, exc)
-        found = None
+        return repair(str(exc))
     if found is None:
-        return _rebuild.rebuild(storage, config.archive_root, group, spec)
-    found.repair = lambda: _rebuild.rebuild(storage, config.archive_root, group, spec)
+        if may_rebuild or not _rebuild.committed_runs(storage, config.archive_root, group):
+            return _rebuild.rebuild(storage, config.archive_root, group, spec)
+        return repair("it has none, though runs were committed (archived before catalogs "
+                      "existed, or its folder was deleted)")
+    found.repair = repair
     return found
 
 
 def append(storage, config: Config, group: str, make_entry) -> Catalog:
     """Add the entry make_entry(catalog) makes (None: nothing) by compare-and-swap."""
-    return store.append(lambda: open_catalog(storage, config, group), make_entry)
+    return store.append(lambda: open_catalog(storage, config, group, may_rebuild=True),
+                        make_entry)
 
 
 def rebuild(storage, config: Config, group: str) -> Catalog:
@@ -56,9 +70,10 @@ def rebuild(storage, config: Config, group: str) -> Catalog:
                             from_runs=True)
 
 
-def contents(storage, config: Config, group: str, topic: str | None = None) -> Contents:
+def contents(storage, config: Config, group: str, topic: str | None = None, *,
+             may_rebuild: bool = False) -> Contents:
     """The current rows of a group (or one topic) with their plans and losses."""
-    catalog = open_catalog(storage, config, group)
+    catalog = open_catalog(storage, config, group, may_rebuild=may_rebuild)
     return Contents.of(catalog, catalog.rows(topic))
 
 

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
+import socket
 import time
+from contextlib import contextmanager
 from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -27,7 +30,7 @@ from kafka_archive.catalog.state import State, row_key, with_time_partitions
 from kafka_archive.catalog import store
 from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url, snapshot_url,
                                          _load_json)
-from kafka_archive.errors import TerminalError, VersionConflict
+from kafka_archive.errors import TerminalError, TransientError, VersionConflict
 from kafka_archive.manifest import row_files
 from kafka_archive.storage import Storage, join
 
@@ -70,6 +73,12 @@ def run_folders(storage: Storage, runs_url: str) -> dict[str, set[str]]:
         run_folder, _, name = url.rpartition("/")
         folders[run_folder].add(name)
     return folders
+
+
+def committed_runs(storage: Storage, root: str, group: str) -> list[str]:
+    """The folders of the group's committed runs."""
+    return [run for run, names in run_folders(storage, layout.runs_dir(root, group)).items()
+            if "committed.json" in names]
 
 
 def run_folder(root: str, group: str, run_id: str) -> str:
@@ -196,9 +205,7 @@ def from_log(storage: Storage, root: str, group: str) -> tuple[State, list[dict]
     listed = [url for url, _ in storage.list(join(folder(root, group), "log"))]
     if not listed or any(store.seq_of(url) != n for n, url in enumerate(listed, start=1)):
         return None
-    committed = {run.rsplit("/", 1)[-1] for run, names in
-                 run_folders(storage, layout.runs_dir(root, group)).items()
-                 if "committed.json" in names}
+    committed = {run.rsplit("/", 1)[-1] for run in committed_runs(storage, root, group)}
     rows: dict[tuple, dict] = {}
     state, logged = State(), set()
     with ThreadPoolExecutor(FETCHERS) as pool:
@@ -235,13 +242,75 @@ def _ahead(pool: ThreadPoolExecutor, fetch, items: list, window: int = 2 * FETCH
 
 
 ATTEMPTS = 3  # rebuilds that lost their entry to a commit before giving up
+LEASE_S = 1800  # a rebuild's claim on its group; one longer than this may meet a second
+
+
+def lease_url(root: str, group: str) -> str:
+    return join(folder(root, group), "_rebuilding.json")
+
+
+@contextmanager
+def one_at_a_time(storage: Storage, root: str, group: str):
+    """Hold the group's rebuild lease (created if absent) while rebuilding: a second
+    rebuilder fails fast (TransientError, retried later) instead of doing the same work.
+    A lease is taken over when it has expired or its holder, on this host, is gone (a
+    killed rebuild). Only a guard against waste: the rebuild's entry is claimed by
+    compare-and-swap, so two rebuilds at once would still leave one catalog."""
+    url = lease_url(root, group)
+    mine = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
+            "until": time.time() + LEASE_S}
+    data = json.dumps(mine).encode()
+    try:
+        storage.put_if(url, data, None)
+    except VersionConflict:
+        found, version = storage.get_versioned(url)
+        held = _lease_of(found)
+        if held and held["until"] > time.time() and not _gone(held):
+            raise TransientError(
+                f"catalog of group {group} is being rebuilt by process {held['pid']} on "
+                f"{held['host']} since {_utc(held['since'])}"
+                f"; try again when it ends (its claim, {url}, expires at "
+                f"{_utc(held['until'])})") from None
+        storage.put_if(url, data, version)  # expired or its holder gone: ours (or a conflict)
+    try:
+        yield
+    finally:
+        try:
+            storage.delete(url)
+        except Exception as exc:  # it expires
+            log.warning("catalog of group %s: rebuild lease not released (%r)", group, exc)
+
+
+def _utc(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
+
+
+def _lease_of(data: bytes | None) -> dict | None:
+    try:
+        held = json.loads(data)
+        return held if {"host", "pid", "since", "until"} <= set(held) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _gone(held: dict) -> bool:
+    """Whether the lease's holder is known to have ended: only knowable on its own host."""
+    if held["host"] != socket.gethostname():
+        return False
+    try:
+        os.kill(held["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return held["pid"] == os.getpid()  # our own, left by a rebuild that raised
 
 
 def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec,
             from_runs: bool = False) -> Catalog:
-    """Write the catalog anew, from its own log when that is whole (from_log: a damaged
-    snapshot or chunk), else (or with from_runs) from the run folders, the truth: its
-    snapshot under a name of its own,
+    """Write the catalog anew, one rebuild at a time (one_at_a_time), from its own log
+    when that is whole (from_log: a damaged snapshot or chunk), else (or with from_runs)
+    from the run folders, the truth: its snapshot under a name of its own,
     then a `rebuild` entry naming it at the next seq (compare-and-swap), then the regular
     snapshot there. A crash before the entry leaves the old catalog as it was. A group
     that has committed nothing gets an empty catalog and nothing is written: its first
@@ -251,6 +320,12 @@ def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec,
     committed before it adds its entry: so every entry below the claimed seq is a run the
     scan saw, and a commit that adds one meanwhile takes the seq first (this rebuild loses
     the race and scans again). A rebuild that lost to another rebuild takes that one's."""
+    with one_at_a_time(storage, root, group):
+        return _rebuild(storage, root, group, spec, from_runs)
+
+
+def _rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec,
+             from_runs: bool) -> Catalog:
     for attempt in range(1, ATTEMPTS + 1):
         started = time.monotonic()
         listed = [url for url, _ in storage.list(join(folder(root, group), "log"))]

@@ -95,7 +95,7 @@ class Catalog:
     snapshot_seq: int = 0
     chunks: dict[str, list[Chunk]] = field(default_factory=dict)
     tail: list[dict] = field(default_factory=list)   # entries after the snapshot
-    repair: Callable[[], Catalog] | None = None       # a rebuilt catalog, for damaged chunks
+    repair: Callable[[str], Catalog] | None = None    # damage -> a rebuilt catalog (or raises)
     read_chunks: dict[str, list[dict]] = field(default_factory=dict)  # url -> rows, read once
 
     # --- rows -------------------------------------------------------------------------
@@ -105,19 +105,30 @@ class Catalog:
              start_before: int | None = None) -> list[dict]:
         """Current rows, sorted by (topic, partition, generation, start), of one topic
         (None: all), optionally of one partition and generation, and only those ending
-        after end_after or starting before start_before. A damaged chunk is repaired
-        (the catalog rebuilt from the runs) and the rows read again."""
+        after end_after or starting before start_before. A damaged chunk is read past
+        from an older snapshot and the log when those hold its rows; else repaired (a
+        writer's catalog is rebuilt, a reader's raises) and the rows read again."""
         try:
             return self._rows(topic, partition, generation, end_after, start_before)
         except CatalogUnreadable as exc:
+            damage = str(exc)
+        log.warning("catalog of group %s: %s; reading an older snapshot and the log",
+                    self.group, damage)
+        try:
+            older = read(self.storage, self.root, self.group, below=self.snapshot_seq)
+            if older is None:
+                raise CatalogUnreadable(damage)
+            rows = older._rows(topic, partition, generation, end_after, start_before)
+        except CatalogUnreadable as exc:
             if self.repair is None:
                 raise
-            log.warning("catalog of group %s: %s; rebuilding it from the runs", self.group, exc)
-            fresh = self.repair()
-            self.state, self.snapshot_seq, self.chunks, self.tail = (
-                fresh.state, fresh.snapshot_seq, fresh.chunks, fresh.tail)
+            log.warning("catalog of group %s: %s", self.group, exc)
+            older = self.repair(damage)
             self.repair = None
-            return self._rows(topic, partition, generation, end_after, start_before)
+            rows = older._rows(topic, partition, generation, end_after, start_before)
+        self.state, self.snapshot_seq, self.chunks, self.tail, self.read_chunks = (
+            older.state, older.snapshot_seq, older.chunks, older.tail, older.read_chunks)
+        return rows
 
     def _rows(self, topic, partition, generation, end_after, start_before) -> list[dict]:
         def wanted(row: dict) -> bool:
@@ -207,16 +218,17 @@ class Catalog:
 
 # --- reading ----------------------------------------------------------------------------
 
-def read(storage: Storage, root: str, group: str) -> Catalog | None:
+def read(storage: Storage, root: str, group: str, below: int | None = None) -> Catalog | None:
     """The catalog as stored, or None when the group has none. CatalogUnreadable when
-    its files are damaged past what the log can make up for."""
-    hint = storage.get_or_none(latest_url(root, group))
+    its files are damaged past what the log can make up for. With `below`, from the
+    newest snapshot before that seq (one found damaged) and the log after it."""
+    hint = storage.get_or_none(latest_url(root, group)) if below is None else None
     try:
-        seq = json.loads(hint)["seq"] if hint is not None else None
+        seq = json.loads(hint)["seq"] if hint is not None else below
     except (ValueError, KeyError, TypeError):
         seq = None
     try:
-        catalog = _from_snapshot(storage, root, group, seq) if seq else None
+        catalog = _from_snapshot(storage, root, group, seq) if seq and below is None else None
     except CatalogUnreadable as exc:  # a hint naming a lost or damaged snapshot
         log.warning("catalog of %s: %s; reading an older snapshot and the log", group, exc)
         catalog = None
@@ -318,7 +330,7 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
                 log.warning("catalog of %s: snapshot at %d not written (%s); rebuilding",
                             catalog.group, entry["seq"], exc)
                 if catalog.repair is not None:
-                    return catalog.repair()
+                    return catalog.repair(str(exc))
             except Exception as exc:  # the entry is durable: a later writer snapshots
                 log.warning("catalog of %s: snapshot at %d not written (%r); the log holds "
                             "every entry", catalog.group, entry["seq"], exc)

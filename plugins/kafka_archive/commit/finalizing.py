@@ -41,7 +41,7 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
     if group.layout.kind != "event_time":
         return {}
     through = archived_through(config, group, tokens, consumer, now_ms)
-    cat = catalog.open_catalog(storage, config, group.name)
+    cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     done: dict[str, dict] = {}
     for topic, through_ms in sorted(through.items()):
         mark = watermark(through_ms, group.lateness_s)

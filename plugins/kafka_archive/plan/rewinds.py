@@ -114,7 +114,7 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
                           "(planned, not committed): let it finish, or re-run it until it "
                           "commits, then rewind")
 
-    cat = catalog.open_catalog(storage, config, group)
+    cat = catalog.open_catalog(storage, config, group, may_rebuild=True)
     chosen = [partition] if partition is not None else sorted(token.offsets)
     tps = [TopicPartition(topic, p) for p in chosen]
     missing = [p for p in chosen if p not in (consumer.partitions_for_topic(topic) or ())]

@@ -58,7 +58,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     "on_retention_gap: skip", now.isoformat(timespec="seconds"),
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
-    cat = catalog.open_catalog(storage, config, group.name)
+    cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     slices, superseded = rewinds.supersede(cat, config, slices)
     topics = sorted({s.topic for s in slices})
     plan = Plan(

@@ -63,7 +63,7 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
     if run := inflight.holding(storage, config.archive_root, group, topic):
         raise BackfillError(f"run {run} of group {group} is in flight with topic {topic}: "
                             "let it commit first")
-    contents = catalog.contents(storage, config, group, topic)
+    contents = catalog.contents(storage, config, group, topic, may_rebuild=True)
     rows, plans = contents.of_topic(topic), contents.plans
     chosen = [r for r in rows if r["records"] and _selected(r, from_offset, to_offset,
                                                              since_ms, until_ms)]

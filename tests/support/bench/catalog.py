@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 import time
@@ -48,6 +49,7 @@ from kafka_archive.storage import Storage
 from kafka_archive.tokens import Token, open_store
 from kafka_archive.tools import replay, verify
 from tests.support import localservices
+from tests.support.bench import processes
 
 SLICE = 1000                    # offsets per slice
 START = datetime(2025, 11, 1, tzinfo=timezone.utc)
@@ -55,15 +57,38 @@ RUN_EVERY = timedelta(minutes=15)
 TAIL_RUNS = 20
 
 
-def catalog_bytes(storage: Storage, cfg) -> str:
+def catalog_total(storage: Storage, root: str) -> int:
+    return sum(size for _, size in storage.list(catalog.store.folder(root, "g")))
+
+
+class CleanupTally:
+    """catalog.store.clean, wrapped to add up the bytes each call deletes."""
+
+    def __init__(self):
+        self.deleted, self.real = 0, catalog.store.clean
+
+    def __call__(self, storage, root, group):
+        before = catalog_total(storage, root)
+        try:
+            return self.real(storage, root, group)
+        finally:
+            self.deleted += before - catalog_total(storage, root)
+
+
+def catalog_bytes(storage: Storage, cfg, runs: int, tally: CleanupTally) -> str:
     """The catalog's size on storage against one snapshot and the chunks it names (what a
-    cleaned-up catalog holds: catalog.store.clean keeps two snapshots, sharing chunks)."""
-    total = sum(size for _, size in storage.list(catalog.store.folder(cfg.archive_root, "g")))
+    cleaned-up catalog holds: catalog.store.clean keeps two snapshots, sharing chunks),
+    what the cleanups deleted, and what a year of log entries would hold without them."""
+    total = catalog_total(storage, cfg.archive_root)
     cat = catalog.open_catalog(storage, cfg, "g")
     one = (storage.size(catalog.store.snapshot_url(cfg.archive_root, "g", cat.snapshot_seq))
            or 0) + sum(storage.size(c.url) or 0 for cs in cat.chunks.values() for c in cs)
-    return (f"  catalog bytes                              {total:,} in all; one snapshot and its "
-            f"chunks {one:,}: {total / max(one, 1):.2f}x  (target <= 2x)")
+    entry = list(storage.list(catalog.store.folder(cfg.archive_root, "g") + "/log"))[-1][1]
+    return (f"  catalog bytes after cleanup               {total:,}; one snapshot and its "
+            f"chunks {one:,}: {total / max(one, 1):.2f}x  (target <= 2x)\n"
+            f"  catalog bytes before cleanup              {total + tally.deleted:,} (cleanups "
+            f"deleted {tally.deleted:,} since the rebuild); without any cleanup the log alone "
+            f"would hold ~{runs * entry:,} ({runs:,} entries of {entry:,} bytes)")
 
 
 @dataclass
@@ -110,6 +135,7 @@ class Bench:
         self.env, self.client, self.fast, self.counter = env, client, fast, counter
         self.bucket = "kafka-archive"
         self.work = work
+        self.tally = catalog.store.clean = CleanupTally()
         work.mkdir(parents=True, exist_ok=True)
 
     def config(self, name: str, topics: str):
@@ -124,11 +150,19 @@ class Bench:
             """))
         return config_module.load(path)
 
-    def measure(self, what: str, fn, *, limit_s: float | None = None, limit_requests=None):
+    def measure(self, what: str, fn, *, limit_s: float | None = None, limit_requests=None,
+                limit_rss_mib: float | None = None):
         self.counter.requests = 0
+        sampler = processes.TreeSampler(os.getpid()) if limit_rss_mib else None
+        if sampler:
+            sampler.start()
         t0 = time.perf_counter()
         result = fn()
         seconds = time.perf_counter() - t0
+        if sampler:
+            peak = sampler.stop().peak_total_mib
+            print(f"  {what + ': peak RSS':38s} {peak:8.0f} MiB" + (
+                "  ok" if peak <= limit_rss_mib else f"  OVER (target <= {limit_rss_mib:.0f} MiB)"))
         verdict = ""
         if limit_s is not None:
             ok = seconds <= limit_s and (limit_requests is None
@@ -246,7 +280,7 @@ class Bench:
         tokens = open_store(cfg.token_root, lambda: self.client)
         if storage.get_or_none(f"{cfg.archive_root}/_tail.json") is None:
             self.measure("rebuild the catalog from the runs", lambda: catalog.rebuild(
-                storage, cfg, "g"))
+                storage, cfg, "g"), limit_s=120, limit_rss_mib=1024)
             for i in range(runs, runs + TAIL_RUNS):
                 self.commit(cfg, storage, topics, partitions, i)
             storage.put_bytes(f"{cfg.archive_root}/_tail.json", b"{}")
@@ -284,7 +318,7 @@ class Bench:
             self.measure("first audit (counts every row)", audit)
         self.commit(cfg, storage, topics, partitions, end // SLICE, "commit (the catalog's part)")
         self.measure("audit after one commit", audit)
-        print(catalog_bytes(storage, cfg))
+        print(catalog_bytes(storage, cfg, end // SLICE, self.tally))
 
     def wide(self, topics_n: int, partitions: int) -> None:
         print(f"\na group of {topics_n} topics x {partitions} partitions")

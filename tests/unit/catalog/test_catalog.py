@@ -251,3 +251,85 @@ def test_old_entries_snapshots_and_chunks_are_cleaned_up(env):
     cat = env.opened()
     assert [(r["start"], r["end"]) for r in cat.rows("a", 2)][-2:] == [(980, 990), (990, 1000)]
     assert answer(catalog.rebuild(env.storage, env.cfg, GROUP)) == answer(cat)
+
+
+def damage_every_snapshot(env) -> None:
+    """After a cleanup (the log starts after the older snapshot), every kept snapshot's
+    chunks garbled: nothing in the catalog holds the rows any more."""
+    for i in range(40):  # snapshots at 16 and 32, log from 17
+        env.commit([env.row("a", 0, 10 * i, 10 * i + 10)])
+    root = env.cfg.archive_root
+    for seq in (16, 32):
+        for c in json.loads(env.storage.get_bytes(store.snapshot_url(root, GROUP, seq))
+                            )["chunks"]["a"]:
+            Storage.put_bytes(env.storage, c["url"], b"{not json")
+
+
+def test_a_reader_never_rebuilds_it_fails_at_once_naming_the_damage_a_writer_rebuilds(env):
+    """Issue 31 §4: any reader meeting damage started a rebuild (at a year of runs, a
+    status call hanging for minutes). A reader answers from an older snapshot when one
+    holds the rows, else fails at once naming the damage and the remedy, writing nothing;
+    a writer (the next run, an operator's command) rebuilds."""
+    damage_every_snapshot(env)
+    entries = lambda: [u for u, _ in env.storage.list(  # noqa: E731
+        store.folder(env.cfg.archive_root, GROUP) + "/log")]
+    before = entries()
+    with pytest.raises(catalog.CatalogUnreadable, match=r"rows/a/.*not a readable row chunk"
+                                                        r".*`kafka-archive catalog --group "
+                                                        r"backup --rebuild`"):
+        env.opened().rows("a")
+    assert entries() == before  # no rebuild entry
+    writer = catalog.open_catalog(env.storage, env.cfg, GROUP, may_rebuild=True)
+    assert [r["end"] for r in writer.rows("a")][-2:] == [390, 400]
+    assert json.loads(env.storage.get_bytes(entries()[-1]))["kind"] == "rebuild"
+    assert [r["end"] for r in env.opened().rows("a")][-1] == 400  # readers see it now
+
+
+def test_a_group_with_committed_runs_and_no_catalog_is_built_by_a_writer_only(env):
+    for i in range(3):
+        env.commit([env.row("a", 0, 10 * i, 10 * i + 10)])
+    for url, _ in list(env.storage.list(store.folder(env.cfg.archive_root, GROUP))):
+        env.storage.delete(url)
+    with pytest.raises(catalog.CatalogUnreadable, match="it has none, though runs were "
+                                                        "committed"):
+        env.opened()
+    assert [r["end"] for r in catalog.open_catalog(
+        env.storage, env.cfg, GROUP, may_rebuild=True).rows()] == [10, 20, 30]
+
+
+def lease(env, **fields) -> None:
+    import socket
+    import time
+    held = {"host": socket.gethostname(), "pid": 1, "since": time.time() - 60,
+            "until": time.time() + 600, **fields}
+    Storage.put_bytes(env.storage, rebuild_module().lease_url(env.cfg.archive_root, GROUP),
+                      json.dumps(held).encode())
+
+
+def rebuild_module():
+    import sys
+    return sys.modules["kafka_archive.catalog.rebuild"]
+
+
+def test_one_rebuild_at_a_time_a_second_fails_fast_naming_the_first(env):
+    from kafka_archive.errors import TransientError
+    damage_every_snapshot(env)
+    lease(env, host="worker-7", pid=4242)  # a rebuild running on another host
+    with pytest.raises(TransientError, match=r"being rebuilt by process 4242 on worker-7 since "
+                                             r"\S+ \S+ UTC; try again when it ends \(its "
+                                             r"claim, \S+/_rebuilding.json, expires at"):
+        catalog.open_catalog(env.storage, env.cfg, GROUP, may_rebuild=True).rows("a")
+
+
+@pytest.mark.parametrize("left", ["expired", "holder gone"])
+def test_a_lease_left_by_a_killed_or_expired_rebuild_is_taken_over(env, left):
+    import time
+    damage_every_snapshot(env)
+    if left == "expired":
+        lease(env, host="worker-7", until=time.time() - 1)
+    else:  # this host, a pid that is not running (killed)
+        lease(env, pid=2 ** 22 + 12345)
+    rebuilt = catalog.rebuild(env.storage, env.cfg, GROUP)
+    assert [r["end"] for r in rebuilt.rows("a")][-1] == 400
+    assert env.storage.get_or_none(rebuild_module().lease_url(env.cfg.archive_root,
+                                                              GROUP)) is None  # released
