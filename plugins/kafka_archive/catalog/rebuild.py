@@ -2,7 +2,8 @@
 (one archived before catalogs existed), a damaged one, or `kafka-archive catalog
 --rebuild`. Reads every run: the one place whose cost follows history.
 
-A group's content is the rows of its committed runs' manifests, taken in commit order:
+A group's content is the rows of its committed runs' manifests, taken in the log's order
+(log_order: each commit and backfill records its entry's seq):
 a run whose plan moved files aside (a rewind, the plan's `superseded` list) takes out
 every earlier row holding one of them, then adds its own rows; a backfill
 (`backfill.json`) replaces the rows of the slices it rebuilt. A file name can come back
@@ -110,6 +111,20 @@ def run_summary(plan: dict, manifest: dict, committed: dict) -> dict:
 FETCHERS = 16  # GETs of run documents in flight at once (S3 answers each in ~10-50 ms)
 
 
+def log_order(event: tuple) -> tuple:
+    """Where a run's commit or a backfill stood in the catalog's log: its entry's seq,
+    recorded after the entry was added; else, for a commit cut before that, one past the
+    entry it saw before its tokens moved (its own came later: after an exact entry of
+    that seq); else (folders written before these were recorded) before all of those, by
+    the wall clock of the host that wrote it."""
+    at, run, kind, doc = event
+    if doc.get("entry") is not None:
+        return doc["entry"], 0, at, run
+    if doc.get("after_entry") is not None:
+        return doc["after_entry"] + 1, 1, at, run
+    return 0, 0, at, run
+
+
 def from_run_folders(storage: Storage, root: str, group: str, spec: layout.LayoutSpec
                      ) -> tuple[State, list[dict]]:
     """The state and current rows of a group, replayed from its run folders in commit
@@ -150,7 +165,7 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
              for run, c in zip(committed_runs, pool.map(load("committed.json"), committed_runs))]
             + [(b["at"], run, "backfill", b)
                for run, b in zip(backfill_runs, pool.map(load("backfill.json"), backfill_runs))],
-            key=lambda e: e[:3])
+            key=log_order)
 
         def documents(event) -> tuple[dict, dict] | None:
             _, run, kind, _ = event

@@ -97,6 +97,7 @@ class Catalog:
     tail: list[dict] = field(default_factory=list)   # entries after the snapshot
     repair: Callable[[str], Catalog] | None = None    # damage -> a rebuilt catalog (or raises)
     read_chunks: dict[str, list[dict]] = field(default_factory=dict)  # url -> rows, read once
+    appended: int | None = None  # the seq of the entry append() added to it
 
     # --- rows -------------------------------------------------------------------------
 
@@ -320,6 +321,7 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
                         catalog.group, entry["seq"], attempt)
             continue
         catalog.tail.append(entry)
+        catalog.appended = entry["seq"]
         if entry["seq"] - catalog.snapshot_seq >= SNAPSHOT_EVERY:
             try:
                 catalog.write_snapshot()
@@ -330,7 +332,9 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
                 log.warning("catalog of %s: snapshot at %d not written (%s); rebuilding",
                             catalog.group, entry["seq"], exc)
                 if catalog.repair is not None:
-                    return catalog.repair(str(exc))
+                    repaired = catalog.repair(str(exc))
+                    repaired.appended = entry["seq"]
+                    return repaired
             except Exception as exc:  # the entry is durable: a later writer snapshots
                 log.warning("catalog of %s: snapshot at %d not written (%r); the log holds "
                             "every entry", catalog.group, entry["seq"], exc)

@@ -4,8 +4,9 @@ Order, never changed: (1) check the manifest covers every planned slice and ever
 is durable with its recorded size, (2) advance each topic's token by compare-and-swap
 against the version the plan was made from, (3) mark the run committed in its folder
 (`committed.json`, the run folders' truth a rebuild reads), (4) add the run's rows to the
-catalog (by compare-and-swap; the rows the plan's rewind moved aside come out), (5) clear
-the in-flight mark. A crash anywhere leaves the plan in flight; the next run finishes it
+catalog (by compare-and-swap; the rows the plan's rewind moved aside come out) and record
+the entry's seq in `committed.json` (a rebuild from the run folders replays them in the
+log's order, not by clocks), (5) clear the in-flight mark. A crash anywhere leaves the plan in flight; the next run finishes it
 from its stored manifest (the job does not run again) and finds tokens already advanced
 and the catalog already holding this run, which count as done. (3) before (4): a rebuild
 that lists the log before it scans the run folders sees every run the log has (catalog.
@@ -101,7 +102,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
             f"run {plan.run_id} cannot commit: no {manifests.url(root, plan.group, plan.run_id)}; "
             "the archive job did not finish, so nothing was committed")
     ends = verify(plan, manifest, storage.size)
-    add_to_catalog(config, plan, manifest, storage, now, dry_run=True)  # refused: before tokens
+    # refused before any token moves; the entry it saw orders a rebuild from the runs
+    seen = add_to_catalog(config, plan, manifest, storage, now, dry_run=True)
     left_as_found = {}  # topic -> why its token was not written
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
@@ -127,11 +129,15 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "retention_lost": manifest.get("retention_lost", []),
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
                           for t in plan.topics() if t not in left_as_found},
-               "tokens_left_as_found": left_as_found}
+               "tokens_left_as_found": left_as_found, "after_entry": seen}
     committed = layout.run_file(root, plan.group, plan.run_id, "committed.json")
-    if storage.size(committed) is None:  # a re-run keeps the first: a rebuild orders by it
+    written = storage.size(committed) is None  # a re-run keeps the first
+    if written:
         storage.put_bytes(committed, json.dumps(summary, indent=1).encode())
-    add_to_catalog(config, plan, manifest, storage, now)
+    if (entry := add_to_catalog(config, plan, manifest, storage, now)) is not None:
+        # the log's order, for a rebuild from the run folders once the log is cleaned up
+        first = summary if written else json.loads(storage.get_bytes(committed))
+        storage.put_bytes(committed, json.dumps({**first, "entry": entry}, indent=1).encode())
     inflight.clear(storage, root, plan.group)
     for e in manifest["slices"]:
         if e.get("quarantined"):  # kept, never dropped: but someone must fix the parser
@@ -170,13 +176,14 @@ def changed_by_a_person(plan: Plan, topic: str, current: Token | None,
 
 
 def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
-                   now: datetime, dry_run: bool = False) -> None:
+                   now: datetime, dry_run: bool = False) -> int | None:
     """The run's rows into the catalog; out go the current rows starting inside a slice
     (the rows a rewind's plan archives again, whose files it moved aside). Nothing when
-    the catalog holds this run already (a commit re-run after a crash). dry_run: only
-    check that the catalog takes the entry (catalog.OverlapError if a row's offsets are
-    in a current file already), writing nothing: the commit does so before any token
-    moves, so a refusal leaves the run as it was."""
+    the catalog holds this run already (a commit re-run after a crash). The seq of the
+    entry added (None: none). dry_run: only check that the catalog takes the entry
+    (catalog.OverlapError if a row's offsets are in a current file already), writing
+    nothing, and return the seq of the newest entry seen: the commit does so before any
+    token moves, so a refusal leaves the run as it was."""
     root, group = config.archive_root, plan.group
     run = catalog.run_folder(root, group, plan.run_id)
     plan_dict = json.loads(plan.to_json())
@@ -202,8 +209,9 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
                           "lost_to": a.lost_to} for a in plan.anomalies if a.action == "skipped"]}
 
     if dry_run:
-        cat = catalog.open_catalog(storage, config, group)
+        cat = catalog.open_catalog(storage, config, group, may_rebuild=True)
+        seen = cat.state.seq
         if (found := entry(cat)) is not None:
-            cat.state.apply({**found, "seq": cat.state.seq + 1}, check=True)
-        return
-    catalog.append(storage, config, group, entry)
+            cat.state.apply({**found, "seq": seen + 1}, check=True)
+        return seen
+    return catalog.append(storage, config, group, entry).appended

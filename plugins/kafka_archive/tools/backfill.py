@@ -119,7 +119,8 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
                     f"the backfill was not recorded: run it again ({len(gone)} slices)")
             return entry
 
-        catalog.append(storage, config, group, made)
+        # its entry's seq orders it among the commits in a rebuild from the run folders
+        summary["entry"] = catalog.append(storage, config, group, made).appended
         storage.put_bytes(layout.run_file(config.archive_root, group, run_id, "backfill.json"),
                           json.dumps(summary, indent=1, sort_keys=True).encode())
     log.info("backfill %s %s: %d slices rebuilt, %d files moved aside", group, topic,

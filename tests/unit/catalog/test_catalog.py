@@ -38,7 +38,7 @@ def env(tmp_path):
 
 class Env:
     """Runs committed the way commit.protocol does it: run folder, catalog entry, then
-    committed.json."""
+    committed.json with the entry's seq."""
 
     def __init__(self, cfg):
         self.cfg, self.storage = cfg, CountingStorage()
@@ -65,13 +65,15 @@ class Env:
         folder = catalog.run_folder(self.cfg.archive_root, GROUP, run_id)
         added = [catalog.catalog_row(r, folder, plan, layout.LayoutSpec(),
                                      self.cfg.archive_root, GROUP) for r in rows]
-        catalog.append(self.storage, self.cfg, GROUP, lambda cat: {
+        seen = catalog.open_catalog(self.storage, self.cfg, GROUP, may_rebuild=True).state.seq
+        entry = catalog.append(self.storage, self.cfg, GROUP, lambda cat: {
             "kind": "commit", "run_id": run_id, "at": at,
             "run": catalog.run_summary(plan, {"slices": rows}, {"run_id": run_id,
                                                                 "committed_at": at}),
             "add": added,
-            "remove": [r for r in cat.rows() if r["files"][0]["url"] in superseded]})
-        self.put(run_id, "committed.json", {"run_id": run_id, "committed_at": at})
+            "remove": [r for r in cat.rows() if r["files"][0]["url"] in superseded]}).appended
+        self.put(run_id, "committed.json", {"run_id": run_id, "committed_at": at,
+                                            "after_entry": seen, "entry": entry})
 
     def put(self, run_id, name, doc):
         Storage.put_bytes(self.storage, layout.run_file(self.cfg.archive_root, GROUP, run_id,
@@ -232,6 +234,23 @@ def test_a_damaged_chunk_is_repaired_from_the_log_in_its_order_not_by_clocks(env
         == ["run00021"]
     Storage.put_bytes(env.storage, env.opened().chunks["a"][0].url, b"{not json")
     assert answer(env.opened()) == before
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_rebuild_by_hand_from_the_runs_takes_the_log_order_not_clocks(env, cut):
+    """Issue 31 §2.7: `catalog --rebuild` ordered run folders by committed_at; a host
+    whose clock ran behind put a rewind before the run it replaced, bringing its files
+    back. Each commit records its entry's seq (cut: only the entry it saw, the commit
+    killed before recording its own)."""
+    for i in range(20):
+        env.commit([env.row("a", 0, 10 * i, 10 * i + 10)])
+    superseded = [r["files"][0]["url"] for r in env.opened().rows("a", 0, end_after=150)]
+    env.commit([env.row("a", 0, 150, 200)], superseded=superseded)  # run00021, a rewind
+    skewed = {"run_id": "run00021", "committed_at": "2025-12-31T00:00:00+00:00",
+              "after_entry": 20, **({} if cut else {"entry": 21})}
+    env.put("run00021", "committed.json", skewed)
+    before = answer(env.opened())
+    assert answer(catalog.rebuild(env.storage, env.cfg, GROUP)) == before
 
 
 def test_old_entries_snapshots_and_chunks_are_cleaned_up(env):
