@@ -33,6 +33,7 @@ T = TypeVar("T")
 S3_MAX_ATTEMPTS = 5          # first try included
 S3_CONNECT_TIMEOUT_S = 10
 S3_READ_TIMEOUT_S = 60
+S3_CONNECTIONS = 32           # connections a client keeps (threads sharing it at once)
 
 MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 # a failed precondition: AWS and MinIO say 412 PreconditionFailed; AWS says 409
@@ -62,11 +63,14 @@ class DiskFullError(TerminalError):
 def s3_config():
     """The botocore client config of every S3 client the library makes: bounded retries
     with back-off for throttling, server errors and broken connections; timeouts that
-    turn a hung connection into a retry."""
+    turn a hung connection into a retry; connections kept for S3_CONNECTIONS threads
+    (the catalog's rebuild reads 16 documents at once: with botocore's default of 10,
+    every request beyond it opened a new connection and threw it away)."""
     from botocore.config import Config
 
     return Config(retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
-                  connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S)
+                  connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
+                  max_pool_connections=S3_CONNECTIONS)
 
 
 def s3_error_code(exc: BaseException) -> str:

@@ -361,12 +361,13 @@ def _s3_credentials(env: dict[str, str]) -> tuple[str, str]:
     return generated(env, "KAFKA_ARCHIVE_S3_ACCESS_KEY", "KAFKA_ARCHIVE_S3_SECRET_KEY")
 
 
-def s3_client(env: dict[str, str]):
+def s3_client(env: dict[str, str], config=None):
+    """A boto3 client of the local S3 server (config: a botocore Config)."""
     import boto3
 
     key, secret = _s3_credentials(env)
     return boto3.client("s3", endpoint_url=s3_endpoint(env), aws_access_key_id=key,
-                        aws_secret_access_key=secret, region_name="us-east-1")
+                        aws_secret_access_key=secret, region_name="us-east-1", config=config)
 
 
 def _s3_ready(env: dict[str, str]) -> None:

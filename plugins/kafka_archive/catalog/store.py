@@ -168,14 +168,17 @@ class Catalog:
         the last snapshot touched rewritten: its last chunk (while not full) and every
         chunk a removed row was in. Other chunks are shared with the older snapshot."""
         seq = self.state.seq
-        touched: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+        # per topic, the entries' changes in order (a row removed, then added again, stays);
+        # one pass over the tail, whatever the number of topics
+        changes: dict[str, list[tuple[bool, dict]]] = defaultdict(list)
         for entry in self.tail:
             for row in entry.get("remove", ()):
-                touched[row["topic"]][1].append(row)
+                changes[row["topic"]].append((False, row))
             for row in entry.get("add", ()):
-                touched[row["topic"]][0].append(row)
+                changes[row["topic"]].append((True, row))
         chunks = {t: list(c) for t, c in self.chunks.items()}
-        for topic, (added, removed) in sorted(touched.items()):
+        for topic, changed in sorted(changes.items()):
+            removed = [row for added, row in changed if not added]
             kept, redo = [], []
             for i, chunk in enumerate(chunks.get(topic, [])):
                 last_open = i == len(chunks[topic]) - 1 and chunk.rows < CHUNK_ROWS
@@ -185,11 +188,11 @@ class Catalog:
             rows: dict[tuple, dict] = {}
             for chunk in redo:
                 rows.update((row_key(r), r) for r in self._chunk_rows(chunk))
-            for entry in self.tail:  # in order: a row removed, then added again, stays
-                for row in entry.get("remove", ()):
-                    if row["topic"] == topic:
-                        rows.pop(row_key(row), None)
-                rows.update((row_key(r), r) for r in entry.get("add", ()) if r["topic"] == topic)
+            for added, row in changed:
+                if added:
+                    rows[row_key(row)] = row
+                else:
+                    rows.pop(row_key(row), None)
             ordered = [rows[key] for key in sorted(rows)]
             written = [self._write_chunk(topic, seq, f"{n}{tag}", ordered[i:i + CHUNK_ROWS])
                        for n, i in enumerate(range(0, len(ordered), CHUNK_ROWS))]

@@ -1,7 +1,7 @@
 """What a group's history costs each operator call, on generated archive metadata.
 
     .venv/bin/python -m tests.support.bench.catalog [--runs 100,1000,3500] [--partitions 100]
-                                                  [--wide 500x20]
+                                                  [--wide 500x20x100]
 
 No Kafka data, real MinIO and Kafka (tests/support/localservices.py starts them if they are
 not running, and stops only what it started). Per history size N, one group of one topic
@@ -19,7 +19,8 @@ accepted loss; tokens on S3. Then:
   watermarks), commit, replay planning of the last hour of one partition, the
   incremental audit after one commit, plain verify (every topic, against the tokens),
   and the rows verify --files reads for one topic.
-With --wide TxP: one group of T topics x P partitions, one committed run: plan, commit,
+With --wide TxPxR: one group of T topics x P partitions, R committed runs: plan, commit
+(its catalog part, its log entry's bytes, its check of the files), opening the catalog,
 status and page.
 """
 
@@ -36,10 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import boto3
-from botocore.config import Config as BotoConfig
-
-from kafka_archive import brokers, catalog, config as config_module, layout
+from kafka_archive import brokers, catalog, config as config_module, layout, retries
 from kafka_archive.audit import incremental
 from kafka_archive.commit import protocol
 from kafka_archive.monitor import overview, page, status
@@ -104,26 +102,24 @@ def main() -> int:
     parser.add_argument("--runs", default="100,1000,3500",
                         help="history sizes, committed runs (comma separated)")
     parser.add_argument("--partitions", type=int, default=100)
-    parser.add_argument("--wide", default="500x20", help="TOPICSxPARTITIONS, or 0 to skip")
+    parser.add_argument("--wide", default="500x20x100",
+                        help="TOPICSxPARTITIONSxRUNS, or 0 to skip")
     args = parser.parse_args()
     env = localservices.local_env()
     started = [name for name in ("kafka", "s3") if localservices.SERVICES[name].start(env)]
     try:
         counter = Counter()
-        client = localservices.s3_client(env)
+        # the measured client is configured as the library's own (retries.s3_config);
+        # `fast`, the same, writes the generated metadata uncounted
+        client, fast = (localservices.s3_client(env, retries.s3_config()) for _ in range(2))
         client.meta.events.register("before-send.s3", counter)
-        fast = boto3.client("s3", endpoint_url=localservices.s3_endpoint(env),
-                            aws_access_key_id=client._request_signer._credentials.access_key,
-                            aws_secret_access_key=client._request_signer._credentials.secret_key,
-                            region_name="us-east-1",
-                            config=BotoConfig(max_pool_connections=32))
         bench = Bench(env, client, fast, counter, Path("/tmp/kafka-archive-catalog-bench"))
         print(f"uptime: {Path('/proc/loadavg').read_text().strip()}")
         for runs in (int(n) for n in args.runs.split(",")):
             bench.history(runs, args.partitions)
         if args.wide != "0":
-            topics, partitions = map(int, args.wide.split("x"))
-            bench.wide(topics, partitions)
+            topics, partitions, runs = (list(map(int, args.wide.split("x"))) + [1])[:3]
+            bench.wide(topics, partitions, runs)
     finally:
         for name in started:
             localservices.SERVICES[name].stop()
@@ -231,7 +227,7 @@ class Bench:
                 at = (START + i * RUN_EVERY + timedelta(minutes=1)).isoformat()
                 batch.append((run, json.dumps({"at": at, "slices": [
                     {**row, "replaces_run": replaced}]}).encode()))
-            if len(batch) > 3000:
+            if len(batch) > 3000 or len(topics) * partitions >= 1000:  # big manifests
                 self.put_many(batch)
                 batch = []
         loss = catalog.AcceptedLoss("g", topics[-1], partitions - 1, 0, 0, "bench", "then",
@@ -264,7 +260,12 @@ class Bench:
             protocol.add_to_catalog(cfg, plan, manifest, storage,
                                     START + i * RUN_EVERY + timedelta(seconds=40))
         if what:
-            self.measure(what, add, limit_s=5 if len(plan.slices) < 1000 else 10)
+            self.measure(what, add, limit_s=2)
+            files = [f["url"] for r in manifest["slices"] for f in r["files"]]
+            # what commit.protocol.verify asks of each file before any token moves
+            self.measure("commit: its check of the files (a HEAD each)",
+                         lambda: [storage.size(url) for url in files], limit_requests=1000,
+                         limit_s=60)
         else:
             add()
         self.put_many(objects[2:])
@@ -320,11 +321,11 @@ class Bench:
         self.measure("audit after one commit", audit)
         print(catalog_bytes(storage, cfg, end // SLICE, self.tally))
 
-    def wide(self, topics_n: int, partitions: int) -> None:
-        print(f"\na group of {topics_n} topics x {partitions} partitions")
-        cfg = self.config(f"wide-{topics_n}x{partitions}", "bench-wide-.*")
+    def wide(self, topics_n: int, partitions: int, runs: int) -> None:
+        print(f"\na group of {topics_n} topics x {partitions} partitions, {runs} runs")
+        cfg = self.config(f"wide-{topics_n}x{partitions}x{runs}", "bench-wide-.*")
         topics = [f"bench-wide-{t:04d}" for t in range(topics_n)]
-        self.generate(cfg, topics, partitions, 1)
+        self.generate(cfg, topics, partitions, runs)
         storage = Storage(lambda: self.client)
         tokens = open_store(cfg.token_root, lambda: self.client)
         self.measure("rebuild the catalog from the runs", lambda: catalog.rebuild(
