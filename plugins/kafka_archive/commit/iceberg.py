@@ -1,0 +1,159 @@
+"""A run's files into an Iceberg table: one snapshot per run, at most once.
+
+The token file stays the truth of what is archived; for a table group the commit adds the
+run's Parquet files to the table before any token moves (commit.protocol, issue 32), in
+one Iceberg commit that carries the run id in its snapshot summary. So:
+- a reader of the table sees a run whole or not at all (one snapshot), and a rewind's
+  removals and additions together (one overwrite snapshot: old or new, never neither);
+- a commit re-run after a crash finds its snapshot and adds nothing;
+- pyiceberg's own retry, which rebuilds a failed commit on the refreshed table without
+  asking whether the run is in it already, is switched off for our tables
+  (`commit.retry.num-retries` 0): on a lost compare-and-swap, commit_run reads the
+  table again and looks for the run first. Two commits of one run at once (a zombie
+  task) therefore add it once, which the Iceberg Kafka Connect sink cannot promise.
+
+Pure Iceberg: no Kafka, no tokens; the catalog is pyiceberg's (SQL on SQLite or
+PostgreSQL, or REST), chosen by the properties given.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka_archive.errors import TerminalError, TransientError
+
+log = logging.getLogger(__name__)
+
+RUN_ID = "kafka-archive.run-id"      # snapshot summary: the run the snapshot commits
+OFFSETS = "kafka-archive.offsets"    # snapshot summary: the offset ranges it adds
+ATTEMPTS = 5                         # lost compare-and-swap races before giving up
+TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}
+
+
+def key_value_schema():
+    """The lossless shape: Kafka's metadata, key and value as bytes, the headers."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (BinaryType, IntegerType, ListType, LongType, NestedField,
+                                 StringType, StructType, TimestamptzType)
+
+    # ids as Iceberg assigns them to a new table (breadth first), so that they stay what
+    # the writers that never see the table (the Spark tasks) give their Parquet columns
+    return Schema(
+        NestedField(1, "kafka", StructType(
+            NestedField(5, "topic", StringType(), required=True),
+            NestedField(6, "partition", IntegerType(), required=True),
+            NestedField(7, "offset", LongType(), required=True),
+            NestedField(8, "timestamp", TimestamptzType(), required=False),
+            NestedField(9, "timestamp_type", StringType(), required=False)), required=True),
+        NestedField(2, "key", BinaryType(), required=False),
+        NestedField(3, "value", BinaryType(), required=False),
+        NestedField(4, "headers", ListType(10, StructType(
+            NestedField(11, "name", StringType(), required=True),
+            NestedField(12, "value", BinaryType(), required=False)), element_required=True),
+            required=False))
+
+
+def key_value_spec():
+    """key_value tables are partitioned by Kafka partition: each file holds one."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    return PartitionSpec(PartitionField(source_id=6, field_id=1000, transform=IdentityTransform(),
+                                        name="kafka_partition"))
+
+
+def open_table(catalog_name: str, catalog_properties: dict, identifier: str, schema, spec):
+    """The table, created (with its namespace) when absent."""
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(catalog_name, **catalog_properties)
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    return catalog.create_table_if_not_exists(identifier, schema=schema, partition_spec=spec,
+                                              properties=TABLE_PROPERTIES)
+
+
+def run_snapshot(table, run_id: str):
+    """The snapshot that committed run_id, or None."""
+    return next((s for s in table.metadata.snapshots
+                 if s.summary is not None and s.summary.get(RUN_ID) == run_id), None)
+
+
+def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offsets: str = ""):
+    """Add the run's files (Parquet, paths in the table's file IO) and take out the files
+    it replaces, in one snapshot whose summary names the run; the run's snapshot (the
+    existing one when it committed already). A file to add that the table holds already,
+    other than as one this run replaces, is refused: a message would be in it twice."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(1, ATTEMPTS + 1):
+        table.refresh()
+        if (found := run_snapshot(table, run_id)) is not None:
+            log.info("table %s holds run %s already (snapshot %d)", table.name(), run_id,
+                     found.snapshot_id)
+            return found
+        current = {task.file.file_path: task.file for task in table.scan().plan_files()} \
+            if table.current_snapshot() is not None else {}
+        if twice := sorted(set(add) & set(current) - set(remove)):
+            raise TerminalError(f"table {'.'.join(table.name())}: run {run_id} would add "
+                                f"{twice[0]}, which the table holds already (and "
+                                f"{len(twice) - 1} more): refused, nothing committed")
+        tx = table.transaction()
+        properties = {RUN_ID: run_id, **({OFFSETS: offsets} if offsets else {})}
+        update = tx.update_snapshot(snapshot_properties=properties)
+        with (update.overwrite() if remove else update.fast_append()) as producer:
+            for path in remove:
+                if path in current:
+                    producer.delete_data_file(current[path])
+            for path in add:
+                producer.append_data_file(data_file(table, tx.table_metadata, path))
+        try:
+            tx.commit_transaction()
+        except CommitFailedException as exc:
+            log.warning("table %s: another writer committed first (%s); again (%d)",
+                        ".".join(table.name()), exc, attempt)
+            continue
+        return run_snapshot(table.refresh(), run_id)
+    raise TransientError(f"table {'.'.join(table.name())}: lost the race to commit run "
+                         f"{run_id} {ATTEMPTS} times; run again")
+
+
+# Kafka's partition and offset live in the `kafka` struct, and pyiceberg keeps only counts
+# for nested columns: no partition value to infer, no offset bounds for readers to prune
+# by. The Parquet footer has them: taken from there.
+KAFKA_BOUNDS = {"kafka.partition": 6, "kafka.offset": 7}
+
+
+def data_file(table, metadata, path: str):
+    """The Iceberg DataFile of a key_value Parquet file, with its Kafka partition as the
+    partition value and the partition and offset bounds."""
+    import pyarrow.parquet as pq
+    from pyiceberg.conversions import to_bytes
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+    from pyiceberg.manifest import DATA_FILE_TYPE, DEFAULT_READ_VERSION, DataFile
+    from pyiceberg.typedef import Record
+
+    found = parquet_file_to_data_file(table.io, metadata, path)
+    with table.io.new_input(path).open() as stream:
+        footer = pq.read_metadata(stream)
+    bounds: dict[int, list[int]] = {}
+    for group in range(footer.num_row_groups):
+        for column in range(footer.num_columns):
+            chunk = footer.row_group(group).column(column)
+            field_id = KAFKA_BOUNDS.get(chunk.path_in_schema)
+            if field_id is None or chunk.statistics is None or not chunk.statistics.has_min_max:
+                continue
+            low, high = bounds.get(field_id, (chunk.statistics.min, chunk.statistics.max))
+            bounds[field_id] = [min(low, chunk.statistics.min), max(high, chunk.statistics.max)]
+    schema = metadata.schema()
+    for field_id, (low, high) in bounds.items():
+        kind = schema.find_field(field_id).field_type
+        found.lower_bounds[field_id] = to_bytes(kind, low)
+        found.upper_bounds[field_id] = to_bytes(kind, high)
+    partitions = bounds.get(KAFKA_BOUNDS["kafka.partition"])
+    if footer.num_rows and (partitions is None or partitions[0] != partitions[1]):
+        raise TerminalError(f"{path}: holds Kafka partitions {partitions}, a key_value file "
+                            "holds one")
+    # a DataFile's partition has no setter: the same file, bound again with it
+    fields = {f.name: getattr(found, f.name) for f in DATA_FILE_TYPE[DEFAULT_READ_VERSION].fields}
+    return DataFile.from_args(**{**fields, "partition": Record(partitions[0] if partitions
+                                                               else None)})
