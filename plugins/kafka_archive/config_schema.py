@@ -138,12 +138,13 @@ class Format(Section):
     def _fits_kind(self) -> Format:
         takes = {"sequencefile": {"key", "compression", "level"},
                  "text": {"compression", "escape_newlines"},
-                 "baldr": set()}[self.kind]
+                 "baldr": set(), "parquet": set()}[self.kind]
         for key in sorted(self.model_fields_set - takes - {"kind"}):
             raise problem(f"format kind {self.kind} does not take {key} (it takes "
                           f"{', '.join(sorted(takes | {'kind'}))})", key=key)
         compressions = {"sequencefile": tuple(formats.SEQUENCEFILE_COMPRESSION),
-                        "text": ("none", "gzip"), "baldr": ("gzip",)}[self.kind]
+                        "text": ("none", "gzip"), "baldr": ("gzip",),
+                        "parquet": ("zstd",)}[self.kind]
         if self.compression is not None and self.compression not in compressions:
             raise problem(f"must be one of {', '.join(compressions)} for format kind "
                           f"{self.kind}, got {self.compression!r}", key="compression")

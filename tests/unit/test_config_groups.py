@@ -124,8 +124,8 @@ def test_per_topic_formats_override_the_groups(tmp_path):
 
 
 def test_a_bad_per_topic_format_names_the_topic_regex(tmp_path):
-    with pytest.raises(ConfigError, match=r"groups.g.topic_formats.logs.kind: unknown format kind 'parquet'"):
+    with pytest.raises(ConfigError, match=r"groups.g.topic_formats.logs.kind: unknown format kind 'avro'"):
         load(tmp_path, """
             topic_formats:
-              logs: {kind: parquet}
+              logs: {kind: avro}
             """)

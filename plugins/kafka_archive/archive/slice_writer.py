@@ -205,8 +205,8 @@ class OpenSlice:
 
     def _open(self, folder: str, url, fmt: dict) -> _OpenFile:
         out = self.files.get(folder)
-        if out is None:
-            out = self.files[folder] = _OpenFile(url(), fmt)
+        if out is None:  # the topic: a Parquet file keeps it in every row
+            out = self.files[folder] = _OpenFile(url(), {**fmt, "topic": self.topic})
         return out
 
     def finish(self, storage: Storage) -> dict:

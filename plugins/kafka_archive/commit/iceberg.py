@@ -31,26 +31,14 @@ TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}
 
 
 def key_value_schema():
-    """The lossless shape: Kafka's metadata, key and value as bytes, the headers."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import (BinaryType, IntegerType, ListType, LongType, NestedField,
-                                 StringType, StructType, TimestamptzType)
+    """The lossless shape, as the Parquet files have it (formats.parquet.KEY_VALUE, with
+    the field ids a new table gives them): Kafka's metadata, key and value as bytes, the
+    headers."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
 
-    # ids as Iceberg assigns them to a new table (breadth first), so that they stay what
-    # the writers that never see the table (the Spark tasks) give their Parquet columns
-    return Schema(
-        NestedField(1, "kafka", StructType(
-            NestedField(5, "topic", StringType(), required=True),
-            NestedField(6, "partition", IntegerType(), required=True),
-            NestedField(7, "offset", LongType(), required=True),
-            NestedField(8, "timestamp", TimestamptzType(), required=False),
-            NestedField(9, "timestamp_type", StringType(), required=False)), required=True),
-        NestedField(2, "key", BinaryType(), required=False),
-        NestedField(3, "value", BinaryType(), required=False),
-        NestedField(4, "headers", ListType(10, StructType(
-            NestedField(11, "name", StringType(), required=True),
-            NestedField(12, "value", BinaryType(), required=False)), element_required=True),
-            required=False))
+    from kafka_archive.formats import parquet
+
+    return pyarrow_to_schema(parquet.KEY_VALUE)
 
 
 def key_value_spec():

@@ -19,6 +19,8 @@ carry it):
 - `text` (`.txt`, `.txt.gz`, `.escaped.txt`, `.escaped.txt.gz`): one value per line,
   options `compression` (none | gzip) and `escape_newlines` (formats/text.py).
 - `baldr` (`.baldr.gz`): Bifrost's length-prefixed gzip file of values (formats/baldr.py).
+- `parquet` (`.parquet`): Iceberg's key_value shape, lossless (formats/parquet.py); the
+  files an Iceberg table group registers in its table.
 
 Text and Baldr keep values only: their records read back with offset, key and timestamp
 None (`keeps_offsets` False). Their offsets are not derived from the file name and
@@ -126,6 +128,18 @@ def _read_text(fileobj: BinaryIO, ext: str) -> Iterator[Record]:
                                     escaped=ext.startswith("escaped.")))
 
 
+def _open_parquet(fileobj: BinaryIO, fmt: Mapping, file_name: str) -> Writer:
+    from kafka_archive.formats import parquet  # pyarrow: only where files are written or read
+
+    return parquet.KeyValueWriter(fileobj, fmt, file_name)
+
+
+def _read_parquet(fileobj: BinaryIO, ext: str) -> Iterator[Record]:
+    from kafka_archive.formats import parquet
+
+    return parquet.read(fileobj, ext)
+
+
 FORMATS = {f.kind: f for f in (
     Format("sequencefile", ("seq",), lambda fmt: "seq", SequenceFileRecordWriter,
            _read_sequencefile, keeps_offsets=True),
@@ -134,6 +148,8 @@ FORMATS = {f.kind: f for f in (
     Format("baldr", ("baldr.gz",), lambda fmt: "baldr.gz",
            lambda fileobj, fmt, name: _ValuesWriter(baldr.BaldrWriter(fileobj)),
            lambda fileobj, ext: _values(baldr.read_values(fileobj)), keeps_offsets=False),
+    Format("parquet", ("parquet",), lambda fmt: "parquet", _open_parquet, _read_parquet,
+           keeps_offsets=True),
 )}
 # every extension a data file may have, longest first (escaped.txt.gz before txt.gz)
 EXTENSIONS = sorted((e for f in FORMATS.values() for e in f.extensions), key=len, reverse=True)

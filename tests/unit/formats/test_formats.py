@@ -13,7 +13,8 @@ SEQUENCEFILES = [{"kind": "sequencefile", "key": key, "compression": compression
                  for key in ("msgpack", "offset") for compression in ("none", "default", "gzip")]
 TEXTS = [{"kind": "text", "compression": compression, "escape_newlines": escape}
          for compression in ("none", "gzip") for escape in (False, True)]
-EVERY_FORMAT = SEQUENCEFILES + TEXTS + [{"kind": "baldr"}]
+PARQUET = {"kind": "parquet", "topic": "events"}  # the slice writer adds the topic
+EVERY_FORMAT = SEQUENCEFILES + TEXTS + [{"kind": "baldr"}, PARQUET]
 
 
 def write(fmt, rows, name=None) -> tuple[str, bytes]:
@@ -139,8 +140,36 @@ def test_every_extension_is_a_file_name_that_parses_and_reads_by_its_kind(ext):
 
 
 def test_file_names_by_kind_and_options():
-    assert layout.EXTENSIONS == {"sequencefile": "seq", "text": "txt", "baldr": "baldr.gz"}
+    assert layout.EXTENSIONS == {"sequencefile": "seq", "text": "txt", "baldr": "baldr.gz",
+                                 "parquet": "parquet"}
     assert layout.file_name(1, 2, 3, "text").endswith(".txt")
     assert layout.file_name(1, 2, 3, {"kind": "text", "compression": "gzip",
                                       "escape_newlines": True}).endswith(".escaped.txt.gz")
     assert layout.parse_file_name("1_2_00000000000000000003.seq.tmp") is None
+
+
+def test_parquet_keeps_everything_in_icebergs_key_value_shape_with_its_field_ids():
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kafka_archive.formats import batch
+    rows = sample() + [Record(200, None, None, 5, []), Record(201, b"k", b"", 6, [("h", None)])]
+    name, data = write(PARQUET, rows, layout.file_name(1, 7, 100, PARQUET))
+    assert read(name, data) == rows  # tombstone, empty value, null header value: all kept
+    table = pq.read_table(io.BytesIO(data))
+    assert {(r["kafka"]["topic"], r["kafka"]["partition"]) for r in table.to_pylist()} == \
+        {("events", 7)}
+    ids = {f.name: f.metadata[b"PARQUET:field_id"] for f in table.schema}
+    assert ids == {"kafka": b"1", "key": b"2", "value": b"3", "headers": b"4"}
+    # the Spark job's whole-batch path writes the same file
+    whole = batch.Batch.from_arrow(pa.RecordBatch.from_pylist(
+        [{"offset": r.offset, "key": r.key, "value": r.value, "timestamp_ms": r.timestamp_ms,
+          "headers": [{"key": n, "value": v} for n, v in r.headers]} for r in rows],
+        schema=pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
+                          ("timestamp_ms", pa.int64()), ("headers", batch.HEADER_TYPE)])))
+    for part, expected in ((whole, data), (whole.slice(2, 7), write(PARQUET, rows[2:7], name)[1])):
+        out = io.BytesIO()
+        writer = formats.open_writer(out, PARQUET, name)
+        writer.append_batch(part)
+        writer.close()
+        assert out.getvalue() == expected
