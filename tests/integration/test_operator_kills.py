@@ -3,10 +3,12 @@ run): `rewind`, `accept-loss`, `catalog --rebuild` and `backfill` (a killed repl
 test_replay.py). After each kill the operator runs
 the command again if it had not taken effect, then a clean run; every file read back by
 Hadoop's own reader holds each message Kafka still has exactly once, `verify --full`
-finds no error and no plan stays in flight (issue 31 §5)."""
+finds no error, no plan stays in flight and the audit of the producers' counts is all OK
+(issue 31 §5)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,10 +18,13 @@ from collections import Counter
 import msgpack
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
+from test_audit import audited_pipeline
 from test_backup_archive import consumed, varied_messages
 from test_partitioned import PARTITIONED, Archive, parser_fix
 from test_rewind_cli import CLI, cli, run
 
+from kafka_archive.audit.producer import AuditedProducer
+from kafka_archive.formats import audit_counts
 from kafka_archive.formats.sequencefile import BYTES_WRITABLE
 from tests.support.pipeline import Pipeline
 
@@ -28,11 +33,21 @@ PARTITIONS = 3
 
 @pytest.fixture
 def archived(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
-    pipeline = Pipeline(airflow_env, kafka, s3, f"kill{unique}", tmp_path)
+    pipeline = audited_pipeline(airflow_env, kafka, s3, f"kill{unique}", tmp_path)
     pipeline.topic = pipeline.create_topic("k", PARTITIONS)
-    pipeline.produce(varied_messages(pipeline.topic, PARTITIONS, 300, seed=31))
+    produce_audited(pipeline, varied_messages(pipeline.topic, PARTITIONS, 300, seed=31))
     run(pipeline, monkeypatch, "first")
     return pipeline
+
+
+def produce_audited(pipeline: Pipeline, messages) -> None:
+    """Through the audited producer, time-stamped two hours ago: windows long closed."""
+    at = audit_counts.window_start(int(time.time() * 1000) - 2 * 3600_000, 60_000)
+    with AuditedProducer(source="kill-test", monitoring_topic=pipeline.monitoring,
+                         bootstrap_servers=pipeline.kafka, acks="all") as producer:
+        for i, (topic, partition, key, value, headers) in enumerate(messages):
+            producer.send(topic, value=value, key=key, headers=headers, partition=partition,
+                          timestamp_ms=at + i)
 
 
 def killed(pipeline: Pipeline, args: list[str], after_s: float) -> bool:
@@ -80,6 +95,11 @@ def assert_whole(pipeline: Pipeline, sc, tmp_path, expected: set[tuple]) -> None
     assert "not in the catalog" not in done.stdout
     status = cli(pipeline, "status", "--group", "backup")
     assert "IN FLIGHT" not in status.stdout, status.stdout
+    audit = cli(pipeline, "audit", "--group", "backup")
+    assert audit.returncode == 0, audit.stdout[-2000:] + audit.stderr[-3000:]
+    totals = json.loads(audit.stdout)["totals"]
+    assert totals["OK"] and not (totals["MISSING"] or totals["EXCESS"] or totals["PENDING"]), \
+        totals
 
 
 def test_rewinds_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch):
@@ -100,7 +120,7 @@ def test_rebuilds_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatc
     expected = consumed(kafka, [archived.topic])
     for n, after_s in enumerate(moments(archived)):
         killed(archived, ["catalog", "--group", "backup", "--rebuild"], after_s)
-        archived.produce(varied_messages(archived.topic, PARTITIONS, 30, seed=100 + n))
+        produce_audited(archived, varied_messages(archived.topic, PARTITIONS, 30, seed=100 + n))
         expected = consumed(kafka, [archived.topic])
         run(archived, monkeypatch, f"after-rebuild-{n}")
         assert_whole(archived, sc, tmp_path, expected)
