@@ -3,15 +3,16 @@ from the catalog as it is, so a watermark never moves back (issue 31 §2.6). A l
 archive, the real catalog; Kafka is a small in-process stand-in (what finalize asks)."""
 
 import json
-import textwrap
 
 import pytest
 
-from kafka_archive import catalog, config as config_module, layout
+from kafka_archive import catalog, layout
 from kafka_archive.commit import finalizing
 from kafka_archive.errors import VersionConflict
 from kafka_archive.storage import Storage, local_path
 from kafka_archive.tokens import LocalTokenStore, Token
+from tests.support.catalog_race import RivalLandsFirst
+from tests.support.local_config import local_config
 
 HOUR = 3_600_000
 NOW = 1_767_225_600_000 + 10 * HOUR  # 2026-01-01T10:00Z
@@ -33,36 +34,21 @@ class Kafka:
         return {tp: 10 for tp in tps}
 
 
-class LosesFirstRace(Storage):
+def loses_first_race(cfg, later_ms: int) -> RivalLandsFirst:
     """Storage where another finalizer appends its entry (a later watermark, no new
     partitions) just before this one's first log entry."""
-
-    def __init__(self, cfg, later_ms: int):
-        super().__init__()
-        self.cfg, self.later_ms, self.raced = cfg, later_ms, False
-
-    def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
-        if "/_catalog/" in url and "/log/" in url and not self.raced:
-            self.raced = True
-            catalog.append(Storage(), self.cfg, "partitioned", lambda cat: {
-                "kind": "finalize", "topics": {"t": {"through_ms": self.later_ms, "paths": []}}})
-        return super().put_if(url, data, expected_version, content_type)
+    return RivalLandsFirst(cfg, "partitioned", lambda cat: {
+        "kind": "finalize", "topics": {"t": {"through_ms": later_ms, "paths": []}}})
 
 
 @pytest.fixture
 def cfg(tmp_path):
-    path = tmp_path / "kafka-archive.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        kafka: {{bootstrap_servers: "b"}}
-        archive_root: file://{tmp_path}/archive
-        token_root: {tmp_path}/tokens
-        groups:
-          partitioned:
-            layout: {{kind: event_time, granularity: hour}}
-            parser: {{kind: json, field: ts}}
-            lateness: 1h
-        """))
-    made = config_module.load(path)
+    made = local_config(tmp_path, """\
+        partitioned:
+          layout: {kind: event_time, granularity: hour}
+          parser: {kind: json, field: ts}
+          lateness: 1h
+        """)
     root = made.archive_root
     urls = [layout.event_data_file(root, "partitioned", "t", f"dt=2026-01-01/hr=0{h}", 0, 1, h,
                                    {"kind": "sequencefile"}) for h in (0, 1)]
@@ -81,7 +67,7 @@ def cfg(tmp_path):
 def test_a_finalize_that_loses_the_race_never_moves_the_watermark_back(cfg):
     made, tokens = cfg
     later = NOW + 5 * HOUR  # the other finalizer saw a later time
-    storage = LosesFirstRace(made, later)
+    storage = loses_first_race(made, later)
     done = finalizing.finalize(made, made.group("partitioned"), storage, tokens, Kafka(), NOW)
     assert storage.raced and done == {"t": ["dt=2026-01-01/hr=00", "dt=2026-01-01/hr=01"]}
     state = catalog.open_catalog(Storage(), made, "partitioned").state.topics["t"]
@@ -97,7 +83,7 @@ def test_a_finalize_that_loses_the_race_never_moves_the_watermark_back(cfg):
 def test_the_race_is_real_without_the_fresh_read(cfg):
     """The stand-in really makes this finalizer's first entry lose its compare-and-swap."""
     made, _ = cfg
-    storage = LosesFirstRace(made, NOW)
+    storage = loses_first_race(made, NOW)
     seq = catalog.open_catalog(storage, made, "partitioned").state.seq
     with pytest.raises(VersionConflict):
         storage.put_if(catalog.store.entry_url(made.archive_root, "partitioned", seq + 1),

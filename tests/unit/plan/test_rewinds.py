@@ -2,16 +2,16 @@
 the catalog's rows, in both layouts. The archive is a real local directory; the catalog
 holds each file as a commit would add it."""
 
-import textwrap
 
 import pytest
 
-from kafka_archive import catalog, config as config_module, formats, layout
+from kafka_archive import catalog, formats, layout
 from kafka_archive.formats import records
 from kafka_archive.plan import rewinds
 from kafka_archive.plan.planning import Slice
 from kafka_archive.plan.rewinds import RewindError, Straddler, place
 from kafka_archive.storage import Storage, local_path
+from tests.support.local_config import local_config
 
 FORMAT = {"kind": "sequencefile", "key": "msgpack", "compression": "none"}
 
@@ -44,18 +44,12 @@ def test_place_refuses_forward_and_lost_offsets():
 
 @pytest.fixture
 def archive(tmp_path):
-    path = tmp_path / "kafka-archive.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        kafka: {{bootstrap_servers: "127.0.0.1:9"}}
-        archive_root: file://{tmp_path}/archive
-        token_root: {tmp_path}/tokens
-        groups:
-          backup: {{}}
-          partitioned:
-            layout: {{kind: event_time, granularity: hour}}
-            parser: {{kind: json, field: ts}}
-        """))
-    return config_module.load(path)
+    return local_config(tmp_path, """\
+        backup: {}
+        partitioned:
+          layout: {kind: event_time, granularity: hour}
+          parser: {kind: json, field: ts}
+        """)
 
 
 def commit_row(config, group, partition, start, end, urls, generation=1):

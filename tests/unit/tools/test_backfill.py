@@ -4,51 +4,37 @@ out. Now it is made against the catalog as it is, and refused. A local archive, 
 catalog, backup files written by the real writer."""
 
 import json
-import textwrap
 
 import pytest
 
-from kafka_archive import catalog, config as config_module, formats, layout
+from kafka_archive import catalog, formats, layout
 from kafka_archive.formats import records
 from kafka_archive.storage import Storage, local_path
 from kafka_archive.tools.backfill import BackfillError, backfill
+from tests.support.catalog_race import RivalLandsFirst
+from tests.support.local_config import local_config
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z
 FORMAT = {"kind": "sequencefile", "key": "msgpack", "compression": "none"}
 
 
-class RewindLandsFirst(Storage):
+def rewind_lands_first(cfg) -> RivalLandsFirst:
     """Storage where a commit taking the partitioned group's row out (a rewind's) lands
     just before the backfill's catalog entry."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg, self.raced = cfg, False
-
-    def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
-        if "/_catalog/partitioned/log/" in url and not self.raced:
-            self.raced = True
-            catalog.append(Storage(), self.cfg, "partitioned", lambda cat: {
-                "kind": "commit", "run_id": "rewind", "at": "x", "run": {"run_id": "rewind"},
-                "remove": cat.rows("t")})
-        return super().put_if(url, data, expected_version, content_type)
+    return RivalLandsFirst(cfg, "partitioned", lambda cat: {
+        "kind": "commit", "run_id": "rewind", "at": "x", "run": {"run_id": "rewind"},
+        "remove": cat.rows("t")})
 
 
 @pytest.fixture
 def cfg(tmp_path):
-    path = tmp_path / "kafka-archive.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        kafka: {{bootstrap_servers: "b"}}
-        archive_root: file://{tmp_path}/archive
-        token_root: {tmp_path}/tokens
-        groups:
-          backup: {{format: {json.dumps(FORMAT)}}}
-          partitioned:
-            format: {json.dumps(FORMAT)}
-            layout: {{kind: event_time, granularity: hour}}
-            parser: {{kind: json, field: ts}}
-        """))
-    made = config_module.load(path)
+    made = local_config(tmp_path, f"""\
+        backup: {{format: {json.dumps(FORMAT)}}}
+        partitioned:
+          format: {json.dumps(FORMAT)}
+          layout: {{kind: event_time, granularity: hour}}
+          parser: {{kind: json, field: ts}}
+        """)
     root, storage = made.archive_root, Storage()
     backup = layout.data_file(root, "backup", "t", 0, 1, 0, FORMAT)
     local_path(backup).parent.mkdir(parents=True)
@@ -77,7 +63,7 @@ def cfg(tmp_path):
 
 
 def test_a_backfill_whose_rows_a_run_changed_meanwhile_is_refused(cfg):
-    storage = RewindLandsFirst(cfg)
+    storage = rewind_lands_first(cfg)
     with pytest.raises(BackfillError, match=r"t partition 0 \[0, 10\): a run changed it "
                                             r"while the backfill ran"):
         backfill(cfg, storage, "partitioned", "t", "bf-1", "2026-01-02T00:00:00+00:00",
