@@ -22,7 +22,7 @@ from kafka_archive.catalog import rebuild as _rebuild
 from kafka_archive.catalog import store
 from kafka_archive.catalog.contents import Contents
 from kafka_archive.catalog.rebuild import AcceptedLoss, catalog_row, run_folder, run_summary
-from kafka_archive.catalog.state import OverlapError, Summary, lost_ranges
+from kafka_archive.catalog.state import OverlapError, State, Summary, lost_ranges
 from kafka_archive.catalog.store import Catalog, CatalogUnreadable
 from kafka_archive.config import Config
 
@@ -50,8 +50,10 @@ def open_catalog(storage, config: Config, group: str, *, may_rebuild: bool = Fal
     except CatalogUnreadable as exc:
         return repair(str(exc))
     if found is None:
-        if may_rebuild or not _rebuild.committed_runs(storage, config.archive_root, group):
+        if may_rebuild:
             return _rebuild.rebuild(storage, config.archive_root, group, spec)
+        if not _rebuild.committed_runs(storage, config.archive_root, group):
+            return Catalog(storage, config.archive_root, group, State())  # nothing yet
         return repair("it has none, though runs were committed (archived before catalogs "
                       "existed, or its folder was deleted)")
     found.repair = repair
