@@ -76,12 +76,18 @@ class Glance:
     last_commit: str | None
     in_flight: str | None
     open_alarms: int | None  # None: not audited
+    problem: str | None = None  # its catalog cannot be read: the rest is unknown
 
 
 def glance(config: Config, storage: Storage) -> list[Glance]:
     found = []
     for name in sorted(config.groups):
-        cat = catalog.open_catalog(storage, config, name)
+        try:
+            cat = catalog.open_catalog(storage, config, name)
+        except catalog.CatalogUnreadable as exc:  # one group's damage hides no other group
+            found.append(Glance(name, 0, 0, 0, None, inflight.holding(
+                storage, config.archive_root, name), None, str(exc)))
+            continue
         summaries = [s for t in cat.state.topics.values() for s in t.summaries.values()
                      if s.rows]
         commits = [r for r in cat.state.recent if r.get("kind", "commit") == "commit"]

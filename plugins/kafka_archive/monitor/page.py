@@ -162,7 +162,8 @@ def index(glances: list[Glance], dag_ids: dict[str, str]) -> str:
     """Every group's state at a glance: what needs a person there, its last commit, size."""
     rows = []
     for g in glances:
-        trouble = ([f"run {escape(g.in_flight)} not committed"] if g.in_flight else []) + (
+        trouble = ([escape(g.problem)] if g.problem else []) + (
+            [f"run {escape(g.in_flight)} not committed"] if g.in_flight else []) + (
             [f"{g.open_alarms} open audit mismatch(es)"] if g.open_alarms else [])
         rows.append(f"<tr data-group='{escape(g.group)}'><td class='l'><a href='dag/"
                     f"{escape(dag_ids[g.group])}'>{escape(g.group)}</a></td>"

@@ -120,3 +120,21 @@ def test_the_audit_tab_lists_every_audited_groups_mismatches():
 def test_a_page_that_cannot_be_shown_says_what_failed_escaped():
     html = page.unavailable("TransientError: cannot list s3://b/<root>/: SlowDown")
     assert "cannot show this page: TransientError: cannot list s3://b/&lt;root&gt;/: SlowDown" in html
+
+
+def test_a_group_whose_catalog_cannot_be_read_shows_why_and_hides_no_other(tmp_path):
+    """A reader never rebuilds a catalog (issue 31 §4): the all-groups page names the
+    damage in that group's row, and the other groups show as ever."""
+    from kafka_archive import layout
+    from kafka_archive.storage import Storage
+    from tests.support.local_config import local_config
+
+    cfg = local_config(tmp_path, "a: {}\nb: {}\n")
+    Storage().put_bytes(layout.run_file(cfg.archive_root, "a", "r1", "committed.json"), b"{}")
+    glances = overview_module.glance(cfg, Storage())
+    assert [(g.group, bool(g.problem)) for g in glances] == [("a", True), ("b", False)]
+    html = page.index(glances, {"a": "kafka_archive_a", "b": "kafka_archive_b"})
+    assert ("<td class='l bad'>catalog of group a: it has none, though runs were committed "
+            "(archived before catalogs existed, or its folder was deleted)") in html
+    assert "or `kafka-archive catalog --group a --rebuild` now</td>" in html
+    assert "<a href='dag/kafka_archive_b'>b</a></td><td class='l ok'>ok</td>" in html
