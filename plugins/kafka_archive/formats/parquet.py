@@ -84,9 +84,13 @@ class KeyValueWriter:
 
     def close(self) -> None:
         # one chunk: the bytes depend on the rows, not on how they arrived (a retried
-        # task, or the per-record path, writes the same file)
+        # task, or the per-record path, writes the same file). Written through a buffer:
+        # pyarrow wants a whole Python file (it asks `closed`), the slice writer's only
+        # writes, and closing it is the caller's.
+        sink = pa.BufferOutputStream()
         pq.write_table(pa.Table.from_batches(self.batches, KEY_VALUE).combine_chunks(),
-                       self.file, compression=COMPRESSION, row_group_size=1 << 30)
+                       sink, compression=COMPRESSION, row_group_size=1 << 30)
+        self.file.write(memoryview(sink.getvalue()))
 
 
 def read(fileobj: BinaryIO, ext: str = "parquet") -> Iterator[Record]:

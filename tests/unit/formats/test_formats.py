@@ -173,3 +173,28 @@ def test_parquet_keeps_everything_in_icebergs_key_value_shape_with_its_field_ids
         writer.append_batch(part)
         writer.close()
         assert out.getvalue() == expected
+
+
+@pytest.mark.parametrize("fmt", EVERY_FORMAT, ids=lambda f: layout.file_name(1, 0, 0, f))
+def test_a_writer_needs_only_write_and_leaves_closing_to_its_caller(fmt):
+    """The slice writer hands formats a file that only writes (it hashes, then flushes and
+    fsyncs at close). The first Parquet writer gave it to pyarrow, which wants a whole
+    Python file: every Spark task failed with 'I/O operation on closed file'."""
+    class WriteOnly:
+        def __init__(self):
+            self.data = io.BytesIO()
+
+        def write(self, data):
+            return self.data.write(data)
+
+        def flush(self):
+            pass
+
+        def close(self):
+            raise AssertionError("the format's writer closed its caller's file")
+    out = WriteOnly()
+    writer = formats.open_writer(out, fmt, layout.file_name(1, 0, 100, fmt))
+    for r in sample([b"a", b"b"]):
+        writer.append(r)
+    writer.close()
+    assert read(layout.file_name(1, 0, 100, fmt), out.data.getvalue())
