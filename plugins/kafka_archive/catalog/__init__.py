@@ -5,8 +5,8 @@ time partition and the run that wrote it, whatever the layout, plus the ranges l
 retention and the open time partitions. Commit, backfill, accept-loss and finalize add
 entries by compare-and-swap (catalog.store); readers get the state (per-partition
 summaries, small) and ask for rows only where they need them. The run folders stay the
-truth: a missing or damaged catalog is rebuilt from its own log when that is whole, else
-from them (catalog.rebuild).
+truth: a missing or damaged catalog is rebuilt by a writer, one at a time, from its own
+log when that is whole, else from them (catalog.rebuild); a reader never waits on that.
 
     state.py    the state and how an entry changes it (pure)
     store.py    log, snapshots and row chunks on storage; read and append

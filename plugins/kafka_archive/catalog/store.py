@@ -14,9 +14,10 @@ SNAPSHOT_EVERY), so its cost follows partitions and recent runs, never history. 
 read only by what needs them (rewinds, replay, backfill, ls, verify), and only from the
 chunks whose offset bounds can hold them.
 
-A missing, unreadable or foreign-format catalog is rebuilt from the run folders, which
-stay the truth (catalog.rebuild); the rebuild claims the next seq with a `rebuild` entry
-and writes its snapshot there.
+A damaged newest snapshot or chunk is read past from an older snapshot and the log
+(cleanup keeps two). Past that, a writer rebuilds the catalog (catalog.rebuild, one at a
+time) and a reader fails naming the damage; the rebuild claims the next seq with a
+`rebuild` entry and writes its snapshot there.
 """
 
 from __future__ import annotations
