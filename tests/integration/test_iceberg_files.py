@@ -5,7 +5,7 @@ the pipeline does not commit to tables yet; this proves its files are what a tab
 from __future__ import annotations
 
 from test_backup_archive import consumed, varied_messages
-from test_rewind_cli import run
+from test_rewind_cli import cli, run
 
 from kafka_archive.commit import iceberg
 from tests.support import localservices
@@ -33,6 +33,8 @@ def test_the_jobs_parquet_files_make_an_iceberg_table_holding_each_message_once(
     run(pipeline, monkeypatch, "first")  # plan, the Spark job, commit
     files = [f"{pipeline.root}/{path}" for path in pipeline.data_files()]
     assert files and all(f.endswith(".parquet") for f in files)
+    checked = cli(pipeline, "verify", "--group", "backup", "--full")  # reads every file
+    assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-2000:]
 
     table = table_on_minio(pipeline, tmp_path)
     snapshot = iceberg.commit_run(table, "first", files)

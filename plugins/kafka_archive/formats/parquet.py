@@ -94,7 +94,10 @@ class KeyValueWriter:
 
 
 def read(fileobj: BinaryIO, ext: str = "parquet") -> Iterator[Record]:
-    table = pq.read_table(fileobj)
+    """The file's Records. Parquet's footer is at its end: a stream that cannot seek (an
+    S3 object's body, as verify and the audit's rescan read them) is read whole first."""
+    seekable = getattr(fileobj, "seekable", None)
+    table = pq.read_table(fileobj if seekable and seekable() else pa.BufferReader(fileobj.read()))
     kafka = table.column("kafka").combine_chunks()
     timestamps = pc.divide(kafka.field("timestamp").cast(pa.int64()), 1000)  # us -> ms
     for offset, key, value, ts, headers in zip(
