@@ -144,6 +144,15 @@ class Storage:
         except MissingObject:
             return None
 
+    def sizes(self, urls: list[str], at_once: int = 16) -> dict[str, int | None]:
+        """size() of each URL, `at_once` looked up at a time (a commit at 10,000 partitions
+        checks 10,000 files: one at a time that took 20 s on the local MinIO)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        unique = list(dict.fromkeys(urls))
+        with ThreadPoolExecutor(min(at_once, max(1, len(unique)))) as pool:
+            return dict(zip(unique, pool.map(self.size, unique)))
+
     def list(self, prefix_url: str, start_after: str | None = None) -> Iterator[tuple[str, int]]:
         """(url, size) of every object under prefix_url/, recursively, in key order;
         with start_after (a URL under prefix_url), only those whose URL sorts after it,

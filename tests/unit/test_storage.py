@@ -68,3 +68,12 @@ def test_probes_of_one_root_at_once_never_refuse_a_server_that_honours_condition
     with ThreadPoolExecutor(4) as pool:
         said = list(pool.map(lambda _: Storage().check_conditional_writes(folder), range(40)))
     assert set(said) == {"the local file system honours If-None-Match: * and If-Match"}
+
+
+def test_sizes_of_many_urls_each_looked_up_once(tmp_path):
+    store = storage.Storage()
+    urls = [f"file://{tmp_path}/f{i}" for i in range(40)]
+    for i, url in enumerate(urls[:30]):
+        store.put_bytes(url, b"x" * i)
+    found = store.sizes(urls + urls[:5])  # a URL named twice is looked up once
+    assert found == {url: (i if i < 30 else None) for i, url in enumerate(urls)}

@@ -101,7 +101,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
         raise ManifestMismatchError(
             f"run {plan.run_id} cannot commit: no {manifests.url(root, plan.group, plan.run_id)}; "
             "the archive job did not finish, so nothing was committed")
-    ends = verify(plan, manifest, storage.size)
+    sizes = storage.sizes([f["url"] for e in manifest.get("slices", ()) for f in row_files(e)])
+    ends = verify(plan, manifest, sizes.get)
     # refused before any token moves; the entry it saw orders a rebuild from the runs
     seen = add_to_catalog(config, plan, manifest, storage, now, dry_run=True)
     left_as_found = {}  # topic -> why its token was not written

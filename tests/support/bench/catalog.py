@@ -264,8 +264,7 @@ class Bench:
             files = [f["url"] for r in manifest["slices"] for f in r["files"]]
             # what commit.protocol.verify asks of each file before any token moves
             self.measure("commit: its check of the files (a HEAD each)",
-                         lambda: [storage.size(url) for url in files], limit_requests=1000,
-                         limit_s=60)
+                         lambda: storage.sizes(files), limit_requests=1000, limit_s=60)
         else:
             add()
         self.put_many(objects[2:])
