@@ -145,8 +145,9 @@ class Storage:
             return None
 
     def sizes(self, urls: list[str], at_once: int = 16) -> dict[str, int | None]:
-        """size() of each URL, `at_once` looked up at a time (a commit at 10,000 partitions
-        checks 10,000 files: one at a time that took 20 s on the local MinIO)."""
+        """size() of each URL, `at_once` looked up at a time: a commit checks every file
+        it adds (10,000 at 10,000 partitions), and S3 answers a HEAD in 10-50 ms. (On the
+        loopback MinIO, where both ends share 2 CPUs, it gained 20 s -> 18 s.)"""
         from concurrent.futures import ThreadPoolExecutor
 
         unique = list(dict.fromkeys(urls))

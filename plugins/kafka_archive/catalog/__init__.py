@@ -11,6 +11,7 @@ log when that is whole, else from them (catalog.rebuild); a reader never waits o
     state.py    the state and how an entry changes it (pure)
     store.py    log, snapshots and row chunks on storage; read and append
     rebuild.py  the state from the run folders; accepted-loss records
+    lease.py    one rebuild of a group at a time
     contents.py the rows of a group as the tools take them (Contents)
 """
 

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
-import socket
 import time
-from contextlib import contextmanager
 from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -31,7 +28,8 @@ from kafka_archive.catalog.state import State, row_key, with_time_partitions
 from kafka_archive.catalog import store
 from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url, snapshot_url,
                                          _load_json)
-from kafka_archive.errors import TerminalError, TransientError, VersionConflict
+from kafka_archive.catalog.lease import one_at_a_time
+from kafka_archive.errors import TerminalError, VersionConflict
 from kafka_archive.manifest import row_files
 from kafka_archive.storage import Storage, join
 
@@ -132,9 +130,9 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
     of the replay; a superseded file finds its row through an index by URL, so the
     replay costs what the runs hold, not runs x rows."""
     folders = run_folders(storage, layout.runs_dir(root, group))
-    committed_runs = [run for run, names in folders.items() if "committed.json" in names]
+    commits = [run for run, names in folders.items() if "committed.json" in names]
     backfill_runs = [run for run, names in folders.items() if "backfill.json" in names]
-    by_id = {run.rsplit("/", 1)[-1]: run for run in committed_runs}
+    by_id = {run.rsplit("/", 1)[-1]: run for run in commits}
     rows: dict[tuple, dict] = {}
     key_of: dict[str, tuple] = {}  # file URL -> the key of the current row holding it
     state = State()  # the fold of the same entries the commits and backfills append
@@ -162,7 +160,7 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
         load = lambda name: lambda run: _load_json(storage, f"{run}/{name}")  # noqa: E731
         events = sorted(
             [(c["committed_at"], run, "commit", c)
-             for run, c in zip(committed_runs, pool.map(load("committed.json"), committed_runs))]
+             for run, c in zip(commits, pool.map(load("committed.json"), commits))]
             + [(b["at"], run, "backfill", b)
                for run, b in zip(backfill_runs, pool.map(load("backfill.json"), backfill_runs))],
             key=log_order)
@@ -257,70 +255,6 @@ def _ahead(pool: ThreadPoolExecutor, fetch, items: list, window: int = 2 * FETCH
 
 
 ATTEMPTS = 3  # rebuilds that lost their entry to a commit before giving up
-LEASE_S = 1800  # a rebuild's claim on its group; one longer than this may meet a second
-
-
-def lease_url(root: str, group: str) -> str:
-    return join(folder(root, group), "_rebuilding.json")
-
-
-@contextmanager
-def one_at_a_time(storage: Storage, root: str, group: str):
-    """Hold the group's rebuild lease (created if absent) while rebuilding: a second
-    rebuilder fails fast (TransientError, retried later) instead of doing the same work.
-    A lease is taken over when it has expired or its holder, on this host, is gone (a
-    killed rebuild). Only a guard against waste: the rebuild's entry is claimed by
-    compare-and-swap, so two rebuilds at once would still leave one catalog."""
-    url = lease_url(root, group)
-    mine = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
-            "until": time.time() + LEASE_S}
-    data = json.dumps(mine).encode()
-    try:
-        storage.put_if(url, data, None)
-    except VersionConflict:
-        found, version = storage.get_versioned(url)
-        held = _lease_of(found)
-        if held and held["until"] > time.time() and not _gone(held):
-            raise TransientError(
-                f"catalog of group {group} is being rebuilt by process {held['pid']} on "
-                f"{held['host']} since {_utc(held['since'])}"
-                f"; try again when it ends (its claim, {url}, expires at "
-                f"{_utc(held['until'])})") from None
-        storage.put_if(url, data, version)  # expired or its holder gone: ours (or a conflict)
-    try:
-        yield
-    finally:
-        try:
-            storage.delete(url)
-        except Exception as exc:  # it expires
-            log.warning("catalog of group %s: rebuild lease not released (%r)", group, exc)
-
-
-def _utc(epoch_s: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
-
-
-def _lease_of(data: bytes | None) -> dict | None:
-    try:
-        held = json.loads(data)
-        return held if {"host", "pid", "since", "until"} <= set(held) else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _gone(held: dict) -> bool:
-    """Whether the lease's holder is known to have ended: only knowable on its own host."""
-    if held["host"] != socket.gethostname():
-        return False
-    try:
-        os.kill(held["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return held["pid"] == os.getpid()  # our own, left by a rebuild that raised
-
-
 def rebuild(storage: Storage, root: str, group: str, spec: layout.LayoutSpec,
             from_runs: bool = False) -> Catalog:
     """Write the catalog anew, one rebuild at a time (one_at_a_time), from its own log

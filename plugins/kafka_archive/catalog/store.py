@@ -227,16 +227,13 @@ def read(storage: Storage, root: str, group: str, below: int | None = None) -> C
     """The catalog as stored, or None when the group has none. CatalogUnreadable when
     its files are damaged past what the log can make up for. With `below`, from the
     newest snapshot before that seq (one found damaged) and the log after it."""
-    hint = storage.get_or_none(latest_url(root, group)) if below is None else None
-    try:
-        seq = json.loads(hint)["seq"] if hint is not None else below
-    except (ValueError, KeyError, TypeError):
-        seq = None
-    try:
-        catalog = _from_snapshot(storage, root, group, seq) if seq and below is None else None
-    except CatalogUnreadable as exc:  # a hint naming a lost or damaged snapshot
-        log.warning("catalog of %s: %s; reading an older snapshot and the log", group, exc)
-        catalog = None
+    catalog, seq = None, below
+    if below is None:  # the newest snapshot, as the hint names it
+        seq = _latest_hint(storage, root, group)
+        try:
+            catalog = _from_snapshot(storage, root, group, seq) if seq else None
+        except CatalogUnreadable as exc:  # a hint naming a lost or damaged snapshot
+            log.warning("catalog of %s: %s; reading an older snapshot and the log", group, exc)
     if catalog is None:
         catalog = _newest_readable_snapshot(storage, root, group, below=seq)
     seq = catalog.snapshot_seq
@@ -256,6 +253,14 @@ def read(storage: Storage, root: str, group: str, below: int | None = None) -> C
         catalog.state.apply(entry)
         catalog.tail.append(entry)
     return catalog
+
+
+def _latest_hint(storage: Storage, root: str, group: str) -> int | None:
+    hint = storage.get_or_none(latest_url(root, group))
+    try:
+        return json.loads(hint)["seq"] if hint is not None else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def seq_of(url: str) -> int:

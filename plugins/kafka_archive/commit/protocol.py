@@ -3,14 +3,15 @@
 Order, never changed: (1) check the manifest covers every planned slice and every file
 is durable with its recorded size, (2) advance each topic's token by compare-and-swap
 against the version the plan was made from, (3) mark the run committed in its folder
-(`committed.json`, the run folders' truth a rebuild reads), (4) add the run's rows to the
-catalog (by compare-and-swap; the rows the plan's rewind moved aside come out) and record
-the entry's seq in `committed.json` (a rebuild from the run folders replays them in the
-log's order, not by clocks), (5) clear the in-flight mark. A crash anywhere leaves the plan in flight; the next run finishes it
-from its stored manifest (the job does not run again) and finds tokens already advanced
-and the catalog already holding this run, which count as done. (3) before (4): a rebuild
-that lists the log before it scans the run folders sees every run the log has (catalog.
-rebuild), so a rebuild racing a commit never drops it.
+(`committed.json`, the run folders' truth a rebuild reads), (4) add the run's rows to
+the catalog (by compare-and-swap; the rows the plan's rewind moved aside come out) and
+record the entry's seq in `committed.json` (a rebuild from the run folders replays them
+in the log's order, not by clocks), (5) clear the in-flight mark. A crash anywhere
+leaves the plan in flight; the next run finishes it from its stored manifest (the job
+does not run again) and finds tokens already advanced and the catalog already holding
+this run, which count as done. (3) before (4): a rebuild that lists the log before it
+scans the run folders sees every run the log has (catalog.rebuild), so a rebuild racing
+a commit never drops it.
 
 A token a person changed while the plan was in flight (deleted it, or a line, to rewind;
 a rewind or accept-loss that raced the plan) is left as found, never overwritten: the

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from kafka_archive import catalog, config, layout
-from kafka_archive.catalog import store
+from kafka_archive.catalog import lease, store
 from kafka_archive.catalog.state import OverlapError
 from kafka_archive.storage import Storage
 
@@ -316,24 +316,19 @@ def test_a_group_with_committed_runs_and_no_catalog_is_built_by_a_writer_only(en
         env.storage, env.cfg, GROUP, may_rebuild=True).rows()] == [10, 20, 30]
 
 
-def lease(env, **fields) -> None:
+def put_lease(env, **fields) -> None:
     import socket
     import time
     held = {"host": socket.gethostname(), "pid": 1, "since": time.time() - 60,
             "until": time.time() + 600, **fields}
-    Storage.put_bytes(env.storage, rebuild_module().lease_url(env.cfg.archive_root, GROUP),
+    Storage.put_bytes(env.storage, lease.lease_url(env.cfg.archive_root, GROUP),
                       json.dumps(held).encode())
-
-
-def rebuild_module():
-    import sys
-    return sys.modules["kafka_archive.catalog.rebuild"]
 
 
 def test_one_rebuild_at_a_time_a_second_fails_fast_naming_the_first(env):
     from kafka_archive.errors import TransientError
     damage_every_snapshot(env)
-    lease(env, host="worker-7", pid=4242)  # a rebuild running on another host
+    put_lease(env, host="worker-7", pid=4242)  # a rebuild running on another host
     with pytest.raises(TransientError, match=r"being rebuilt by process 4242 on worker-7 since "
                                              r"\S+ \S+ UTC; try again when it ends \(its "
                                              r"claim, \S+/_rebuilding.json, expires at"):
@@ -345,10 +340,9 @@ def test_a_lease_left_by_a_killed_or_expired_rebuild_is_taken_over(env, left):
     import time
     damage_every_snapshot(env)
     if left == "expired":
-        lease(env, host="worker-7", until=time.time() - 1)
+        put_lease(env, host="worker-7", until=time.time() - 1)
     else:  # this host, a pid that is not running (killed)
-        lease(env, pid=2 ** 22 + 12345)
+        put_lease(env, pid=2 ** 22 + 12345)
     rebuilt = catalog.rebuild(env.storage, env.cfg, GROUP)
     assert [r["end"] for r in rebuilt.rows("a")][-1] == 400
-    assert env.storage.get_or_none(rebuild_module().lease_url(env.cfg.archive_root,
-                                                              GROUP)) is None  # released
+    assert env.storage.get_or_none(lease.lease_url(env.cfg.archive_root, GROUP)) is None
