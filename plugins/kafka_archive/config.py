@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,13 @@ class FormatSpec:
 
 
 @dataclass(frozen=True)
+class TableSpec:
+    """A table group's tables: `<namespace>.<topic>` in the Iceberg catalog named here."""
+    catalog: str = "local"
+    namespace: str = "kafka_archive"
+
+
+@dataclass(frozen=True)
 class Group:
     name: str
     schedule: str | None
@@ -64,6 +71,7 @@ class Group:
     topic_parsers: tuple[tuple[str, ParserSpec], ...] = ()  # (topic regex, parser); first wins
     topic_formats: tuple[tuple[str, FormatSpec], ...] = ()  # (topic regex, format); first wins
     lateness_s: int = 3600        # event_time: a time partition is final this long after its end
+    table: TableSpec | None = None  # an Iceberg table per topic (commit.iceberg)
 
     def selects(self, topic: str) -> bool:
         return (any(re.fullmatch(p, topic) for p in self.include)
@@ -124,6 +132,8 @@ class Config:
     alerts: Alerts = Alerts()
     audit: Audit = Audit()
     spark: SparkSettings = SparkSettings()
+    # Iceberg catalogs by name: pyiceberg properties, without the FileIO's credentials
+    iceberg_catalogs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def group(self, name: str) -> Group:
         try:
@@ -168,7 +178,24 @@ def load(path: str | Path | None = None) -> Config:
                     schedule=doc.audit.schedule),
         spark=SparkSettings(master=doc.spark.master, deploy_mode=doc.spark.deploy_mode,
                             conf=tuple(sorted(doc.spark.conf.items()))),
+        iceberg_catalogs=_iceberg_catalogs(doc.iceberg_catalogs),
     )
+
+
+LOCAL_CATALOG_DB = REPO / "iceberg" / "catalog.db"
+
+
+def _iceberg_catalogs(given: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The configured catalogs; `local` defaults to an embedded SQL catalog on SQLite
+    (Spark reads the same database as Iceberg's JdbcCatalog). A relative SQLite path is
+    relative to the repository, like token_root."""
+    catalogs = {"local": {"type": "sql", "uri": f"sqlite:///{LOCAL_CATALOG_DB}"}} | {
+        name: dict(props) for name, props in given.items()}
+    for props in catalogs.values():
+        uri = props.get("uri", "")
+        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_absolute():
+            props["uri"] = f"sqlite:///{REPO / uri[len('sqlite:///'):]}"
+    return catalogs
 
 
 def _token_root(value: str) -> str:
@@ -196,6 +223,7 @@ def _group(name: str, doc: schema.Group) -> Group:
         parser=doc.parser,
         topic_parsers=tuple(doc.topic_parsers.items()),
         lateness_s=doc.lateness,
+        table=TableSpec(doc.table.catalog, doc.table.namespace) if doc.table else None,
     )
 
 

@@ -204,6 +204,13 @@ class Topics(Section):
     exclude: Regexes = ["_.*"]  # Kafka's own and our monitoring topics
 
 
+class Table(Section):
+    """An Iceberg table per topic, `<namespace>.<topic>` in the named catalog (issue 32)."""
+    catalog: Text = "local"
+    namespace: Annotated[str, _matching(r"[A-Za-z0-9_]+", "may only use letters, digits "
+                                                           "and _")] = "kafka_archive"
+
+
 class Group(Section):
     schedule: Cron = None
     topics: Topics = Topics()
@@ -219,6 +226,22 @@ class Group(Section):
     parser: Parser = Field("timestamp", validate_default=True)
     topic_parsers: dict[Regex, Parser] = {}
     lateness: Seconds = Field(3600, ge=0)
+    table: Table | None = None
+
+    @model_validator(mode="after")
+    def _table_holds_key_value_files(self) -> Group:
+        """The key_value table shape: Parquet files, one per slice (by Kafka partition)."""
+        if self.table is None:
+            return self
+        if self.layout.kind != "partition":
+            raise problem("a table group has layout kind partition (the key_value shape, "
+                          "partitioned by Kafka partition); event_time tables are not built "
+                          "yet", key="table")
+        kinds = {self.format.kind} | {f.kind for f in self.topic_formats.values()}
+        if kinds != {"parquet"}:
+            raise problem("a table group's format kind is parquet (every topic_formats entry "
+                          f"too), got {', '.join(sorted(kinds))}", key="table")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -276,6 +299,21 @@ class Document(Section):
     audit: Audit = Audit()
     groups: Annotated[dict[GroupName, Group], Field(min_length=1)] = {"backup": Group()}
     spark: Spark = Spark()
+    # Iceberg catalogs of table groups, by name: pyiceberg catalog properties, e.g.
+    # {type: sql, uri: postgresql+psycopg2://...} or {type: rest, uri: https://...};
+    # `local`, when not given, is a SQL catalog on SQLite under the repository
+    iceberg_catalogs: dict[Annotated[str, _matching(r"[A-Za-z0-9_-]+", "letters, digits, _ "
+                                                    "and - only")], dict[str, PropertyText]] = {}
+
+    @model_validator(mode="after")
+    def _table_catalogs_exist(self) -> Document:
+        known = set(self.iceberg_catalogs) | {"local"}
+        for name, group in self.groups.items():
+            if group.table is not None and group.table.catalog not in known:
+                raise problem(f"names catalog {group.table.catalog!r}, not under "
+                              f"iceberg_catalogs (have: {', '.join(sorted(known))})",
+                              key=f"groups.{name}.table.catalog")
+        return self
 
     @model_validator(mode="after")
     def _audited_groups_exist(self) -> Document:

@@ -63,6 +63,21 @@ def data_file(root: str, group: str, topic: str, partition: int, generation: int
                 file_name(generation, partition, first_offset, fmt))
 
 
+def table_location(root: str, group: str, topic: str) -> str:
+    """A table group's Iceberg table of a topic: its data/ and metadata/ folders."""
+    return join(root, group, topic)
+
+
+def table_data_file(root: str, group: str, topic: str, run_id: str, partition: int,
+                    generation: int, first_offset: int, fmt: str | Mapping) -> str:
+    """A table group's file: under the table's data/, in the folder of the run that wrote
+    it. Iceberg files are immutable, and a rewind's re-archive of a slice must not
+    overwrite a file an older snapshot still reads (time travel), so no two runs share
+    a path."""
+    return join(table_location(root, group, topic), TABLE_DATA, run_folder_name(run_id),
+                f"partition={partition}", file_name(generation, partition, first_offset, fmt))
+
+
 # --- the event-time layout (the partitioned group) ----------------------------------------
 # Time partitions are UTC and proleptic Gregorian, for any event time in years 1..9999:
 # before 1970 (negative ms) too, laid out like any other; outside that range an event time
@@ -76,6 +91,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
 QUARANTINE = "_quarantine"
 LATE = "_late"
+TABLE_DATA = "data"  # a table group's files, as Iceberg writers lay a table out
 
 
 @dataclass(frozen=True)
@@ -178,7 +194,7 @@ class ArchivePath:
 
 
 def parse_url(root: str, url: str, spec: LayoutSpec) -> ArchivePath | None:
-    """The inverse of data_file, event_data_file, late_file and quarantine_file for a
+    """The inverse of data_file, table_data_file, event_data_file, late_file and quarantine_file for a
     group laid out by spec: None for anything else (metadata, markers, stray objects)."""
     prefix = root.rstrip("/") + "/"
     if not url.startswith(prefix):
@@ -191,6 +207,8 @@ def parse_url(root: str, url: str, spec: LayoutSpec) -> ArchivePath | None:
     if name is None or not folder or group.startswith("_"):
         return None
     one = _PARTITION_FOLDER.fullmatch(folder[0]) if len(folder) == 1 else None
+    if len(folder) == 3 and folder[0] == TABLE_DATA:  # a table group's: data/<run>/partition=<n>
+        one = _PARTITION_FOLDER.fullmatch(folder[2])
     if spec.kind == "partition":
         return (ArchivePath(group, topic, "partition", None, name)
                 if one and int(one[1]) == name.partition else None)

@@ -43,7 +43,7 @@ from kafka import KafkaProducer
 from tests.support import localservices
 from tests.support.fault_proxies import HttpStatusFaults, Toxiproxy
 from kafka_archive import config as config_module, formats
-from kafka_archive.airflow.operators import s3_environment
+from kafka_archive.airflow.connections import s3_environment
 from kafka_archive.archive import job
 from kafka_archive.errors import TransientError
 from tests.support.pipeline import GROUP, Pipeline

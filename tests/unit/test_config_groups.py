@@ -129,3 +129,26 @@ def test_a_bad_per_topic_format_names_the_topic_regex(tmp_path):
             topic_formats:
               logs: {kind: avro}
             """)
+
+
+def test_a_table_group_writes_parquet_into_a_named_catalog(tmp_path):
+    group, _ = load(tmp_path, "format: {kind: parquet}\ntable: {namespace: raw}\n")
+    assert group.table == config.TableSpec("local", "raw")
+    loaded = config.load(tmp_path / "kafka-archive.yaml")
+    assert loaded.iceberg_catalogs["local"] == {
+        "type": "sql", "uri": f"sqlite:///{config.LOCAL_CATALOG_DB}"}
+
+
+@pytest.mark.parametrize("group_yaml, message", [
+    ("table: {}\n", r"g\.table: .*format kind is parquet .*got sequencefile"),
+    ("format: {kind: parquet}\ntopic_formats: {'x.*': {kind: text}}\ntable: {}\n",
+     r"g\.table: .*got parquet, text"),
+    ("format: {kind: parquet}\nlayout: {kind: event_time}\ntable: {}\n",
+     r"g\.table: .*layout kind partition"),
+    ("format: {kind: parquet}\ntable: {catalog: prod}\n",
+     r"groups\.g\.table\.catalog: names catalog 'prod', not under iceberg_catalogs"),
+    ("format: {kind: parquet}\ntable: {namespace: 'a.b'}\n", r"g\.table\.namespace"),
+])
+def test_a_table_group_that_cannot_be_built_is_refused_by_name(tmp_path, group_yaml, message):
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, group_yaml)

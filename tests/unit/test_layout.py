@@ -39,3 +39,16 @@ def test_parse_url_reads_back_every_kind_of_archive_path_and_nothing_else():
                   f"{root}/p/t/dt=2026-11-23/1_3_{10:020d}.seq",   # a day, not an hour
                   "s3://other/p/t/x.seq"):
         assert parse_url(root, stray, hourly if "/p/" in stray else LayoutSpec()) is None
+
+
+def test_a_table_groups_files_sit_in_their_runs_folder_and_read_back():
+    root = "s3://b/archive"
+    url = layout.table_data_file(root, "tables", "orders.eu", "manual__2026-01-01T00:00:00+00:00",
+                                 3, 1, 42, "parquet")
+    assert url == ("s3://b/archive/tables/orders.eu/data/manual__2026-01-01T00_00_00_00_00/"
+                   "partition=3/1_3_00000000000000000042.parquet")
+    where = layout.parse_url(root, url, layout.LayoutSpec())
+    assert (where.group, where.topic, where.place, where.name.partition, where.name.first_offset) == (
+        "tables", "orders.eu", "partition", 3, 42)
+    assert layout.parse_url(root, url.replace("partition=3", "partition=4"),
+                            layout.LayoutSpec()) is None

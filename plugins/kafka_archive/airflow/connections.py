@@ -9,6 +9,7 @@ from __future__ import annotations
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
 from kafka_archive import retries
+from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import TransientError
 from kafka_archive.storage import Storage
@@ -22,6 +23,32 @@ def s3_client(conn_id: str):
 def storage(conn_id: str) -> Storage:
     """The archive root's storage, its S3 client made from the connection when first used."""
     return Storage(lambda: s3_client(conn_id))
+
+
+def s3_environment(conn_id: str) -> dict[str, str]:
+    """boto3's standard variables, from the Airflow connection."""
+    hook = S3Hook(aws_conn_id=conn_id)
+    credentials = hook.get_credentials()
+    env = {"AWS_ACCESS_KEY_ID": credentials.access_key,
+           "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
+           "AWS_DEFAULT_REGION": hook.conn_config.region_name or "us-east-1"}
+    if credentials.token:
+        env["AWS_SESSION_TOKEN"] = credentials.token
+    if endpoint := hook.conn_config.get_service_endpoint_url("s3"):
+        env["AWS_ENDPOINT_URL_S3"] = endpoint
+    return env
+
+
+def iceberg_tables(config: Config) -> iceberg.Tables:
+    """A table group's tables, their files read and written with the S3 connection's
+    credentials (pyiceberg's FileIO properties)."""
+    if not config.archive_root.startswith("s3://"):
+        return iceberg.Tables(config)
+    env = s3_environment(config.s3_conn_id)
+    names = {"AWS_ACCESS_KEY_ID": "s3.access-key-id", "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
+             "AWS_SESSION_TOKEN": "s3.session-token", "AWS_DEFAULT_REGION": "s3.region",
+             "AWS_ENDPOINT_URL_S3": "s3.endpoint"}
+    return iceberg.Tables(config, {names[k]: v for k, v in env.items()})
 
 
 def token_store(config: Config) -> TokenStore:

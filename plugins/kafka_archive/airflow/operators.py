@@ -25,22 +25,6 @@ from kafka_archive.archive import job
 from kafka_archive.errors import TerminalError, TransientError
 
 
-def s3_environment(conn_id: str) -> dict[str, str]:
-    """boto3's standard variables, from the Airflow connection."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-    hook = S3Hook(aws_conn_id=conn_id)
-    credentials = hook.get_credentials()
-    env = {"AWS_ACCESS_KEY_ID": credentials.access_key,
-           "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
-           "AWS_DEFAULT_REGION": hook.conn_config.region_name or "us-east-1"}
-    if credentials.token:
-        env["AWS_SESSION_TOKEN"] = credentials.token
-    if endpoint := hook.conn_config.get_service_endpoint_url("s3"):
-        env["AWS_ENDPOINT_URL_S3"] = endpoint
-    return env
-
-
 def submit_environment(cfg: config.Config, master: str | None = None) -> dict[str, str]:
     """The environment for running a job's spark-submit from this process (CLI, benchmark,
     tests) as ArchiveOperator does: pyspark's launcher and this interpreter, plus the S3
@@ -48,7 +32,7 @@ def submit_environment(cfg: config.Config, master: str | None = None) -> dict[st
     the archive is on S3; elsewhere the cluster's own serve."""
     takes = (cfg.archive_root.startswith("s3://")
              and spark.archive_submit(cfg, master).takes_credentials())
-    return {**os.environ, **spark.submit_env(), **(s3_environment(cfg.s3_conn_id) if takes else {})}
+    return {**os.environ, **spark.submit_env(), **(connections.s3_environment(cfg.s3_conn_id) if takes else {})}
 
 
 def spark_master(conn) -> str:
@@ -91,7 +75,7 @@ class ArchiveOperator(BaseOperator):
         submit = spark.archive_submit(cfg, master)
         popen = {}
         if submit.takes_credentials():
-            env_vars = {**spark.submit_env(), **s3_environment(self.s3_conn_id)}
+            env_vars = {**spark.submit_env(), **connections.s3_environment(self.s3_conn_id)}
         else:
             # the provider would hand env_vars to the driver's node (spark.yarn.appMasterEnv,
             # spark.kubernetes.driverEnv), on the command line: spark-submit alone gets what

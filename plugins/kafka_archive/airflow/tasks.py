@@ -93,7 +93,8 @@ def commit(plan_url: str) -> dict:
     storage = connections.storage(cfg.s3_conn_id)
     made = Plan.from_json(storage.get_bytes(plan_url))
     tokens = connections.token_store(cfg)
-    summary = committing.commit(cfg, made, storage, tokens, runs.now_utc())
+    summary = committing.commit(cfg, made, storage, tokens, runs.now_utc(),
+                                connections.iceberg_tables(cfg))
     log.info("committed run %s: %d records in %d files; tokens of %s advanced", made.run_id,
              summary["records"], summary["files"], ", ".join(summary["tokens"]) or "no topic")
     offsets = {}

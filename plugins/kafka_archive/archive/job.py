@@ -226,4 +226,5 @@ def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:
         format=plan.format_for(topic), layout=group.layout,
         parser=parsers.parser_for(group.parser_for(topic)) if event_time else None,
         finalized_ms=plan.finalized.get(topic), audit_header=config.audit.source_header,
-        audit_window_ms=config.audit.window_s * 1000)
+        audit_window_ms=config.audit.window_s * 1000,
+        table_run=plan.run_id if group.table else None)

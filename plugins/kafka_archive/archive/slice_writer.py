@@ -55,6 +55,7 @@ class Target:
     finalized_ms: int | None = None     # time partitions ending at or before it are final
     audit_header: str = "kafka-archive-source"
     audit_window_ms: int = 60_000
+    table_run: str | None = None        # a table group's: the run whose folder holds its files
 
 
 class OpenSlice:
@@ -156,6 +157,10 @@ class OpenSlice:
     def _slice_file(self) -> _OpenFile:
         """The one file of a slice in the partition layout."""
         t = self.target
+        if t.table_run is not None:
+            url = layout.table_data_file(t.root, t.group, t.topic, t.table_run, self.partition,
+                                         t.generation, self.start, t.format)
+            return self._open(url.rsplit("/", 1)[0], lambda: url, t.format)
         return self._open(layout.partition_dir(t.root, t.group, t.topic, self.partition),
                           lambda: layout.data_file(t.root, t.group, t.topic, self.partition,
                                                    t.generation, self.start, t.format), t.format)

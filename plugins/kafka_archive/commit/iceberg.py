@@ -19,8 +19,13 @@ PostgreSQL, or REST), chosen by the properties given.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
+from kafka_archive import layout
+from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError, TransientError
+from kafka_archive.manifest import row_files
+from kafka_archive.plan.planning import Plan
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +55,72 @@ def key_value_spec():
                                         name="kafka_partition"))
 
 
-def open_table(catalog_name: str, catalog_properties: dict, identifier: str, schema, spec):
-    """The table, created (with its namespace) when absent."""
+class Tables:
+    """A config's table groups' tables, each opened (and created, with its namespace) on
+    first use in its group's catalog: the catalog's properties from the config, the
+    FileIO's (S3 endpoint and credentials) given by the caller from the archive root's
+    connection, never logged."""
+
+    def __init__(self, config: Config, file_io: dict[str, str] | None = None):
+        self.config, self._file_io, self._catalogs = config, dict(file_io or {}), {}
+
+    def __repr__(self) -> str:  # the FileIO properties hold secrets
+        return f"Tables({', '.join(self.config.iceberg_catalogs)})"
+
+    def table(self, group: str, topic: str):
+        spec = self.config.group(group).table
+        if spec is None:
+            raise TerminalError(f"group {group} has no table")
+        if spec.catalog not in self._catalogs:
+            self._catalogs[spec.catalog] = catalog(spec.catalog, {
+                "warehouse": self.config.archive_root,
+                **self.config.iceberg_catalogs[spec.catalog], **self._file_io})
+        return open_table(self._catalogs[spec.catalog], (spec.namespace, topic),
+                          layout.table_location(self.config.archive_root, group, topic))
+
+
+def catalog(name: str, properties: dict):
+    """pyiceberg's catalog; an embedded SQLite one gets its folder first."""
     from pyiceberg.catalog import load_catalog
 
-    catalog = load_catalog(catalog_name, **catalog_properties)
-    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
-    return catalog.create_table_if_not_exists(identifier, schema=schema, partition_spec=spec,
-                                              properties=TABLE_PROPERTIES)
+    uri = properties.get("uri", "")
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return load_catalog(name, **properties)
+
+
+def open_table(catalog, identifier: tuple[str, str], location: str | None = None):
+    """The key_value table, created (with its namespace) when absent. The identifier is
+    a tuple: a topic's dots stay in its table's name."""
+    catalog.create_namespace_if_not_exists(identifier[0])
+    return catalog.create_table_if_not_exists(identifier, schema=key_value_schema(),
+                                              partition_spec=key_value_spec(),
+                                              location=location, properties=TABLE_PROPERTIES)
+
+
+def commit_tables(tables: Tables, root: str, plan: Plan, manifest: dict) -> dict[str, int]:
+    """Each topic's files of the run into its table, with the files the plan's rewind
+    replaces taken out, one snapshot per table; topic -> snapshot id."""
+    done = {}
+    for topic in plan.topics():
+        rows = [e for e in manifest["slices"] if e["topic"] == topic]
+        add = [f["url"] for e in rows for f in row_files(e)]
+        inside = layout.table_location(root, plan.group, topic) + "/"
+        remove = [url for url in plan.superseded if url.startswith(inside)]
+        if add or remove:
+            offsets = ", ".join(f"{e['partition']}: [{e['start']}, {e['end']})" for e in rows)
+            done[topic] = commit_run(tables.table(plan.group, topic), plan.run_id, add, remove,
+                                     offsets).snapshot_id
+    return done
+
+
+def withdraw_run(tables: Tables, root: str, plan: Plan, manifest: dict, topic: str) -> None:
+    """Take a run's files of a topic out of its table again: the run lost its token's
+    compare-and-swap to another run after its table commit (two plans at once), so the
+    table must not keep what the token does not cover."""
+    files = [f["url"] for e in manifest["slices"] if e["topic"] == topic for f in row_files(e)]
+    if files:
+        commit_run(tables.table(plan.group, topic), f"{plan.run_id} (withdrawn)", [], files)
 
 
 def run_snapshot(table, run_id: str):
@@ -69,20 +132,22 @@ def run_snapshot(table, run_id: str):
 def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offsets: str = ""):
     """Add the run's files (Parquet, paths in the table's file IO) and take out the files
     it replaces, in one snapshot whose summary names the run; the run's snapshot (the
-    existing one when it committed already). A file to add that the table holds already,
-    other than as one this run replaces, is refused: a message would be in it twice."""
+    existing one when it committed already). A rewind's file to add that the table holds
+    already, other than as one this run replaces, is refused: a message would be in it
+    twice. (No two runs share a path (layout.table_data_file) and our own catalog refuses
+    overlapping offsets before this, so a plain append reads no manifest: at a year of runs
+    that would be every commit reading the whole table.)"""
     from pyiceberg.exceptions import CommitFailedException
 
     for attempt in range(1, ATTEMPTS + 1):
         table.refresh()
         if (found := run_snapshot(table, run_id)) is not None:
-            log.info("table %s holds run %s already (snapshot %d)", table.name(), run_id,
+            log.info("table %s holds run %s already (snapshot %d)", name(table), run_id,
                      found.snapshot_id)
             return found
-        current = {task.file.file_path: task.file for task in table.scan().plan_files()} \
-            if table.current_snapshot() is not None else {}
+        current = current_files(table, [*add, *remove]) if remove else {}
         if twice := sorted(set(add) & set(current) - set(remove)):
-            raise TerminalError(f"table {'.'.join(table.name())}: run {run_id} would add "
+            raise TerminalError(f"table {name(table)}: run {run_id} would add "
                                 f"{twice[0]}, which the table holds already (and "
                                 f"{len(twice) - 1} more): refused, nothing committed")
         tx = table.transaction()
@@ -98,11 +163,28 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
             tx.commit_transaction()
         except CommitFailedException as exc:
             log.warning("table %s: another writer committed first (%s); again (%d)",
-                        ".".join(table.name()), exc, attempt)
+                        name(table), exc, attempt)
             continue
         return run_snapshot(table.refresh(), run_id)
-    raise TransientError(f"table {'.'.join(table.name())}: lost the race to commit run "
+    raise TransientError(f"table {name(table)}: lost the race to commit run "
                          f"{run_id} {ATTEMPTS} times; run again")
+
+
+def current_files(table, paths: list[str]) -> dict:
+    """path -> DataFile of the table's current files in the Kafka partitions of `paths`
+    (read from their names; the whole table when a name does not say)."""
+    from pyiceberg.expressions import AlwaysTrue, In
+
+    if table.current_snapshot() is None:
+        return {}
+    names = [layout.parse_file_name(p.rsplit("/", 1)[-1]) for p in paths]
+    where = (In("kafka.partition", {n.partition for n in names}) if all(names)
+             else AlwaysTrue())
+    return {task.file.file_path: task.file for task in table.scan(row_filter=where).plan_files()}
+
+
+def name(table) -> str:
+    return ".".join(table.name())
 
 
 # Kafka's partition and offset live in the `kafka` struct, and pyiceberg keeps only counts

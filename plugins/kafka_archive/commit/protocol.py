@@ -1,8 +1,11 @@
 """Committing a run: the one place where tokens advance.
 
 Order, never changed: (1) check the manifest covers every planned slice and every file
-is durable with its recorded size, (2) advance each topic's token by compare-and-swap
-against the version the plan was made from, (3) mark the run committed in its folder
+is durable with its recorded size, (1b) for a table group, add each topic's files to its
+Iceberg table (taking out the files a rewind replaces) in one snapshot naming the run
+(commit.iceberg: a re-run finds it and adds nothing), so a token never covers what a
+table's reader cannot see, (2) advance each topic's token by compare-and-swap against
+the version the plan was made from, (3) mark the run committed in its folder
 (`committed.json`, the run folders' truth a rebuild reads), (4) add the run's rows to
 the catalog (by compare-and-swap; the rows the plan's rewind moved aside come out) and
 record the entry's seq in `committed.json` (a rebuild from the run folders replays them
@@ -20,7 +23,8 @@ from the token as it is, moving aside whatever it archives again, like any rewin
 nothing is lost (a file stays accounted for even when Kafka no longer holds its
 messages), nothing is archived twice, and the group never sticks on the old plan. A
 token another run advanced meanwhile (two plans at once: the in-flight mark removed by
-hand) is a lost race: TokenConflictError, as before.
+hand) is a lost race: TokenConflictError, as before, and a table group's table gives the
+run's files of that topic back (commit.iceberg.withdraw_run).
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from datetime import datetime
 
 from kafka_archive import catalog, layout, manifest as manifests
 from kafka_archive.catalog.state import part_key
+from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.manifest import row_files
@@ -95,7 +100,10 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
     return ends
 
 
-def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now: datetime) -> dict:
+def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now: datetime,
+           tables: iceberg.Tables | None = None) -> dict:
+    """tables: a table group's Iceberg tables (default: opened with the config's catalogs
+    and the environment's S3 credentials)."""
     root = config.archive_root
     manifest = manifests.read(storage, root, plan.group, plan.run_id)
     if manifest is None:
@@ -106,6 +114,11 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
     ends = verify(plan, manifest, sizes.get)
     # refused before any token moves; the entry it saw orders a rebuild from the runs
     seen = add_to_catalog(config, plan, manifest, storage, now, dry_run=True)
+    if config.group(plan.group).table is None:
+        tables = None
+    else:  # before the tokens: see the top
+        tables = tables or iceberg.Tables(config)
+        iceberg.commit_tables(tables, root, plan, manifest)
     left_as_found = {}  # topic -> why its token was not written
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
@@ -120,6 +133,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                 log.info("token %s/%s was already advanced by this run", plan.group, topic)
                 continue
             if current and current.run_id not in (plan.run_id, plan.token_runs.get(topic)):
+                if tables is not None:  # the table must not keep what no token covers
+                    iceberg.withdraw_run(tables, root, plan, manifest, topic)
                 raise  # another run committed the topic: this plan is stale
             left_as_found[topic] = changed_by_a_person(plan, topic, current, conflict)
             log.warning("%s", left_as_found[topic])

@@ -132,7 +132,12 @@ def _move_aside(storage: Storage, config: Config, plan: Plan) -> None:
     re-executed plan finds the saved copy, and then what is at the old path is this plan's
     own output (a re-archived slice has its predecessor's name), never moved onto the copy.
     Before the job has finished (no manifest) that output is unfinished, or the original
-    whose move was cut short between copy and delete: it goes, the job writes it again."""
+    whose move was cut short between copy and delete: it goes, the job writes it again.
+    A table group's files stay where they are: the table's current snapshot reads them
+    until the run's commit replaces them in one snapshot (older ones keep reading them),
+    and the run writes its own under its own folder (layout.table_data_file)."""
+    if config.group(plan.group).table is not None:
+        return
     finished = manifests.read(storage, config.archive_root, plan.group, plan.run_id) is not None
     for url in plan.superseded:
         aside = layout.superseded(config.archive_root, plan.run_id, url)

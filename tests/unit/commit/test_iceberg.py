@@ -21,10 +21,9 @@ def table(tmp_path):
 
 def handle(tmp_path):
     """A table handle of its own (as another process would have)."""
-    return iceberg.open_table("test", {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
-                                       "warehouse": f"file://{tmp_path}/warehouse"},
-                              "archive.events", iceberg.key_value_schema(),
-                              iceberg.key_value_spec())
+    return iceberg.open_table(iceberg.catalog("test", {
+        "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"file://{tmp_path}/warehouse"}), ("archive", "events"))
 
 
 def parquet(table, tmp_path, partition: int, first: int, count: int, tag: str = "") -> str:
@@ -92,10 +91,10 @@ def test_a_zombie_commit_of_the_same_run_adds_it_once(tmp_path, monkeypatch):
     assert len(offsets(handle(tmp_path))) == 10
 
 
-def test_a_file_the_table_holds_already_is_refused(table, tmp_path):
-    files = [parquet(table, tmp_path, 0, 0, 10)]
+def test_a_rewind_adding_a_file_the_table_holds_already_is_refused(table, tmp_path):
+    files = [parquet(table, tmp_path, 0, 0, 10), parquet(table, tmp_path, 0, 10, 10)]
     iceberg.commit_run(table, "run-1", files)
     with pytest.raises(TerminalError, match=r"run run-2 would add .*1_0_0+\.parquet, which the "
                                             r"table holds already"):
-        iceberg.commit_run(table, "run-2", files)
+        iceberg.commit_run(table, "run-2", files[:1], remove=files[1:])
     assert len(table.refresh().metadata.snapshots) == 1
