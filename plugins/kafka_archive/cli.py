@@ -257,7 +257,8 @@ def verify_group(config: Config, group: str, as_json: bool = False, topic: str |
     """Print the report; 1 when it found an error."""
     tokens = _tokens(config)
     report = verify.verify_group(config, group, _storage(config), tokens, terminal_bar,
-                                 topic, full, files)
+                                 topic, full, files,
+                                 _tables(config) if config.group(group).table else None)
     print(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     return 1 if report.errors() else 0
 
@@ -377,6 +378,16 @@ def _s3_client(conn_id: str):
     from kafka_archive.airflow import connections
 
     return connections.s3_client(conn_id)
+
+
+def _tables(config: Config):
+    """A table group's Iceberg tables, their files read with the S3 connection's keys."""
+    if not config.archive_root.startswith("s3://"):
+        return None
+    _airflow_logs_to_stderr()
+    from kafka_archive.airflow import connections
+
+    return connections.iceberg_tables(config)
 
 
 def _check_smtp(config: Config) -> str:

@@ -172,13 +172,13 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
 
 def current_files(table, paths: list[str]) -> dict:
     """path -> DataFile of the table's current files in the Kafka partitions of `paths`
-    (read from their names; the whole table when a name does not say)."""
+    (read from their names; the whole table when a name does not say, or for no paths)."""
     from pyiceberg.expressions import AlwaysTrue, In
 
     if table.current_snapshot() is None:
         return {}
     names = [layout.parse_file_name(p.rsplit("/", 1)[-1]) for p in paths]
-    where = (In("kafka.partition", {n.partition for n in names}) if all(names)
+    where = (In("kafka.partition", {n.partition for n in names}) if names and all(names)
              else AlwaysTrue())
     return {task.file.file_path: task.file for task in table.scan(row_filter=where).plan_files()}
 

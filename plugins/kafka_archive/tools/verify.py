@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from kafka_archive import catalog, formats, layout
 from kafka_archive.catalog import Contents
+from kafka_archive.commit import iceberg
 from kafka_archive.manifest import row_files
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
@@ -64,15 +65,18 @@ class Report:
     partitions: list[PartitionReport]
     ignored: list[str]  # objects under the group that are not archive files
     accepted: tuple = ()  # plan.losses.AcceptedLoss records: known loss, who, when, why
+    findings: list[Finding] = field(default_factory=list)  # of the group: its tables
 
     def errors(self) -> list[Finding]:
-        return [f for p in self.partitions for f in p.findings if f.level == ERROR]
+        return [f for f in self.findings if f.level == ERROR] + [
+            f for p in self.partitions for f in p.findings if f.level == ERROR]
 
     def to_json(self) -> dict:
         """The report for programs: per partition its files and findings, and the totals."""
         return {"group": self.group, "ok": not self.errors(), "errors": len(self.errors()),
                 "files": sum(p.file_count() for p in self.partitions),
-                "partitions": [asdict(p) for p in self.partitions], "ignored": self.ignored}
+                "partitions": [asdict(p) for p in self.partitions], "ignored": self.ignored,
+                "findings": [asdict(f) for f in self.findings]}
 
     def render(self) -> str:
         lines = []
@@ -81,6 +85,7 @@ class Report:
             lines += [f"  {f.level}: {f.message}" for f in p.findings]
         lines += [f"info: ignored {url}: not an archive file name" for url in self.ignored]
         lines += [f"known loss: {loss.describe()}" for loss in self.accepted]
+        lines += [f"{f.level}: {f.message}" for f in self.findings]
         files = sum(p.file_count() for p in self.partitions)
         lines.append(f"group {self.group}: {len(self.partitions)} partitions, {files} files, "
                      f"{len(self.errors())} errors")
@@ -121,20 +126,36 @@ def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSumm
 
 def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore,
                  track: Track = untracked, topic: str | None = None, full: bool = False,
-                 files: bool = False) -> Report:
+                 files: bool = False, tables: iceberg.Tables | None = None) -> Report:
     """A group (or one topic) checked against its tokens: from the catalog's per-partition
     summaries alone (what each partition's current files cover), or, with files, by
     reading every current file the catalog names; with full, also every file the
-    group's tree holds."""
-    spec = config.group(group).layout  # an unknown group is a config error, not an empty archive
-    event_time = spec.kind == "event_time"
+    group's tree holds. A table group's tables are checked against the catalog too
+    (tables: default, opened with the environment's S3 credentials)."""
+    table = config.group(group).table  # an unknown group is a config error, not an empty archive
     cat = catalog.open_catalog(storage, config, group)
+    if table is None:
+        report = _verify_files(config, group, storage, tokens, cat, track, topic, full, files)
+    else:
+        tables = tables or iceberg.Tables(config)
+        report = _verify_files(config, group, storage, tokens, cat, track, topic, full, files,
+                               tables)
+        report.findings += check_tables(tables, group, cat, topic, exact=files or full)
+    return report
+
+
+def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenStore,
+                  cat: catalog.Catalog, track: Track, topic: str | None, full: bool,
+                  files: bool, tables: iceberg.Tables | None = None) -> Report:
+    spec = config.group(group).layout
+    event_time = spec.kind == "event_time"
     if not (files or full):
         return _from_summaries(config, group, storage, tokens, cat, track, topic)
     contents = Contents.of(cat, cat.rows(topic))
     found = _catalog_files(contents)
     ignored: list[str] = []
     unlisted: set[str] = set()
+    outside: list[str] = []  # a table group's files no current snapshot reads
     if full:
         walked, ignored = _walked_files(storage, config.archive_root, group, spec)
         named = {url for files in found.values() for url, _ in files}
@@ -142,7 +163,11 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
             if topic is None or key[0] == topic:
                 extra = [(url, name) for url, name in files if url not in named]
                 unlisted |= {url for url, _ in extra}
-                found[key] = sorted(found.get(key, []) + extra, key=lambda f: f[1].first_offset)
+                if tables is None:  # a table's reader sees only its files: no duplicate
+                    found[key] = sorted(found.get(key, []) + extra,
+                                        key=lambda f: f[1].first_offset)
+                else:
+                    outside += [url for url, _ in extra]
     gaps, skipped = contents.gaps(), defaultdict(list, contents.lost)
     slice_of = _recorded_ranges(contents)
     topics = sorted({t for t, _, _ in found} | set(tokens.topics(group)))
@@ -179,7 +204,39 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
             partitions.append(report)
-    return Report(group, partitions, ignored, contents.accepted)
+    return Report(group, partitions, ignored, contents.accepted, [
+        Finding(INFO, f"{url}: in the tree, not in the table (replaced by a rewind and kept "
+                      "for time travel until its snapshots expire, or of a run not committed)")
+        for url in outside])
+
+
+def check_tables(tables: iceberg.Tables, group: str, cat: catalog.Catalog,
+                 topic: str | None, exact: bool) -> list[Finding]:
+    """Each topic's table against the catalog: the same records and files (from the
+    current snapshot's summary, one metadata read), or, exact, the same file paths (the
+    table's manifests read)."""
+    findings = []
+    for name in sorted(t for t in cat.state.topics if topic is None or t == topic):
+        summaries = [s for s in cat.state.topics[name].summaries.values() if s.rows]
+        records, count = sum(s.records for s in summaries), sum(s.files for s in summaries)
+        table = tables.table(group, name)
+        where = f"table {iceberg.name(table)}"
+        snapshot = table.current_snapshot()
+        totals = snapshot.summary if snapshot is not None else {}
+        held = (int(totals.get("total-records", 0)), int(totals.get("total-data-files", 0)))
+        if held != (records, count):
+            findings.append(Finding(ERROR, f"{where} holds {held[0]} records in {held[1]} files, "
+                                           f"the catalog {records} in {count}"))
+        if exact:
+            in_table = iceberg.current_files(table, [])
+            in_catalog = {f["url"] for row in cat.rows(name) for f in row_files(row)}
+            findings += [Finding(ERROR, f"{where}: {url} is in the table, not in the catalog")
+                         for url in sorted(set(in_table) - in_catalog)]
+            findings += [Finding(ERROR, f"{where}: {url} is in the catalog, not in the table")
+                         for url in sorted(in_catalog - set(in_table))]
+        findings.append(Finding(INFO, f"{where}: {held[0]} records in {held[1]} files, "
+                                      f"snapshot {snapshot.snapshot_id if snapshot else None}"))
+    return findings
 
 
 def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenStore,

@@ -126,6 +126,11 @@ def test_a_rewind_replaces_files_in_one_snapshot_and_the_old_one_stays_readable(
     assert rows(t) == [(0, o, f"r2 {o}".encode()) for o in range(10)]
     assert rows(t, before) == [(0, o, f"r1 {o}".encode()) for o in range(10)]  # time travel
     assert storage.size(old[0]) is not None  # never moved: the old snapshot reads it
+    from kafka_archive.tools import verify
+
+    report = verify.verify_group(cfg, GROUP, storage, tokens, full=True)
+    assert not report.errors(), report.render()  # the old file is no duplicate: not in the table
+    assert f"info: {old[0]}: in the tree, not in the table" in report.render()
 
 
 def test_a_run_that_lost_its_token_race_gives_its_files_back(env):
@@ -145,3 +150,23 @@ def test_a_run_that_lost_its_token_race_gives_its_files_back(env):
     assert rows(t) == [(0, o, f"winner {o}".encode()) for o in range(7)]
     assert [s.summary[iceberg.RUN_ID] for s in t.metadata.snapshots] == [
         "winner", "stale", "stale (withdrawn)"]
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_verify_finds_a_table_that_differs_from_the_catalog(env, exact):
+    from kafka_archive.tools import verify
+
+    cfg, storage, tokens = env
+    protocol.commit(cfg, run(env, "r1", {0: (0, 5), 1: (0, 5)}), storage, tokens, NOW)
+    report = verify.verify_group(cfg, GROUP, storage, tokens, files=exact, full=exact)
+    assert not report.errors(), report.render()
+    assert "table archive.orders.eu: 10 records in 2 files" in report.render()
+    # a file added to the table behind the archive's back: a reader would see it twice
+    run(env, "stray", {1: (0, 5)})
+    iceberg.commit_run(table(env), "stray", [f["url"] for f in json.loads(storage.get_bytes(
+        layout.run_file(cfg.archive_root, GROUP, "stray", "manifest.json")))["slices"][0]["files"]])
+    report = verify.verify_group(cfg, GROUP, storage, tokens, files=exact, full=exact)
+    messages = [f.message for f in report.errors()]
+    assert "table archive.orders.eu holds 15 records in 3 files, the catalog 10 in 2" in messages
+    assert any("data/stray/partition=1/1_1_00000000000000000000.parquet is in the table, not "
+               "in the catalog" in m for m in messages) == exact
