@@ -52,6 +52,7 @@ class TableSpec:
     """A table group's tables: `<namespace>.<topic>` in the Iceberg catalog named here."""
     catalog: str = "local"
     namespace: str = "kafka_archive"
+    keep_snapshots_s: int = 7 * 86400  # older snapshots expire, the files only they read go
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,8 @@ def _group(name: str, doc: schema.Group) -> Group:
         parser=doc.parser,
         topic_parsers=tuple(doc.topic_parsers.items()),
         lateness_s=doc.lateness,
-        table=TableSpec(doc.table.catalog, doc.table.namespace) if doc.table else None,
+        table=(TableSpec(doc.table.catalog, doc.table.namespace, doc.table.keep_snapshots)
+               if doc.table else None),
     )
 
 

@@ -209,6 +209,8 @@ class Table(Section):
     catalog: Text = "local"
     namespace: Annotated[str, _matching(r"[A-Za-z0-9_]+", "may only use letters, digits "
                                                            "and _")] = "kafka_archive"
+    # older snapshots expire (time travel ends there), and the files only they read go
+    keep_snapshots: Seconds = Field(7 * 86400, ge=0)
 
 
 class Group(Section):

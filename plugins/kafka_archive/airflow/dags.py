@@ -1,5 +1,6 @@
 """Every DAG of kafka-archive, built from the config (`all_dags`, which dags/kafka_archive.py
-calls): per group its archive DAG (plan >> archive >> commit >> freshness), the audit DAG,
+calls): per group its archive DAG (plan >> archive >> commit >> freshness, and finalize
+or a table group's expire_snapshots after commit), the audit DAG,
 and the manual backfill and replay DAGs."""
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
                 return tasks.finalize(group.name)
 
             finalize(committed)
+        if group.table is not None:
+            @task
+            @alerting.fails_at_once_when_terminal
+            def expire_snapshots(summary: dict) -> dict:
+                return tasks.expire_snapshots(group.name)
+
+            expire_snapshots(committed)
     return dag
 
 

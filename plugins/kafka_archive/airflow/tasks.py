@@ -11,7 +11,7 @@ from kafka_archive import brokers, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import finalizing, mirror, protocol as committing
+from kafka_archive.commit import finalizing, iceberg, mirror, protocol as committing
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import losses, rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
@@ -124,6 +124,17 @@ def finalize(group: str) -> dict[str, list[str]]:
         return finalizing.finalize(cfg, cfg.group(group), storage, tokens, consumer, now_ms)
     finally:
         consumer.close()
+
+
+def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
+    """A table group's tables: snapshots older than the group's keep_snapshots expire, and
+    the files only they read are deleted; per topic, how many of each."""
+    cfg = config_module.load()
+    tables = connections.iceberg_tables(cfg)
+    now_ms = int(runs.now_utc().timestamp() * 1000)
+    keep_ms = cfg.group(group).table.keep_snapshots_s * 1000
+    return {topic: iceberg.expire(tables.table(group, topic), keep_ms, now_ms)
+            for topic in connections.token_store(cfg).topics(group)}
 
 
 def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None,

@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 RUN_ID = "kafka-archive.run-id"      # snapshot summary: the run the snapshot commits
 OFFSETS = "kafka-archive.offsets"    # snapshot summary: the offset ranges it adds
 ATTEMPTS = 5                         # lost compare-and-swap races before giving up
-TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}
+TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2",
+                    # one metadata file per commit: keep the last 20, not a year of them
+                    "write.metadata.delete-after-commit.enabled": "true",
+                    "write.metadata.previous-versions-max": "20"}
 
 
 def key_value_schema():
@@ -153,7 +156,9 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
         tx = table.transaction()
         properties = {RUN_ID: run_id, **({OFFSETS: offsets} if offsets else {})}
         update = tx.update_snapshot(snapshot_properties=properties)
-        with (update.overwrite() if remove else update.fast_append()) as producer:
+        # merge_append: small manifests are merged as they accumulate (a fast append adds
+        # one per commit, and a reader opens every one: 35,000 at a year of runs)
+        with (update.overwrite() if remove else update.merge_append()) as producer:
             for path in remove:
                 if path in current:
                     producer.delete_data_file(current[path])
@@ -185,6 +190,42 @@ def current_files(table, paths: list[str]) -> dict:
 
 def name(table) -> str:
     return ".".join(table.name())
+
+
+def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:
+    """Snapshots older than keep_ms go (never the current one), and with them the files
+    only they read: the ones a rewind (or a withdrawn run) took out, kept until then for
+    time travel. Files go first, snapshots after, so a crash in between leaves snapshots
+    past their time reading missing files (expired by the next call), never a file no
+    snapshot names: an orphan nobody would ever delete. Reads only the manifests of the
+    snapshots that removed files, so a call costs little when no rewind happened."""
+    table.refresh()
+    current = table.current_snapshot()
+    old = {s.snapshot_id for s in table.metadata.snapshots
+           if s.timestamp_ms < now_ms - keep_ms and s.snapshot_id != current.snapshot_id}
+    if not old:
+        return {"snapshots": 0, "files": 0}
+    gone = [path for s in table.metadata.snapshots
+            if s.parent_snapshot_id in old and s.summary is not None
+            and s.summary.operation.value in ("overwrite", "delete")
+            for path in removed_by(table, s)]
+    for path in gone:
+        table.io.delete(path)
+    table.maintenance.expire_snapshots().by_ids(sorted(old)).commit()
+    log.info("table %s: %d snapshots expired, %d replaced files deleted", name(table),
+             len(old), len(gone))
+    return {"snapshots": len(old), "files": len(gone)}
+
+
+def removed_by(table, snapshot) -> list[str]:
+    """The data files a snapshot took out of the table."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    return [entry.data_file.file_path for manifest in snapshot.manifests(table.io)
+            if manifest.added_snapshot_id == snapshot.snapshot_id
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+            if entry.status == ManifestEntryStatus.DELETED
+            and entry.snapshot_id == snapshot.snapshot_id]
 
 
 # Kafka's partition and offset live in the `kafka` struct, and pyiceberg keeps only counts

@@ -38,6 +38,8 @@ def dag_bag(tmp_path, text: str) -> dict:
         from airflow.dag_processing.dagbag import DagBag
         bag = DagBag(dag_folder={str(config.REPO / "dags")!r})
         print("RESULT:", json.dumps({{"ids": sorted(bag.dag_ids),
+                                      "after_commit": {{i: sorted(d.get_task("commit").downstream_task_ids)
+                                                       for i, d in bag.dags.items() if "commit" in d.task_ids}},
                                       "errors": {{k: v[-300:] for k, v in bag.import_errors.items()}}}}))
     """)
     env = {**os.environ, "KAFKA_ARCHIVE_CONFIG": str(path), "AIRFLOW_HOME": str(tmp_path / "af")}
@@ -46,6 +48,15 @@ def dag_bag(tmp_path, text: str) -> dict:
     [line] = [x for x in out.stdout.splitlines() if x.startswith("RESULT: ")] or [
         pytest.fail(out.stdout[-2000:] + out.stderr[-3000:])]
     return json.loads(line[len("RESULT: "):])
+
+
+def test_a_table_groups_dag_expires_snapshots_after_commit(tmp_path):
+    found = dag_bag(tmp_path, BASE + "groups:\n  raw: {}\n"
+                              "  tables: {format: {kind: parquet}, table: {}}\n")
+    assert found["errors"] == {}
+    assert found["after_commit"]["kafka_archive_tables"] == [
+        "expire_snapshots", "freshness", "held_topics"]
+    assert found["after_commit"]["kafka_archive_raw"] == ["freshness", "held_topics"]
 
 
 @pytest.mark.parametrize("name", CONFIGS)

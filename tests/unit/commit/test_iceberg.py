@@ -98,3 +98,20 @@ def test_a_rewind_adding_a_file_the_table_holds_already_is_refused(table, tmp_pa
                                             r"table holds already"):
         iceberg.commit_run(table, "run-2", files[:1], remove=files[1:])
     assert len(table.refresh().metadata.snapshots) == 1
+
+
+def test_expiry_deletes_the_files_only_expired_snapshots_read(table, tmp_path):
+    old = [parquet(table, tmp_path, 0, 0, 10), parquet(table, tmp_path, 1, 0, 10)]
+    first = iceberg.commit_run(table, "run-1", old)
+    new = [parquet(table, tmp_path, 0, 0, 10, tag="again-")]
+    second = iceberg.commit_run(table, "run-2", new, remove=old[:1])  # a rewind of partition 0
+    now = second.timestamp_ms + 1000
+    assert iceberg.expire(table, keep_ms=60_000, now_ms=now) == {"snapshots": 0, "files": 0}
+    assert iceberg.expire(table, keep_ms=0, now_ms=now) == {"snapshots": 1, "files": 1}
+    assert [s.snapshot_id for s in table.refresh().metadata.snapshots] == [second.snapshot_id]
+    assert not (tmp_path / old[0].rsplit("/", 1)[-1]).exists()  # only the old snapshot read it
+    assert (tmp_path / old[1].rsplit("/", 1)[-1]).exists()      # still current
+    assert offsets(table) == sorted([(0, o, f"again-value {o}".encode()) for o in range(10)]
+                                    + [(1, o, f"value {o}".encode()) for o in range(10)])
+    assert iceberg.expire(table, keep_ms=0, now_ms=now + 10_000) == {"snapshots": 0, "files": 0}
+    assert first.snapshot_id not in {s.snapshot_id for s in table.metadata.snapshots}

@@ -1,0 +1,34 @@
+"""A Spark reader of a table group's table, as a data team's would be: Iceberg's
+JdbcCatalog on the SQLite database pyiceberg's SqlCatalog writes, S3FileIO on MinIO.
+Arguments: catalog database, warehouse, S3 endpoint, namespace, table, output JSON path.
+Credentials: the AWS_* environment."""
+
+import json
+import sys
+
+from pyspark.sql import SparkSession
+
+database, warehouse, endpoint, namespace, name, out = sys.argv[1:]
+prefix = "spark.sql.catalog.local"
+spark = (SparkSession.builder.appName("read-iceberg-table")
+         .config(prefix, "org.apache.iceberg.spark.SparkCatalog")
+         .config(f"{prefix}.type", "jdbc")
+         .config(f"{prefix}.uri", f"jdbc:sqlite:{database}")
+         .config(f"{prefix}.jdbc.schema-version", "V1")
+         .config(f"{prefix}.warehouse", warehouse)
+         .config(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
+         .config(f"{prefix}.s3.endpoint", endpoint)
+         .config(f"{prefix}.s3.path-style-access", "true")
+         .config(f"{prefix}.client.region", "us-east-1")
+         .getOrCreate())
+table = f"local.{namespace}.`{name}`"
+rows = spark.sql(f"SELECT kafka.partition AS p, kafka.offset AS o, value FROM {table}").collect()
+snapshots = spark.sql(f"SELECT snapshot_id, operation, summary['kafka-archive.run-id'] AS run "
+                      f"FROM {table}.snapshots ORDER BY committed_at").collect()
+first = snapshots[0].snapshot_id
+at_first = spark.sql(f"SELECT count(*) AS n FROM {table} VERSION AS OF {first}").first().n
+with open(out, "w") as f:
+    json.dump({"rows": [[r.p, r.o, r.value.hex()] for r in rows],
+               "snapshots": [[s.operation, s.run] for s in snapshots],
+               "records_at_first_snapshot": at_first}, f)
+spark.stop()

@@ -1,0 +1,86 @@
+"""A table group on the real services (issue 32): the Spark job's Parquet files enter
+each topic's Iceberg table (pyiceberg's SQL catalog on SQLite, files on MinIO) at commit,
+each message once; a rewind by deleting the token file is one overwrite snapshot, the old
+snapshot still readable; Spark finds and reads the table through Iceberg's JdbcCatalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from test_backup_archive import consumed, varied_messages
+from test_rewind_cli import cli, run
+
+from kafka_archive import spark
+from kafka_archive.airflow import connections
+from kafka_archive.commit import iceberg
+from tests.support import localservices
+from tests.support.pipeline import GROUP, Pipeline
+
+PARTITIONS = 3
+ICEBERG_JARS = Path(__file__).resolve().parents[2] / ".cache" / "jars" / "spark-iceberg"
+
+
+def read_in_table(table) -> set[tuple]:
+    return {(r["kafka"]["topic"], r["kafka"]["partition"], r["kafka"]["offset"], r["key"],
+             r["value"], round(r["kafka"]["timestamp"].timestamp() * 1000),
+             tuple((h["name"], h["value"]) for h in r["headers"]))
+            for r in table.scan().to_arrow().to_pylist()}
+
+
+def spark_reads(pipeline: Pipeline, database: Path, topic: str, tmp_path: Path) -> dict:
+    out = tmp_path / "spark-read.json"
+    result = subprocess.run(
+        [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
+         "--conf", "spark.ui.enabled=false",
+         "--jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))),
+         str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"), str(database),
+         pipeline.root, localservices.s3_endpoint(localservices.local_env()), "archive", topic,
+         str(out)],
+        env={**os.environ, **spark.submit_env(), **connections.s3_environment("kafka_archive_s3")},
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    database = tmp_path / "catalog.db"
+    pipeline = Pipeline(airflow_env, kafka, s3, f"ice{unique}", tmp_path,
+                        group_extra="format: {kind: parquet}\ntable: {namespace: archive}\n",
+                        extra=f"iceberg_catalogs: {{local: {{type: sql, "
+                              f"uri: 'sqlite:///{database}'}}}}\n")
+    topic = pipeline.create_topic("events", PARTITIONS)
+    pipeline.produce(varied_messages(topic, PARTITIONS, 300, seed=32))
+    run(pipeline, monkeypatch, "first")  # plan, the Spark job, commit: as the DAG's tasks
+    table = connections.iceberg_tables(pipeline_config(pipeline)).table(GROUP, topic)
+    assert read_in_table(table) == consumed(kafka, [topic])  # keys, values, times, headers
+    assert len(table.scan().to_arrow()) == 300  # each message once
+    [first] = table.metadata.snapshots
+    assert first.summary[iceberg.RUN_ID] == "first"
+
+    pipeline.tokens.delete(GROUP, topic)  # the README's rewind: delete the token file
+    pipeline.produce(varied_messages(topic, PARTITIONS, 30, seed=33))
+    run(pipeline, monkeypatch, "second")
+    table.refresh()
+    assert read_in_table(table) == consumed(kafka, [topic])
+    assert len(table.scan().to_arrow()) == 330
+    assert [(s.summary.operation.value, s.summary[iceberg.RUN_ID])
+            for s in table.metadata.snapshots] == [("append", "first"), ("overwrite", "second")]
+    assert len(table.scan(snapshot_id=first.snapshot_id).to_arrow()) == 300  # time travel
+    checked = cli(pipeline, "verify", "--group", GROUP, "--full")  # reads every file
+    assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-3000:]
+    assert f"table archive.{topic}: 330 records in {PARTITIONS} files" in checked.stdout
+
+    read = spark_reads(pipeline, database, topic, tmp_path)
+    assert len(read["rows"]) == len({(p, o) for p, o, _ in read["rows"]}) == 330
+    assert read["snapshots"] == [["append", "first"], ["overwrite", "second"]]
+    assert read["records_at_first_snapshot"] == 300
+
+
+def pipeline_config(pipeline: Pipeline):
+    from kafka_archive import config
+
+    return config.load(pipeline.config_path)
