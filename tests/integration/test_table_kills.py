@@ -1,0 +1,85 @@
+"""A table group's commit killed (SIGKILL) at spread-out moments of its own run, each kill
+followed by the group's next run, which finishes the plan in flight; and a rewind (the
+token file deleted) between them. After all of it, the Iceberg table holds each message
+Kafka has exactly once, every run is in the table's history once, no plan is in flight
+and `verify --full` finds no error (issue 32: exactly once with the tokens, shown with
+kills)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from test_backup_archive import consumed, varied_messages
+from test_iceberg_tables import read_in_table
+from test_rewind_cli import cli
+
+from kafka_archive import config
+from kafka_archive.airflow import connections
+from kafka_archive.commit import iceberg
+from tests.support.pipeline import GROUP, Pipeline
+
+PARTITIONS = 2
+KILLS = 4
+
+
+def commit_killed(pipeline: Pipeline, plan_url: str, after_s: float | None) -> bool:
+    """The commit task in a process of its own, SIGKILLed after_s in (None: let it end);
+    whether it finished first."""
+    job = subprocess.Popen([sys.executable, "-c", "import sys\nfrom kafka_archive.airflow "
+                            "import tasks\ntasks.commit(sys.argv[1])", plan_url],
+                           env=pipeline.env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _, err = job.communicate(timeout=after_s if after_s is not None else 300)
+        assert job.returncode == 0, err.decode()[-3000:]
+        return True
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        return False
+
+
+def test_table_commits_killed_at_any_moment_leave_each_message_once(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    pipeline = Pipeline(airflow_env, kafka, s3, f"tk{unique}", tmp_path,
+                        group_extra="format: {kind: parquet}\ntable: {namespace: archive}\n",
+                        extra=f"iceberg_catalogs: {{local: {{type: sql, "
+                              f"uri: 'sqlite:///{tmp_path}/catalog.db'}}}}\n")
+    topic = pipeline.create_topic("events", PARTITIONS)
+    pipeline.in_env(monkeypatch)
+    pipeline.produce(varied_messages(topic, PARTITIONS, 100, seed=40))
+    plan_url = pipeline.plan("timed")
+    pipeline.archive_to_end(plan_url)
+    started = time.monotonic()
+    assert commit_killed(pipeline, plan_url, None)  # uninterrupted: how long a commit takes
+    took = time.monotonic() - started
+    finished = []
+    for i in range(KILLS):
+        pipeline.produce(varied_messages(topic, PARTITIONS, 50, seed=41 + i))
+        if i == KILLS // 2:
+            pipeline.tokens.delete(GROUP, topic)  # a rewind between the kills
+        plan_url = pipeline.plan(f"killed-{i}")
+        pipeline.archive_to_end(plan_url)
+        finished.append(commit_killed(pipeline, plan_url, took * (i + 1) / (KILLS + 1)))
+        if after := pipeline.plan(f"after-{i}"):  # the next run finishes the plan in flight
+            pipeline.archive_to_end(after)
+            pipeline.commit(after)
+
+    table = connections.iceberg_tables(config.load(pipeline.config_path)).table(GROUP, topic)
+    rows = table.scan().to_arrow().to_pylist()
+    held = Counter((r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows)
+    assert max(held.values()) == 1, "a message is in the table twice"
+    assert read_in_table(table) == consumed(kafka, [topic]), "the table lacks a message"
+    runs = Counter(s.summary[iceberg.RUN_ID] for s in table.metadata.snapshots)
+    assert max(runs.values()) == 1, runs  # no run committed twice
+    assert {f"killed-{i}" for i in range(KILLS)} <= set(runs)
+    checked = cli(pipeline, "verify", "--group", GROUP, "--full")
+    assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-3000:]
+    status = cli(pipeline, "status", "--group", GROUP)
+    assert "IN FLIGHT" not in status.stdout, status.stdout
+    assert not all(finished), f"no kill landed inside a commit (a commit took {took:.1f} s)"
