@@ -134,7 +134,8 @@ class Config:
     audit: Audit = Audit()
     spark: SparkSettings = SparkSettings()
     # Iceberg catalogs by name: pyiceberg properties, without the FileIO's credentials
-    iceberg_catalogs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # (a uri may hold a password from ${ENV}: never in a repr)
+    iceberg_catalogs: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
     def group(self, name: str) -> Group:
         try:

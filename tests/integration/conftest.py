@@ -82,6 +82,16 @@ def toxiproxy(service_env) -> str:
         yield localservices.toxiproxy_url(service_env)
 
 
+@pytest.fixture(scope="session")
+def postgres(service_env) -> str:
+    """The local PostgreSQL's database for Iceberg's SQL catalog, as a SQLAlchemy URL whose
+    password is the ${KAFKA_ARCHIVE_POSTGRES_PASSWORD} reference a config file holds."""
+    with running("postgres", service_env):
+        yield localservices.postgres_url(
+            {**service_env, "KAFKA_ARCHIVE_POSTGRES_PASSWORD": "${KAFKA_ARCHIVE_POSTGRES_PASSWORD}"},
+            "iceberg")
+
+
 @dataclass(frozen=True)
 class SparkCluster:
     """The local standalone cluster: a master and two one-core workers whose executors run

@@ -1,5 +1,6 @@
 """A table group on the real services (issue 32): the Spark job's Parquet files enter
-each topic's Iceberg table (pyiceberg's SQL catalog on SQLite, files on MinIO) at commit,
+each topic's Iceberg table (pyiceberg's SQL catalog on SQLite, embedded, or on the local
+PostgreSQL, as a deployment has it; files on MinIO) at commit,
 each message once; a rewind by deleting the token file is one overwrite snapshot, the old
 snapshot still readable; Spark finds and reads the table through Iceberg's JdbcCatalog."""
 
@@ -8,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import uuid
 from pathlib import Path
+
+import pytest
 
 from test_backup_archive import consumed, varied_messages
 from test_rewind_cli import cli, run
@@ -30,28 +34,43 @@ def read_in_table(table) -> set[tuple]:
             for r in table.scan().to_arrow().to_pylist()}
 
 
-def spark_reads(pipeline: Pipeline, database: Path, topic: str, tmp_path: Path) -> dict:
+def spark_reads(pipeline: Pipeline, jdbc_url: str, topic: str, tmp_path: Path,
+                jdbc_env: dict[str, str]) -> dict:
     out = tmp_path / "spark-read.json"
     result = subprocess.run(
         [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
          "--conf", "spark.ui.enabled=false",
          "--jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))),
-         str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"), str(database),
+         str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"), jdbc_url,
          pipeline.root, localservices.s3_endpoint(localservices.local_env()), "archive", topic,
          str(out)],
-        env={**os.environ, **spark.submit_env(), **connections.s3_environment("kafka_archive_s3")},
+        env={**os.environ, **spark.submit_env(), **connections.s3_environment("kafka_archive_s3"),
+             **jdbc_env},
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(out.read_text())
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog(request, service_env, tmp_path) -> tuple[str, str, dict[str, str]]:
+    """The catalog's SQLAlchemy URL (in the config), JDBC URL and JDBC credentials (Spark)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/catalog.db", f"jdbc:sqlite:{tmp_path}/catalog.db", {}
+    url = request.getfixturevalue("postgres")
+    database = f"iceberg{uuid.uuid4().hex[:8]}"  # a catalog of its own: tables of one test
+    localservices.create_database(service_env, database)
+    return (url.rsplit("/", 1)[0] + f"/{database}",
+            f"jdbc:postgresql://127.0.0.1:{service_env['KAFKA_ARCHIVE_POSTGRES_PORT']}/{database}",
+            {"JDBC_USER": localservices.POSTGRES_USER,
+             "JDBC_PASSWORD": service_env["KAFKA_ARCHIVE_POSTGRES_PASSWORD"]})
+
+
 def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
-        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
-    database = tmp_path / "catalog.db"
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch, catalog):
+    uri, jdbc_url, jdbc_env = catalog
     pipeline = Pipeline(airflow_env, kafka, s3, f"ice{unique}", tmp_path,
                         group_extra="format: {kind: parquet}\ntable: {namespace: archive}\n",
-                        extra=f"iceberg_catalogs: {{local: {{type: sql, "
-                              f"uri: 'sqlite:///{database}'}}}}\n")
+                        extra=f"iceberg_catalogs: {{local: {{type: sql, uri: '{uri}'}}}}\n")
     topic = pipeline.create_topic("events", PARTITIONS)
     pipeline.produce(varied_messages(topic, PARTITIONS, 300, seed=32))
     run(pipeline, monkeypatch, "first")  # plan, the Spark job, commit: as the DAG's tasks
@@ -74,7 +93,7 @@ def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
     assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-3000:]
     assert f"table archive.{topic}: 330 records in {PARTITIONS} files" in checked.stdout
 
-    read = spark_reads(pipeline, database, topic, tmp_path)
+    read = spark_reads(pipeline, jdbc_url, topic, tmp_path, jdbc_env)
     assert len(read["rows"]) == len({(p, o) for p, o, _ in read["rows"]}) == 330
     assert read["snapshots"] == [["append", "first"], ["overwrite", "second"]]
     assert read["records_at_first_snapshot"] == 300

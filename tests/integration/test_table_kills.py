@@ -21,6 +21,7 @@ from test_rewind_cli import cli
 from kafka_archive import config
 from kafka_archive.airflow import connections
 from kafka_archive.commit import iceberg
+from tests.support import localservices
 from tests.support.pipeline import GROUP, Pipeline
 
 PARTITIONS = 2
@@ -45,11 +46,13 @@ def commit_killed(pipeline: Pipeline, plan_url: str, after_s: float | None) -> b
 
 
 def test_table_commits_killed_at_any_moment_leave_each_message_once(
-        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+        airflow_env, kafka, s3, postgres, service_env, unique, tmp_path, monkeypatch):
+    database = f"kills{unique}".lower()  # the SQL catalog on PostgreSQL, as deployed
+    localservices.create_database(service_env, database)
+    uri = postgres.rsplit("/", 1)[0] + f"/{database}"
     pipeline = Pipeline(airflow_env, kafka, s3, f"tk{unique}", tmp_path,
                         group_extra="format: {kind: parquet}\ntable: {namespace: archive}\n",
-                        extra=f"iceberg_catalogs: {{local: {{type: sql, "
-                              f"uri: 'sqlite:///{tmp_path}/catalog.db'}}}}\n")
+                        extra=f"iceberg_catalogs: {{local: {{type: sql, uri: '{uri}'}}}}\n")
     topic = pipeline.create_topic("events", PARTITIONS)
     pipeline.in_env(monkeypatch)
     pipeline.produce(varied_messages(topic, PARTITIONS, 100, seed=40))

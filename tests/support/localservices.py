@@ -1,7 +1,7 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy airflow spark]
-    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy airflow spark]
+    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy postgres airflow spark]
+    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy postgres airflow spark]
     .venv/bin/python -m tests.support.localservices status
     eval "$(.venv/bin/python -m tests.support.localservices env)"  # point Airflow/CLI at them
     .venv/bin/python -m tests.support.localservices leftovers [--baseline FILE]
@@ -9,11 +9,12 @@
 Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
-from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY}_PORT; credentials from
+from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,POSTGRES}_PORT; credentials from
 .cache/local.env (made by scripts/install) or the environment. `start` and `stop` without
 names mean kafka, s3 and smtp; `airflow` (api-server, scheduler, dag-processor and
 triggerer, about half a minute to start) only runs when named, and `stop` without names
-stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy) and `spark`: a
+stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy), `postgres` (Debian's
+PostgreSQL, a cluster of its own; database `iceberg` for Iceberg's SQL catalog) and `spark`: a
 standalone Spark cluster (services spark-master, spark-worker-1, spark-worker-2; ports from
 KAFKA_ARCHIVE_SPARK_{MASTER,WORKER}_PORT) whose executors run .cache/executor-venv's Python,
 with no copy of the project and no AWS_* variables in their environment.
@@ -71,6 +72,7 @@ def local_env() -> dict[str, str]:
         "KAFKA_ARCHIVE_PROXY_PORT": "19100",  # the first port of the proxies tests create
         "KAFKA_ARCHIVE_SPARK_MASTER_PORT": "17077",  # its web UI: the next port
         "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
+        "KAFKA_ARCHIVE_POSTGRES_PORT": "15432",
         "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
     }
     env_file = CACHE / "local.env"
@@ -422,6 +424,100 @@ SMTP = Service(
 )
 
 
+# --- PostgreSQL: Debian's server, a cluster of our own under the service's home ----------
+# PostgreSQL refuses to run as root: as root, the cluster belongs to the `postgres` user
+# the Debian package makes, and the server runs as that user.
+
+POSTGRES_USER = "kafka_archive"
+POSTGRES_DATABASES = ("iceberg",)
+
+
+def postgres_url(env: dict[str, str], database: str, driver: str = "postgresql+psycopg2") -> str:
+    """A SQLAlchemy URL of a local database (pyiceberg's SqlCatalog takes one)."""
+    (password,) = generated(env, "KAFKA_ARCHIVE_POSTGRES_PASSWORD")
+    return (f"{driver}://{POSTGRES_USER}:{password}@127.0.0.1:"
+            f"{env['KAFKA_ARCHIVE_POSTGRES_PORT']}/{database}")
+
+
+def _postgres_bin(name: str) -> str:
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    if not found:
+        raise ServiceError("PostgreSQL is not installed: run scripts/install --for-tests "
+                           "(Debian's postgresql package)")
+    return str(found[-1])
+
+
+def _as_postgres_owner(command: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+def _postgres_prepare(env: dict[str, str], home: Path) -> None:
+    data = home / "data"
+    if (data / "PG_VERSION").exists():
+        return
+    (password,) = generated(env, "KAFKA_ARCHIVE_POSTGRES_PASSWORD")
+    data.mkdir(parents=True, exist_ok=True)
+    secret = home / "password"
+    secret.write_text(password + "\n")
+    if os.geteuid() == 0:
+        import shutil
+
+        for path in (home, data, secret):
+            shutil.chown(path, "postgres", "postgres")
+    try:
+        subprocess.run(_as_postgres_owner(
+            [_postgres_bin("initdb"), "-D", str(data), "-U", POSTGRES_USER, "--pwfile",
+             str(secret), "--auth=scram-sha-256", "--encoding=UTF8", "--no-instructions"]),
+            check=True, capture_output=True, timeout=120)
+    except subprocess.CalledProcessError as exc:
+        raise ServiceError(f"initdb failed: {exc.stderr.decode()[-2000:]}") from None
+    finally:
+        secret.unlink()
+
+
+def _postgres_connect(env: dict[str, str], database: str = "postgres"):
+    import psycopg2
+
+    (password,) = generated(env, "KAFKA_ARCHIVE_POSTGRES_PASSWORD")
+    try:
+        return psycopg2.connect(host="127.0.0.1", port=int(env["KAFKA_ARCHIVE_POSTGRES_PORT"]),
+                                user=POSTGRES_USER, password=password, dbname=database,
+                                connect_timeout=2)
+    except psycopg2.OperationalError as exc:
+        raise NotReady(str(exc)) from None
+
+
+def _postgres_ready(env: dict[str, str]) -> None:
+    _postgres_connect(env).close()
+
+
+def create_database(env: dict[str, str], *names: str) -> None:
+    """Databases of the local PostgreSQL, made unless they exist."""
+    connection = _postgres_connect(env)
+    connection.autocommit = True  # CREATE DATABASE cannot run in a transaction
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT datname FROM pg_database")
+            have = {row[0] for row in cursor.fetchall()}
+            for name in names:
+                if name not in have:
+                    cursor.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        connection.close()
+
+
+POSTGRES = Service(
+    name="postgres",
+    command=lambda env, home: _as_postgres_owner([
+        _postgres_bin("postgres"), "-D", str(home / "data"),
+        "-p", env["KAFKA_ARCHIVE_POSTGRES_PORT"], "-c", "listen_addresses=127.0.0.1",
+        "-c", f"unix_socket_directories={home}", "-c", "fsync=off"]),  # tests' data only
+    ready=_postgres_ready,
+    prepare=_postgres_prepare,
+    after_ready=lambda env: create_database(env, *POSTGRES_DATABASES),
+)
+
+
 # --- Toxiproxy: a TCP proxy that injects faults (resets, latency, cut connections) ------
 
 def toxiproxy_url(env: dict[str, str]) -> str:
@@ -671,7 +767,8 @@ SPARK_MASTER = Service(
 )
 SPARK_SERVICES = (SPARK_MASTER, *(_spark_worker(n) for n in range(1, SPARK_WORKERS + 1)))
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, AIRFLOW, *SPARK_SERVICES)}
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, AIRFLOW,
+                                *SPARK_SERVICES)}
 DEFAULT_SERVICES = ("kafka", "s3", "smtp")  # what `start` without names starts
 ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers
 
@@ -695,8 +792,9 @@ def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
                  "extra": {"disable_tls": True, "disable_ssl": True,
                            "from_email": "kafka-archive@localhost"}}
     # the SASL listener's SCRAM user, for configs that log in with ${KAFKA_ARCHIVE_KAFKA_*}
-    kafka_user = {k: env[k] for k in ("KAFKA_ARCHIVE_KAFKA_USER", "KAFKA_ARCHIVE_KAFKA_PASSWORD")
-                  if k in env}
+    # and the local PostgreSQL's, for ${KAFKA_ARCHIVE_POSTGRES_PASSWORD} in a catalog's uri
+    kafka_user = {k: env[k] for k in ("KAFKA_ARCHIVE_KAFKA_USER", "KAFKA_ARCHIVE_KAFKA_PASSWORD",
+                                      "KAFKA_ARCHIVE_POSTGRES_PASSWORD") if k in env}
     return {
         **kafka_user,
         "KAFKA_ARCHIVE_BOOTSTRAP": kafka_bootstrap(env),

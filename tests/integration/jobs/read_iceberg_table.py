@@ -1,19 +1,25 @@
 """A Spark reader of a table group's table, as a data team's would be: Iceberg's
-JdbcCatalog on the SQLite database pyiceberg's SqlCatalog writes, S3FileIO on MinIO.
-Arguments: catalog database, warehouse, S3 endpoint, namespace, table, output JSON path.
-Credentials: the AWS_* environment."""
+JdbcCatalog on the database pyiceberg's SqlCatalog writes (SQLite or PostgreSQL),
+S3FileIO on MinIO. Arguments: the catalog's JDBC URL, warehouse, S3 endpoint, namespace,
+table, output JSON path. Credentials: the AWS_* environment; the database's, if any, in
+JDBC_USER and JDBC_PASSWORD (never on a command line)."""
 
 import json
+import os
 import sys
 
 from pyspark.sql import SparkSession
 
-database, warehouse, endpoint, namespace, name, out = sys.argv[1:]
+jdbc_url, warehouse, endpoint, namespace, name, out = sys.argv[1:]
 prefix = "spark.sql.catalog.local"
-spark = (SparkSession.builder.appName("read-iceberg-table")
+builder = SparkSession.builder.appName("read-iceberg-table")
+for key in ("user", "password"):
+    if f"JDBC_{key.upper()}" in os.environ:
+        builder = builder.config(f"{prefix}.jdbc.{key}", os.environ[f"JDBC_{key.upper()}"])
+spark = (builder
          .config(prefix, "org.apache.iceberg.spark.SparkCatalog")
          .config(f"{prefix}.type", "jdbc")
-         .config(f"{prefix}.uri", f"jdbc:sqlite:{database}")
+         .config(f"{prefix}.uri", jdbc_url)
          .config(f"{prefix}.jdbc.schema-version", "V1")
          .config(f"{prefix}.warehouse", warehouse)
          .config(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")

@@ -170,3 +170,46 @@ def test_verify_finds_a_table_that_differs_from_the_catalog(env, exact):
     assert "table archive.orders.eu holds 15 records in 3 files, the catalog 10 in 2" in messages
     assert any("data/stray/partition=1/1_1_00000000000000000000.parquet is in the table, not "
                "in the catalog" in m for m in messages) == exact
+
+
+class Killed(BaseException):
+    """As a SIGKILL would: nothing after it runs (not an Exception: no handler catches it)."""
+
+
+@pytest.mark.parametrize("step", ["table commit", "token write", "committed.json",
+                                  "catalog entry", "in-flight mark cleared"])
+def test_a_commit_killed_after_any_step_is_finished_by_the_next_with_the_run_once(
+        env, monkeypatch, step):
+    from kafka_archive import catalog
+    from kafka_archive.plan import inflight
+
+    cfg, storage, tokens = env
+    protocol.commit(cfg, run(env, "r0", {0: (0, 4)}), storage, tokens, NOW)
+    plan = run(env, "r1", {0: (4, 9), 1: (0, 3)})
+    after = {"table commit": (iceberg, "commit_tables"),
+             "token write": (type(tokens), "write"),
+             "committed.json": (Storage, "put_bytes"),
+             "catalog entry": (catalog, "append"),
+             "in-flight mark cleared": (inflight, "clear")}[step]
+    real = getattr(*after)
+
+    def then_killed(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Killed(step)
+    with monkeypatch.context() as patched:
+        patched.setattr(*after, then_killed)
+        with pytest.raises(Killed):
+            protocol.commit(cfg, plan, storage, tokens, NOW)
+    if tokens.read(GROUP, TOPIC).token.run_id == "r1":  # a token never covers what the table lacks
+        assert iceberg.run_snapshot(table(env), "r1") is not None
+    protocol.commit(cfg, plan, storage, tokens, NOW)  # the re-executed plan's commit
+    t = table(env)
+    assert [s.summary[iceberg.RUN_ID] for s in t.metadata.snapshots] == ["r0", "r1"]
+    assert rows(t) == sorted([(0, o, f"r0 {o}".encode()) for o in range(4)]
+                             + [(0, o, f"r1 {o}".encode()) for o in range(4, 9)]
+                             + [(1, o, f"r1 {o}".encode()) for o in range(3)])
+    assert dict(tokens.read(GROUP, TOPIC).token.offsets) == {0: 9, 1: 3}
+    from kafka_archive.tools import verify
+
+    report = verify.verify_group(cfg, GROUP, storage, tokens, full=True)
+    assert not report.errors(), report.render()
