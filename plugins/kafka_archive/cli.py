@@ -28,7 +28,8 @@ from kafka_archive.plan import losses, rewinds
 from kafka_archive.storage import Storage
 from kafka_archive.progress_bars import terminal_bar
 from kafka_archive.tokens import TokenStore, open_store
-from kafka_archive.tools import backfill, listing, replay as replaying, verify
+from kafka_archive.commit import iceberg
+from kafka_archive.tools import backfill, listing, replay as replaying, tables as table_views, verify
 from kafka_archive.tools.cat import FORMATS, cat_file
 
 
@@ -84,6 +85,14 @@ def run(argv: list[str] | None = None) -> int:
     files.add_argument("--from-offset", type=_count,
                        help="only slices holding this offset or later (with --topic)")
     files.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tabled = commands.add_parser("tables", help="a table group's Iceberg tables: snapshot, "
+                                                "records, files, history")
+    tabled.add_argument("--group", required=True)
+    tabled.add_argument("--topic", help="only this topic's table")
+    tabled.add_argument("--per-hour", action="store_true",
+                        help="also count the messages of each hour of Kafka time (reads "
+                             "the tables' rows)")
+    tabled.set_defaults(run=lambda c, a: show_tables(c, a.group, a.topic, a.per_hour))
     show = commands.add_parser("status", help="per partition: token, Kafka's end offset, lag "
                                               "in messages and in time, last commit")
     show.add_argument("--group", help="only this group (default: every configured group)")
@@ -283,6 +292,14 @@ def list_files(config: Config, group: str, topic: str | None, as_json: bool,
     files = listing.list_files(catalog.Contents.of(cat, cat.rows(topic, partition,
                                                                  end_after=from_offset)))
     print(json.dumps(listing.as_json(files), indent=1) if as_json else listing.render(files))
+
+
+def show_tables(config: Config, group: str, topic: str | None, per_hour: bool) -> None:
+    if config.group(group).table is None:
+        raise TerminalError(f"group {group} keeps no tables (no `table:` in its config)")
+    tables = _tables(config) or iceberg.Tables(config)
+    topics = [topic] if topic else _tokens(config).topics(group)
+    print(table_views.render([table_views.describe(tables, group, t, per_hour) for t in topics]))
 
 
 def show_status(config: Config, group: str | None, as_json: bool) -> int:

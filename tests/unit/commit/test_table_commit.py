@@ -213,3 +213,15 @@ def test_a_commit_killed_after_any_step_is_finished_by_the_next_with_the_run_onc
 
     report = verify.verify_group(cfg, GROUP, storage, tokens, full=True)
     assert not report.errors(), report.render()
+
+
+def test_the_tables_view_shows_snapshots_and_messages_per_hour(env):
+    from kafka_archive.tools import tables as views
+
+    cfg, storage, tokens = env
+    protocol.commit(cfg, run(env, "r1", {0: (0, 5), 1: (0, 3)}), storage, tokens, NOW)
+    view = views.describe(iceberg.Tables(cfg), GROUP, TOPIC, per_hour=True)
+    assert (view.name, view.run, view.records, view.files) == ("archive.orders.eu", "r1", 8, 2)
+    assert view.history == [("append", "r1")]
+    assert view.per_hour == {"2023-11-14T22:00Z": 8}  # 1_700_000_000_000 ms + a few
+    assert "archive.orders.eu: 8 records in 2 files, snapshot" in views.render([view])

@@ -1,0 +1,58 @@
+"""`kafka-archive tables`: a table group's Iceberg tables as a reader finds them: the
+current snapshot (the run that made it), records and files, the snapshot history, and,
+with per_hour, a query over the rows: how many messages each hour of Kafka time holds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from kafka_archive.commit import iceberg
+
+
+@dataclass
+class TableView:
+    name: str
+    location: str
+    snapshot: int | None
+    run: str | None
+    records: int
+    files: int
+    history: list[tuple[str, str]]  # (operation, run id) of each snapshot, oldest first
+    per_hour: dict[str, int] = field(default_factory=dict)  # hour (UTC) -> messages
+
+
+def describe(tables: iceberg.Tables, group: str, topic: str, per_hour: bool = False) -> TableView:
+    table = tables.table(group, topic)
+    current = table.current_snapshot()
+    summary = current.summary if current is not None else {}
+    view = TableView(
+        iceberg.name(table), table.location(), current.snapshot_id if current else None,
+        summary.get(iceberg.RUN_ID) if current else None,
+        int(summary.get("total-records", 0)) if current else 0,
+        int(summary.get("total-data-files", 0)) if current else 0,
+        [(s.summary.operation.value, s.summary.get(iceberg.RUN_ID, "?"))
+         for s in table.metadata.snapshots if s.summary is not None])
+    if per_hour and current is not None:
+        stamps = table.scan(selected_fields=("kafka",)).to_arrow().column("kafka")
+        view.per_hour = dict(sorted(Counter(
+            _hour(t) for t in stamps.combine_chunks().field("timestamp").to_pylist()).items()))
+    return view
+
+
+def _hour(at: datetime | None) -> str:
+    if at is None:
+        return "no timestamp"
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:00Z")
+
+
+def render(views: list[TableView]) -> str:
+    lines = []
+    for v in views:
+        lines.append(f"{v.name}: {v.records} records in {v.files} files, snapshot {v.snapshot} "
+                     f"(run {v.run}); {len(v.history)} snapshots: "
+                     + ", ".join(f"{op} {run}" for op, run in v.history[-5:])
+                     + (" (last 5)" if len(v.history) > 5 else "") + f"; at {v.location}")
+        lines += [f"  {hour}\t{count}" for hour, count in v.per_hour.items()]
+    return "\n".join(lines) if lines else "no tables yet (the group has committed no run)"
