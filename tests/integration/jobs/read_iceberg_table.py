@@ -34,7 +34,7 @@ snapshots = spark.sql(f"SELECT snapshot_id, operation, summary['kafka-archive.ru
 first = snapshots[0].snapshot_id
 at_first = spark.sql(f"SELECT count(*) AS n FROM {table} VERSION AS OF {first}").first().n
 with open(out, "w") as f:
-    json.dump({"rows": [[r.p, r.o, r.value.hex()] for r in rows],
+    json.dump({"rows": [[r.p, r.o, None if r.value is None else r.value.hex()] for r in rows],
                "snapshots": [[s.operation, s.run] for s in snapshots],
                "records_at_first_snapshot": at_first}, f)
 spark.stop()
