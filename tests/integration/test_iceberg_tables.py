@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from test_backup_archive import consumed, varied_messages
+from test_replay import in_order, new_topic
 from test_rewind_cli import cli, run
 
 from kafka_archive import spark
@@ -93,6 +94,15 @@ def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
     checked = cli(pipeline, "verify", "--group", GROUP, "--full")  # reads every file
     assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-3000:]
     assert f"table archive.{topic}: 330 records in {PARTITIONS} files" in checked.stdout
+
+    listed = cli(pipeline, "tables", "--group", GROUP, "--per-hour")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert f"archive.{topic}: 330 records in {PARTITIONS} files" in listed.stdout
+    assert "overwrite second" in listed.stdout
+    copy = new_topic(kafka, f"copy{unique}")  # replay reads a table group's files too
+    replayed = cli(pipeline, "replay", "--group", GROUP, "--topic", topic, "--to-topic", copy)
+    assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
+    assert in_order(kafka, copy) == in_order(kafka, topic)
 
     read = spark_reads(pipeline, jdbc_url, topic, tmp_path, jdbc_env)  # an independent engine
     assert sorted(map(tuple, read["rows"])) == sorted(

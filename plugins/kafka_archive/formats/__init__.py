@@ -185,6 +185,14 @@ def for_file(name: str) -> tuple[Format, str]:
     return _BY_EXTENSION[found[1]], found[1]
 
 
+def replayable(fmt: Mapping) -> bool:
+    """Whether files of this format keep all replay needs: offset, key, value (null apart
+    from empty), timestamp and headers. SequenceFiles with the msgpack key and Parquet do;
+    Secor's offset key, text and Baldr keep values only."""
+    return (fmt.get("kind") == "parquet"
+            or (fmt.get("kind") == "sequencefile" and fmt.get("key", "msgpack") == "msgpack"))
+
+
 def open_writer(fileobj: BinaryIO, fmt: Mapping, file_name: str) -> Writer:
     """A writer of Records to `fileobj` in format `fmt`; `file_name` (the base name) seeds
     what must be deterministic and names the file in errors."""

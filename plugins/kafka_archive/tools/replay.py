@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from kafka_archive import catalog, layout
+from kafka_archive import catalog, formats, layout
 from kafka_archive.archive.replay_job import ReplayError
 from kafka_archive.catalog import Contents
 from kafka_archive.config import Config
@@ -170,11 +170,12 @@ def _missing(topic: str, partition: int, start: int, end: int, lost: Iterable[Ra
 
 
 def _check_lossless(topic: str, partition: int, row: dict, fmt: dict) -> None:
-    if fmt.get("kind") != "sequencefile" or fmt.get("key", "msgpack") != "msgpack":
+    if not formats.replayable(fmt):
         raise ReplayError(
             f"{topic} partition {partition}: offsets [{row['start']}, {row['end']}) are "
             f"archived as {fmt.get('kind')} (key {fmt.get('key')}), which keeps no message key, "
-            "timestamp or headers: only SequenceFiles with the msgpack key can be replayed")
+            "timestamp or headers: only SequenceFiles with the msgpack key and Parquet files "
+            "can be replayed")
 
 
 # --- reading the archive, checking the target, writing the plan --------------------------
