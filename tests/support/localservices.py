@@ -591,7 +591,15 @@ def _airflow_process_env(env: dict[str, str]) -> dict[str, str]:
         "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        # the repo's DAGs, and the tests' own downstream DAGs (tests/dags) beside them
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([
+            {"name": "dags-folder", "classpath": LOCAL_BUNDLE, "kwargs": {}},
+            {"name": "test-dags", "classpath": LOCAL_BUNDLE,
+             "kwargs": {"path": str(ROOT / "tests" / "dags")}}]),
     }
+
+
+LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 
 
 def _airflow_prepare(env: dict[str, str], home: Path) -> None:

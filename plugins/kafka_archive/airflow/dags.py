@@ -12,7 +12,7 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from kafka_archive import config as config_module
-from kafka_archive.airflow import alerting, tasks
+from kafka_archive.airflow import alerting, assets, tasks
 from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
 from kafka_archive.airflow import params as trigger
 from kafka_archive.tools import replay as replaying
@@ -58,10 +58,14 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
             return tasks.plan(group.name, dag_run.run_id, **trigger.plan_arguments(params),
                               accepted_by=_who(dag_run))
 
-        @task
+        @task(outlets=[assets.alias(group.name)])  # an event per topic committed
         @alerting.fails_at_once_when_terminal
         def commit(plan_url: str) -> dict:
-            return tasks.commit(plan_url)
+            summary = tasks.commit(plan_url)
+            outlet_events = get_current_context()["outlet_events"]
+            for asset, extra in assets.commit_events(cfg, group.name, summary):
+                outlet_events[assets.alias(group.name)].add(asset, extra=extra)
+            return summary
 
         plan_url = plan()
         archive = ArchiveOperator(task_id="archive", plan_url=plan_url, config_path=str(cfg.path),

@@ -114,11 +114,12 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
     ends = verify(plan, manifest, sizes.get)
     # refused before any token moves; the entry it saw orders a rebuild from the runs
     seen = add_to_catalog(config, plan, manifest, storage, now, dry_run=True)
+    snapshots = {}  # topic -> its table's snapshot of this run
     if config.group(plan.group).table is None:
         tables = None
     else:  # before the tokens: see the top
         tables = tables or iceberg.Tables(config)
-        iceberg.commit_tables(tables, root, plan, manifest)
+        snapshots = iceberg.commit_tables(tables, root, plan, manifest)
     left_as_found = {}  # topic -> why its token was not written
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
@@ -146,7 +147,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "retention_lost": manifest.get("retention_lost", []),
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
                           for t in plan.topics() if t not in left_as_found},
-               "tokens_left_as_found": left_as_found, "after_entry": seen}
+               "tokens_left_as_found": left_as_found, "after_entry": seen,
+               "by_topic": by_topic(plan, manifest, root), "table_snapshots": snapshots}
     committed = layout.run_file(root, plan.group, plan.run_id, "committed.json")
     written = storage.size(committed) is None  # a re-run keeps the first
     if written:
@@ -176,6 +178,18 @@ def _holds_rows_of(cat: catalog.Catalog, run: str, rows: list[dict]) -> bool:
         r["_run"] == run and r["start"] == first["start"]
         for r in cat.rows(first["topic"], first["partition"], first["_generation"],
                           end_after=first["start"], start_before=first["start"] + 1))
+
+
+def by_topic(plan: Plan, manifest: dict, root: str) -> dict[str, dict]:
+    """Per topic of the run: records and files it added, files it replaced (a rewind)."""
+    found = {}
+    for topic in plan.topics():
+        rows = [e for e in manifest["slices"] if e["topic"] == topic]
+        inside = f"{root}/{plan.group}/{topic}/"
+        found[topic] = {"records": sum(e["records"] for e in rows),
+                        "files": sum(len(row_files(e)) for e in rows),
+                        "replaced": sum(url.startswith(inside) for url in plan.superseded)}
+    return found
 
 
 def changed_by_a_person(plan: Plan, topic: str, current: Token | None,
