@@ -21,6 +21,7 @@ from kafka.errors import KafkaError
 from kafka_archive import brokers, catalog, config as config_module, layout, spark
 from kafka_archive.airflow import params  # the trigger params' time syntax; no Airflow import
 from kafka_archive.audit import incremental, reporting
+from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.monitor import preflight, status
@@ -28,7 +29,6 @@ from kafka_archive.plan import losses, rewinds
 from kafka_archive.storage import Storage
 from kafka_archive.progress_bars import terminal_bar
 from kafka_archive.tokens import TokenStore, open_store
-from kafka_archive.commit import iceberg
 from kafka_archive.tools import backfill, listing, replay as replaying, tables as table_views, verify
 from kafka_archive.tools.cat import FORMATS, cat_file
 
@@ -266,8 +266,7 @@ def verify_group(config: Config, group: str, as_json: bool = False, topic: str |
     """Print the report; 1 when it found an error."""
     tokens = _tokens(config)
     report = verify.verify_group(config, group, _storage(config), tokens, terminal_bar,
-                                 topic, full, files,
-                                 _tables(config) if config.group(group).table else None)
+                                 topic, full, files, _tables(config))
     print(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     return 1 if report.errors() else 0
 
@@ -295,11 +294,11 @@ def list_files(config: Config, group: str, topic: str | None, as_json: bool,
 
 
 def show_tables(config: Config, group: str, topic: str | None, per_hour: bool) -> None:
-    if config.group(group).table is None:
-        raise TerminalError(f"group {group} keeps no tables (no `table:` in its config)")
-    tables = _tables(config) or iceberg.Tables(config)
+    tables = _tables(config)
+    tables.spec(group)  # a group without tables is refused, naming it
     topics = [topic] if topic else _tokens(config).topics(group)
-    print(table_views.render([table_views.describe(tables, group, t, per_hour) for t in topics]))
+    print(table_views.render([view for t in topics
+                              if (view := table_views.describe(tables, group, t, per_hour))]))
 
 
 def show_status(config: Config, group: str | None, as_json: bool) -> int:
@@ -397,14 +396,15 @@ def _s3_client(conn_id: str):
     return connections.s3_client(conn_id)
 
 
-def _tables(config: Config):
-    """A table group's Iceberg tables, their files read with the S3 connection's keys."""
-    if not config.archive_root.startswith("s3://"):
-        return None
-    _airflow_logs_to_stderr()
-    from kafka_archive.airflow import connections
+def _tables(config: Config) -> iceberg.Tables:
+    """Table groups' Iceberg tables, their files read with the S3 connection's keys (looked
+    up, through Airflow, only when a table is opened)."""
+    def file_io() -> dict[str, str]:
+        _airflow_logs_to_stderr()
+        from kafka_archive.airflow import connections
 
-    return connections.iceberg_tables(config)
+        return connections.iceberg_file_io(config)
+    return iceberg.Tables(config, file_io)
 
 
 def _check_smtp(config: Config) -> str:

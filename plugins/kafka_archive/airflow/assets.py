@@ -30,13 +30,13 @@ def commit_events(config: Config, group: str, summary: dict) -> list[tuple[Asset
     spec = config.group(group).table
     events = []
     for topic, offsets in summary["tokens"].items():
-        counts = summary.get("by_topic", {}).get(topic, {})
-        if not counts.get("records") and not counts.get("replaced"):
+        counts = summary["by_topic"][topic]
+        if not counts["records"] and not counts["replaced"]:
             continue  # nothing arrived for this topic in this run
         extra = {"group": group, "topic": topic, "run_id": summary["run_id"],
                  "offsets": offsets, **counts}
         if spec is not None:
             extra |= {"table": f"{spec.namespace}.{topic}", "catalog": spec.catalog,
-                      "snapshot_id": summary.get("table_snapshots", {}).get(topic)}
+                      "snapshot_id": summary["table_snapshots"].get(topic)}
         events.append((topic_asset(config, group, topic), extra))
     return events

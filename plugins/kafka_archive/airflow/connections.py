@@ -39,16 +39,20 @@ def s3_environment(conn_id: str) -> dict[str, str]:
     return env
 
 
-def iceberg_tables(config: Config) -> iceberg.Tables:
-    """A table group's tables, their files read and written with the S3 connection's
-    credentials (pyiceberg's FileIO properties)."""
+def iceberg_file_io(config: Config) -> dict[str, str]:
+    """pyiceberg's FileIO properties for the archive root: the S3 connection's credentials."""
     if not config.archive_root.startswith("s3://"):
-        return iceberg.Tables(config)
-    env = s3_environment(config.s3_conn_id)
+        return {}
     names = {"AWS_ACCESS_KEY_ID": "s3.access-key-id", "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
              "AWS_SESSION_TOKEN": "s3.session-token", "AWS_DEFAULT_REGION": "s3.region",
              "AWS_ENDPOINT_URL_S3": "s3.endpoint"}
-    return iceberg.Tables(config, {names[k]: v for k, v in env.items()})
+    return {names[k]: v for k, v in s3_environment(config.s3_conn_id).items()}
+
+
+def iceberg_tables(config: Config) -> iceberg.Tables:
+    """Table groups' tables, their files read and written with the S3 connection's
+    credentials, looked up when a table is first opened."""
+    return iceberg.Tables(config, lambda: iceberg_file_io(config))
 
 
 def token_store(config: Config) -> TokenStore:

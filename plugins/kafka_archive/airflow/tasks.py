@@ -133,8 +133,9 @@ def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
     tables = connections.iceberg_tables(cfg)
     now_ms = int(runs.now_utc().timestamp() * 1000)
     keep_ms = cfg.group(group).table.keep_snapshots_s * 1000
-    return {topic: iceberg.expire(tables.table(group, topic), keep_ms, now_ms)
-            for topic in connections.token_store(cfg).topics(group)}
+    return {topic: iceberg.expire(table, keep_ms, now_ms)
+            for topic in connections.token_store(cfg).topics(group)
+            if (table := tables.find(group, topic)) is not None}
 
 
 def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None,

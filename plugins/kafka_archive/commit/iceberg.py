@@ -19,10 +19,11 @@ PostgreSQL, or REST), chosen by the properties given.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from kafka_archive import layout
-from kafka_archive.config import Config
+from kafka_archive.config import Config, TableSpec
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.manifest import row_files
 from kafka_archive.plan.planning import Plan
@@ -59,27 +60,46 @@ def key_value_spec():
 
 
 class Tables:
-    """A config's table groups' tables, each opened (and created, with its namespace) on
-    first use in its group's catalog: the catalog's properties from the config, the
-    FileIO's (S3 endpoint and credentials) given by the caller from the archive root's
-    connection, never logged."""
+    """A config's table groups' tables in their groups' catalogs: the catalog's properties
+    from the config, the FileIO's (S3 endpoint and credentials) from `file_io`, called
+    when a catalog is first needed (a commit of a group without tables looks up no
+    credentials), never logged."""
 
-    def __init__(self, config: Config, file_io: dict[str, str] | None = None):
-        self.config, self._file_io, self._catalogs = config, dict(file_io or {}), {}
+    def __init__(self, config: Config, file_io: Callable[[], dict[str, str]] = dict):
+        self.config, self._file_io, self._catalogs = config, file_io, {}
 
     def __repr__(self) -> str:  # the FileIO properties hold secrets
         return f"Tables({', '.join(self.config.iceberg_catalogs)})"
 
     def table(self, group: str, topic: str):
+        """The topic's table, created (with its namespace) when absent: for writers."""
+        spec = self.spec(group)
+        return open_table(self._catalog(spec.catalog), (spec.namespace, topic),
+                          layout.table_location(self.config.archive_root, group, topic))
+
+    def find(self, group: str, topic: str):
+        """The topic's table, or None when there is none yet: for readers, who make none."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        spec = self.spec(group)
+        try:
+            return self._catalog(spec.catalog).load_table((spec.namespace, topic))
+        except NoSuchTableError:
+            return None
+
+    def spec(self, group: str) -> TableSpec:
+        """The group's table settings; a group without them is refused by name."""
         spec = self.config.group(group).table
         if spec is None:
-            raise TerminalError(f"group {group} has no table")
-        if spec.catalog not in self._catalogs:
-            self._catalogs[spec.catalog] = catalog(spec.catalog, {
-                "warehouse": self.config.archive_root,
-                **self.config.iceberg_catalogs[spec.catalog], **self._file_io})
-        return open_table(self._catalogs[spec.catalog], (spec.namespace, topic),
-                          layout.table_location(self.config.archive_root, group, topic))
+            raise TerminalError(f"group {group} keeps no tables (no `table:` in its config)")
+        return spec
+
+    def _catalog(self, name: str):
+        if name not in self._catalogs:
+            self._catalogs[name] = catalog(name, {"warehouse": self.config.archive_root,
+                                                  **self.config.iceberg_catalogs[name],
+                                                  **self._file_io()})
+        return self._catalogs[name]
 
 
 def catalog(name: str, properties: dict):
@@ -107,7 +127,7 @@ def commit_tables(tables: Tables, root: str, plan: Plan, manifest: dict) -> dict
     done = {}
     for topic in plan.topics():
         rows = [e for e in manifest["slices"] if e["topic"] == topic]
-        add = [f["url"] for e in rows for f in row_files(e)]
+        add = files_of(manifest, topic)
         inside = layout.table_location(root, plan.group, topic) + "/"
         remove = [url for url in plan.superseded if url.startswith(inside)]
         if add or remove:
@@ -121,9 +141,13 @@ def withdraw_run(tables: Tables, root: str, plan: Plan, manifest: dict, topic: s
     """Take a run's files of a topic out of its table again: the run lost its token's
     compare-and-swap to another run after its table commit (two plans at once), so the
     table must not keep what the token does not cover."""
-    files = [f["url"] for e in manifest["slices"] if e["topic"] == topic for f in row_files(e)]
-    if files:
+    if files := files_of(manifest, topic):
         commit_run(tables.table(plan.group, topic), f"{plan.run_id} (withdrawn)", [], files)
+
+
+def files_of(manifest: dict, topic: str) -> list[str]:
+    """The URLs of a run's files of one topic."""
+    return [f["url"] for e in manifest["slices"] if e["topic"] == topic for f in row_files(e)]
 
 
 def run_snapshot(table, run_id: str):
@@ -201,6 +225,8 @@ def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:
     snapshots that removed files, so a call costs little when no rewind happened."""
     table.refresh()
     current = table.current_snapshot()
+    if current is None:
+        return {"snapshots": 0, "files": 0}
     old = {s.snapshot_id for s in table.metadata.snapshots
            if s.timestamp_ms < now_ms - keep_ms and s.snapshot_id != current.snapshot_id}
     if not old:

@@ -185,7 +185,7 @@ def by_topic(plan: Plan, manifest: dict, root: str) -> dict[str, dict]:
     found = {}
     for topic in plan.topics():
         rows = [e for e in manifest["slices"] if e["topic"] == topic]
-        inside = f"{root}/{plan.group}/{topic}/"
+        inside = layout.table_location(root, plan.group, topic) + "/"  # the topic's folder
         found[topic] = {"records": sum(e["records"] for e in rows),
                         "files": sum(len(row_files(e)) for e in rows),
                         "replaced": sum(url.startswith(inside) for url in plan.superseded)}

@@ -23,8 +23,12 @@ class TableView:
     per_hour: dict[str, int] = field(default_factory=dict)  # hour (UTC) -> messages
 
 
-def describe(tables: iceberg.Tables, group: str, topic: str, per_hour: bool = False) -> TableView:
-    table = tables.table(group, topic)
+def describe(tables: iceberg.Tables, group: str, topic: str,
+             per_hour: bool = False) -> TableView | None:
+    """None when the topic has no table yet."""
+    table = tables.find(group, topic)
+    if table is None:
+        return None
     current = table.current_snapshot()
     summary = current.summary if current is not None else {}
     view = TableView(

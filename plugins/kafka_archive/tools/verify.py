@@ -134,19 +134,18 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
     (tables: default, opened with the environment's S3 credentials)."""
     table = config.group(group).table  # an unknown group is a config error, not an empty archive
     cat = catalog.open_catalog(storage, config, group)
-    if table is None:
-        report = _verify_files(config, group, storage, tokens, cat, track, topic, full, files)
-    else:
-        tables = tables or iceberg.Tables(config)
-        report = _verify_files(config, group, storage, tokens, cat, track, topic, full, files,
-                               tables)
+    tables = (tables or iceberg.Tables(config)) if table is not None else None
+    report = _verify_files(config, group, storage, tokens, cat, track, topic, full, files,
+                           tables)
+    if tables is not None:
         report.findings += check_tables(tables, group, cat, topic, exact=files or full)
     return report
 
 
 def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenStore,
                   cat: catalog.Catalog, track: Track, topic: str | None, full: bool,
-                  files: bool, tables: iceberg.Tables | None = None) -> Report:
+                  files: bool, tables: iceberg.Tables | None) -> Report:
+    """tables: a table group's (its tree's files outside the catalog are no duplicates)."""
     spec = config.group(group).layout
     event_time = spec.kind == "event_time"
     if not (files or full):
@@ -219,7 +218,11 @@ def check_tables(tables: iceberg.Tables, group: str, cat: catalog.Catalog,
     for name in sorted(t for t in cat.state.topics if topic is None or t == topic):
         summaries = [s for s in cat.state.topics[name].summaries.values() if s.rows]
         records, count = sum(s.records for s in summaries), sum(s.files for s in summaries)
-        table = tables.table(group, name)
+        table = tables.find(group, name)
+        if table is None:
+            findings.append(Finding(ERROR, f"topic {name}: the catalog holds {records} records "
+                                           "in files no table names: its table is missing"))
+            continue
         where = f"table {iceberg.name(table)}"
         snapshot = table.current_snapshot()
         totals = snapshot.summary if snapshot is not None else {}

@@ -225,3 +225,17 @@ def test_the_tables_view_shows_snapshots_and_messages_per_hour(env):
     assert view.history == [("append", "r1")]
     assert view.per_hour == {"2023-11-14T22:00Z": 8}  # 1_700_000_000_000 ms + a few
     assert "archive.orders.eu: 8 records in 2 files, snapshot" in views.render([view])
+
+
+def test_readers_make_no_table_and_credentials_are_looked_up_only_when_a_table_is_opened(env):
+    from kafka_archive.tools import tables as views
+
+    cfg, storage, tokens = env
+    looked_up = []
+    tables = iceberg.Tables(cfg, lambda: looked_up.append(1) or {})
+    assert looked_up == []  # a commit of a group without tables never gets this far
+    assert tables.find(GROUP, TOPIC) is None and views.describe(tables, GROUP, TOPIC) is None
+    assert looked_up == [1]
+    protocol.commit(cfg, run(env, "r1", {0: (0, 5)}), storage, tokens, NOW, tables)
+    assert tables.find(GROUP, TOPIC).current_snapshot().summary[iceberg.RUN_ID] == "r1"
+    assert looked_up == [1]  # once per catalog
