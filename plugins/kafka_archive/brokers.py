@@ -8,13 +8,25 @@ Isolation: the archive reads committed messages only (`isolation.level` read_com
 unless the config says read_uncommitted): an aborted transaction's messages were never
 sent, as far as a consumer of the topic knows, so the archive leaves them out, and their
 offsets are gaps like a transaction's markers. The planner asks for the same level's end
-offset, the last stable offset, so a run never waits on an open transaction."""
+offset, the last stable offset, so a run never waits on an open transaction.
+
+Credentials may come from an Airflow connection of the Kafka provider's type instead
+(`kafka.conn_id`): its extra holds librdkafka's properties, bootstrap.servers among them,
+which `connected` turns into the config's own (Java) form, so every client above takes
+them alike. In Airflow the connection is looked up like any other (metadata database,
+secrets backend, AIRFLOW_CONN_* variable: kafka_archive.airflow.connections); the Spark
+job's driver reads the one its operator hands it in its environment; executors get the
+settings inside the Config their tasks receive."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
-from typing import TYPE_CHECKING, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from urllib.parse import parse_qsl, urlsplit
 
 from kafka_archive import retries
 from kafka_archive.config import Config
@@ -30,13 +42,110 @@ _JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
                  "org.apache.kafka.common.security.scram.ScramLoginModule")
 
 
+def connected(config: Config,
+              lookup: Callable[[str], Mapping] | None = None) -> Config:
+    """The config with its Kafka settings from the Airflow connection `kafka.conn_id`
+    names, if it names one: lookup(conn_id) gives that connection's extra (default:
+    environment_connection). The YAML's own `kafka.properties` stay beside them; a property
+    set in both is refused by name (one place decides each)."""
+    if not config.kafka_conn_id or config.bootstrap_servers:
+        return config  # no connection, or looked up already
+    extra = (lookup or environment_connection)(config.kafka_conn_id)
+    bootstrap, properties = connection_properties(config.kafka_conn_id, extra)
+    if both := sorted(set(properties) & set(config.kafka_properties)):
+        raise ConfigError(f"{config.path}: kafka.properties {', '.join(both)} also set by the "
+                          f"Kafka connection {config.kafka_conn_id}: keep one")
+    return replace(config, bootstrap_servers=bootstrap,
+                   kafka_properties={**config.kafka_properties, **properties})
+
+
+def environment_connection(conn_id: str) -> dict:
+    """A connection's extra from Airflow's own variable for it, AIRFLOW_CONN_<ID>, in either
+    of its forms: JSON ({"conn_type": "kafka", "extra": {...}}) or a URI whose query holds
+    the extra (`kafka://?bootstrap.servers=...`, or `?__extra__=<JSON>`)."""
+    name = f"AIRFLOW_CONN_{conn_id.upper()}"
+    raw = os.environ.get(name)
+    if raw is None:
+        raise ConfigError(f"kafka.conn_id {conn_id}: no such connection in this process's "
+                          f"environment ({name}); in Airflow make it in the UI or a secrets "
+                          "backend, elsewhere set the variable")
+    try:
+        if raw.lstrip().startswith("{"):
+            extra = json.loads(raw).get("extra") or {}
+            return json.loads(extra) if isinstance(extra, str) else dict(extra)
+        query = dict(parse_qsl(urlsplit(raw).query, keep_blank_values=True))
+        return json.loads(query["__extra__"]) if "__extra__" in query else query
+    except (ValueError, AttributeError):  # the value holds secrets: name it, never show it
+        raise ConfigError(f"{name}: not an Airflow connection in JSON or URI form with a JSON "
+                          "object as its extra") from None
+
+
+# a librdkafka property of a connection's extra that the archive has no use for: it joins
+# no consumer group (a connection shared with the Kafka provider's operators may hold them)
+_CONSUMER_GROUP_SETTINGS = {"group.id", "enable.auto.commit", "auto.offset.reset",
+                            "auto.commit.interval.ms", "session.timeout.ms"}
+
+
+def connection_properties(conn_id: str, extra: Mapping) -> tuple[str, dict[str, str]]:
+    """(bootstrap servers, Java-named properties) of a Kafka connection's extra, written
+    in librdkafka's names as the Kafka provider wants them. sasl.username and
+    sasl.password become the PLAIN or SCRAM JAAS line of the mechanism; a property with
+    no Java equivalent known here is refused by name (its value may be a secret)."""
+    where = f"the Kafka connection {conn_id}"
+    settings = {name: str(value).lower() if isinstance(value, bool) else str(value)
+                for name, value in extra.items() if name not in _CONSUMER_GROUP_SETTINGS}
+    bootstrap = settings.pop("bootstrap.servers", "")
+    if not bootstrap:
+        raise ConfigError(f"{where}: its extra has no bootstrap.servers")
+    if "sasl.mechanisms" in settings:  # librdkafka's older name
+        settings.setdefault("sasl.mechanism", settings.pop("sasl.mechanisms"))
+    user, password = settings.pop("sasl.username", None), settings.pop("sasl.password", None)
+    java_name = {v: k for k, v in _RENAMED_IN_LIBRDKAFKA.items()}
+    properties: dict[str, str] = {}
+    for name, value in settings.items():
+        if name == "ssl.ca.location":
+            properties |= {"ssl.truststore.location": value, "ssl.truststore.type": "PEM"}
+        elif name == "ssl.keystore.location":  # librdkafka's keystore is PKCS#12
+            properties |= {name: value, "ssl.keystore.type": "PKCS12"}
+        elif name in _SAME_IN_LIBRDKAFKA:
+            properties[name] = value
+        elif name in java_name:
+            properties[java_name[name]] = value
+        else:
+            raise ConfigError(f"{where}: extra key {name!r} is not a Kafka client property "
+                              "kafka-archive can use (librdkafka names; it reads and "
+                              "produces with librdkafka and kafka-python): remove it")
+    if (user is None) != (password is None):
+        raise ConfigError(f"{where}: its extra needs sasl.username and sasl.password together")
+    if user is not None:
+        mechanism = properties.get("sasl.mechanism", "PLAIN").upper()
+        module = _JAAS_MODULES[1] if mechanism.startswith("SCRAM-") else _JAAS_MODULES[0]
+        if mechanism != "PLAIN" and not mechanism.startswith("SCRAM-"):
+            raise ConfigError(f"{where}: sasl.mechanism {mechanism} takes no username and "
+                              "password; kafka-archive logs in with PLAIN or SCRAM")
+        properties["sasl.jaas.config"] = (f'{module} required username="{_escape(user)}" '
+                                          f'password="{_escape(password)}";')
+    return bootstrap, properties
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _bootstrap(config: Config, bootstrap: str | None) -> str:
+    if bootstrap or config.bootstrap_servers:
+        return bootstrap or config.bootstrap_servers
+    raise ConfigError(f"{config.path}: kafka.conn_id {config.kafka_conn_id}: the connection "
+                      "was not looked up (brokers.connected) before a Kafka client was made")
+
+
 def python_client_settings(config: Config, bootstrap: str | None = None) -> dict:
     """Java property names (security.protocol) as kafka-python arguments
     (security_protocol), numbers as numbers (the config keeps every property as text, as
     Spark wants them); a PLAIN or SCRAM `sasl.jaas.config` as kafka-python's
     sasl_plain_username and sasl_plain_password. bootstrap: another cluster than the
     config's (a replay's target), reached with the same properties."""
-    settings = {"bootstrap_servers": bootstrap or config.bootstrap_servers}
+    settings = {"bootstrap_servers": _bootstrap(config, bootstrap)}
     for name, value in config.kafka_properties.items():
         if name == "isolation.level":  # a consumer's alone: consumer() sets it
             continue
@@ -202,7 +311,7 @@ def librdkafka_settings(config: Config, bootstrap: str | None = None) -> dict:
     keystore passes as it is; a JKS store, or any property librdkafka has no equivalent
     for, is a ConfigError naming it (its value may be a secret: never shown)."""
     props = dict(config.kafka_properties)
-    settings = {"bootstrap.servers": bootstrap or config.bootstrap_servers,
+    settings = {"bootstrap.servers": _bootstrap(config, bootstrap),
                 "isolation.level": isolation_level(config)}
     stores = {kind: props.pop(f"ssl.{kind}store.type", "JKS").upper()
               for kind in ("trust", "key")}

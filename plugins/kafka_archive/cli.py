@@ -204,7 +204,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "audit" and not args.audit_command and not args.group:
         parser.error("audit: the following arguments are required: --group")
     try:
-        config = config_module.load(args.config)
+        config = brokers.connected(config_module.load(args.config), _kafka_extra)
         return args.run(config, args) or 0
     except ArchiveError as exc:
         print(f"kafka-archive: {exc}", file=sys.stderr)
@@ -394,6 +394,14 @@ def _s3_client(conn_id: str):
     from kafka_archive.airflow import connections
 
     return connections.s3_client(conn_id)
+
+
+def _kafka_extra(conn_id: str) -> dict:
+    """The Kafka connection `kafka.conn_id` names, looked up as Airflow does."""
+    _airflow_logs_to_stderr()
+    from kafka_archive.airflow import connections
+
+    return connections.kafka_extra(conn_id)
 
 
 def _tables(config: Config) -> iceberg.Tables:

@@ -2,7 +2,8 @@
 
 Values may refer to the environment as ${NAME} or ${NAME:-default}, so one file serves
 local runs, tests and production. Secrets never live here: S3 credentials come from the
-Airflow connection named by `s3_conn_id`, Kafka passwords from ${ENV} references.
+Airflow connection named by `s3_conn_id`, Kafka's from the connection named by
+`kafka.conn_id` (kafka_archive.brokers.connected) or from ${ENV} references.
 Every error names the file and the key path; the checks live in config_schema.
 """
 
@@ -136,6 +137,7 @@ class Config:
     # Iceberg catalogs by name: pyiceberg properties, without the FileIO's credentials
     # (a uri may hold a password from ${ENV}: never in a repr)
     iceberg_catalogs: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    kafka_conn_id: str | None = None  # Kafka's settings from this Airflow connection
 
     def group(self, name: str) -> Group:
         try:
@@ -166,7 +168,8 @@ def load(path: str | Path | None = None) -> Config:
         raise ConfigError("\n".join(f"{path}: {line}" for line in schema.problems(exc))) from None
     return Config(
         path=path,
-        bootstrap_servers=doc.kafka.bootstrap_servers,
+        bootstrap_servers=doc.kafka.bootstrap_servers or "",
+        kafka_conn_id=doc.kafka.conn_id,
         kafka_properties=dict(doc.kafka.properties),
         archive_root=doc.archive_root.rstrip("/"),
         token_root=_token_root(doc.token_root),

@@ -107,8 +107,21 @@ class Section(BaseModel):
 
 
 class Kafka(Section):
-    bootstrap_servers: Text
+    """The cluster: its bootstrap servers here, or an Airflow connection of the Kafka
+    provider's type (`conn_id`) whose extra holds them with the client properties."""
+    bootstrap_servers: Text | None = None
+    conn_id: Text | None = None
     properties: dict[str, PropertyText] = {}  # extra client properties (Java names)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Kafka:
+        if self.bootstrap_servers is None and self.conn_id is None:
+            raise problem("missing required key (or conn_id: an Airflow connection of type "
+                          "kafka whose extra holds bootstrap.servers)", key="bootstrap_servers")
+        if self.bootstrap_servers is not None and self.conn_id is not None:
+            raise problem("give bootstrap_servers or conn_id (whose connection holds them), "
+                          "not both", key="bootstrap_servers")
+        return self
 
 
 class Policy(Section):

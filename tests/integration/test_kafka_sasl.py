@@ -1,11 +1,13 @@
 """Archiving from a broker that wants a login: the local broker's SASL_PLAINTEXT listener
 with SCRAM-SHA-512 (tests/support/localservices.py), the user and password from the environment
-through ${...} references in `kafka.properties`, used by the plan (kafka-python) and the
-Spark job (Spark's Kafka source). The password must appear in no task log, Spark log or
+through ${...} references in `kafka.properties`, or from an Airflow connection of the
+Kafka provider's type (`kafka.conn_id`), used by the plan (kafka-python) and the Spark
+job (librdkafka). The password must appear in no task log, Spark log or
 mail; a login with a wrong password is refused by the broker."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from kafka.errors import KafkaError
 
 from tests.support import localservices
 from tests.support.mail import alerting_pipeline, html_of, mails_to, wait_for_mail
-from tests.support.pipeline import run_dag
+from tests.support.pipeline import Pipeline, airflow, run_dag
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 # as an operator writes it: no secret in the file, ${ENV} references only
@@ -70,6 +72,40 @@ def test_archives_through_the_scram_listener_and_never_shows_the_password(sasl_p
     assert "SparkContext" in pipeline.dag_output and "spark-submit" in pipeline.dag_output
     for where, text in texts.items():
         assert pipeline.password not in text, f"the Kafka password appears in {where}"
+
+
+@pytest.mark.parametrize("kept_in", ["AIRFLOW_CONN_ variable", "metadata database"])
+def test_archives_with_the_credentials_of_an_airflow_connection(
+        kept_in, airflow_env, kafka, s3, service_env, unique, tmp_path):
+    """The config names a connection and holds no Kafka setting; the connection is Airflow's
+    own variable, or one made in Airflow's database as the UI's form makes it."""
+    user, password = localservices.kafka_sasl_credentials(service_env)
+    conn_id = f"kafka_scram_{unique}"
+    extra = {"bootstrap.servers": localservices.kafka_sasl_bootstrap(service_env),
+             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+             "sasl.username": user, "sasl.password": password, "group.id": "other-operators"}
+    env = {k: v for k, v in airflow_env.items() if k != "KAFKA_ARCHIVE_KAFKA_PASSWORD"}
+    if kept_in == "metadata database":
+        airflow(env, "connections", "add", conn_id, "--conn-type", "kafka",
+                "--conn-extra", json.dumps(extra))
+    else:
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps({"conn_type": "kafka", "extra": extra})
+    pipeline = Pipeline(env, kafka, s3, f"conn{unique}", tmp_path, policy="max_records: 4",
+                        kafka_conn_id=conn_id)
+    assert password not in pipeline.config_path.read_text()
+    topic = pipeline.create_topic("secured", 2)
+    pipeline.produce([(topic, i % 2, None, f"m{i}".encode(), []) for i in range(10)])
+
+    outcome = run_dag(pipeline)
+    assert outcome.returncode == 0, pipeline.dag_output[-3000:]
+    assert pipeline.token_offsets() == {topic: {0: 4, 1: 4}}
+    assert sorted((p, o, v) for _, p, o, _, v, _, _ in pipeline.archived_records()) == sorted(
+        (i % 2, i // 2, f"m{i}".encode()) for i in range(10) if i // 2 < 4)
+    logs = Path(env["AIRFLOW_HOME"]) / "logs"
+    for where, text in {"dags test output": pipeline.dag_output,
+                        **{str(p): p.read_text(errors="replace")
+                           for p in logs.rglob("*") if p.is_file()}}.items():
+        assert password not in text, f"the Kafka password appears in {where}"
 
 
 def test_the_listener_refuses_a_wrong_password(service_env):

@@ -38,19 +38,23 @@ def airflow(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.C
 class Pipeline:
     def __init__(self, env: dict[str, str], kafka: str, s3, prefix: str, tmp_path: Path,
                  policy: str = "", group_extra: str = "", name: str = "main", extra: str = "",
-                 kafka_properties: dict | None = None, bootstrap: str | None = None):
+                 kafka_properties: dict | None = None, bootstrap: str | None = None,
+                 kafka_conn_id: str | None = None):
         """Topics are named <prefix>-*; `name` tells apart archives of the same topics;
         `extra` is YAML added at the config's top level (e.g. an `audit:` or `spark:`
         section); `kafka_properties`: the config's kafka.properties (Java names);
-        `bootstrap`: the archive's own listener, if not `kafka` (the test's clients use `kafka`)."""
+        `bootstrap`: the archive's own listener, if not `kafka` (the test's clients use `kafka`);
+        `kafka_conn_id`: the archive's Kafka settings from this Airflow connection instead."""
         self.kafka, self.s3, self.prefix = kafka, s3, prefix
         self.root_key = f"{prefix}/{name}"
         self.root = f"s3://{s3.bucket}/{self.root_key}"
         self.token_root = tmp_path / name / "tokens"
         self.config_path = tmp_path / name / "kafka-archive.yaml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        source = (f"conn_id: {kafka_conn_id}" if kafka_conn_id
+                  else f'bootstrap_servers: "{bootstrap or kafka}"')
         self.config_path.write_text(textwrap.dedent(f"""\
-            kafka: {{bootstrap_servers: "{bootstrap or kafka}", properties: {json.dumps(kafka_properties or {})}}}
+            kafka: {{{source}, properties: {json.dumps(kafka_properties or {})}}}
             archive_root: {self.root}
             token_root: {self.token_root}
             """) + extra + textwrap.dedent(f"""\

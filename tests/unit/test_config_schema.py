@@ -52,8 +52,12 @@ BAD = [
      "got 'hdfs://nn/archive'"),
     (BASE + "token_root: ${KAFKA_ARCHIVE_TEST_UNSET}\n",
      "token_root: ${KAFKA_ARCHIVE_TEST_UNSET} is not set and has no default"),
-    ("kafka: {}\narchive_root: s3://b/a\n", "kafka.bootstrap_servers: missing required key"),
-    ("archive_root: s3://b/a\n", "kafka.bootstrap_servers: missing required key"),
+    ("kafka: {}\narchive_root: s3://b/a\n", "kafka.bootstrap_servers: missing required key "
+                                            "(or conn_id: an Airflow connection of type kafka "
+                                            "whose extra holds bootstrap.servers)"),
+    ("archive_root: s3://b/a\n", "kafka.bootstrap_servers: missing required key "
+                                  "(or conn_id: an Airflow connection of type kafka "
+                                  "whose extra holds bootstrap.servers)"),
     ("kafka: {bootstrap_server: 'b:9092'}\narchive_root: s3://b/a\n",
      "kafka.bootstrap_server: unknown key; did you mean bootstrap_servers?"),
     (BASE + "audit: {groups: [bakup]}\n",

@@ -33,7 +33,7 @@ from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import redact
 
-from kafka_archive import brokers, catalog, config as config_module, layout, manifest as manifests
+from kafka_archive import brokers, catalog, layout, manifest as manifests
 from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
@@ -55,7 +55,7 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     the archive behind Kafka against its SLA; one email listing every lagging topic.
     Returns the lags, for the task's XCom."""
     topics = sorted(topics or ())
-    cfg = config_module.load()
+    cfg = connections.load_config()
     group = cfg.group(group_name)
     storage = connections.storage(cfg.s3_conn_id)
     manifest = manifests.read(storage, cfg.archive_root, group.name, summary["run_id"])
@@ -159,7 +159,7 @@ def fails_at_once_when_terminal(body):
 def on_task_failure(context) -> None:
     """on_failure_callback of the archive tasks (runs in the task's process). The same
     failure in consecutive runs is mailed once, then daily, until a run commits."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     ti, error = context["ti"], _archive_error(context.get("exception"))
     group = ti.dag_id.removeprefix("kafka_archive_")
     run_id = context["run_id"]

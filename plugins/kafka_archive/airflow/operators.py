@@ -3,11 +3,12 @@ provider's SparkSubmitHook (and ReplayOperator, spark_jobs/replay.py on one repl
 
 Everything environment-specific is resolved when the task runs, not when the DAG is
 parsed: the Spark master and deploy mode (the Spark connection), the config's `spark:`
-settings and the library zip (kafka_archive.spark.archive_submit),
-and the S3 credentials, which reach the driver through spark-submit's process
-environment (boto3's AWS_* variables) and the executors through the driver
-(spark.executorEnv, set inside the job): never through a templated field, a command line
-or a log.
+settings and the library zip (kafka_archive.spark.archive_submit), the S3 credentials
+and the Kafka connection (`kafka.conn_id`). Where the driver runs beside this task, both
+reach it through spark-submit's process environment (boto3's AWS_* variables, Airflow's
+AIRFLOW_CONN_<ID> for Kafka) and the executors through the driver (spark.executorEnv for
+S3; the Config their tasks receive for Kafka): never through a templated field, a command
+line or a log. A driver on the cluster (cluster deploy mode) uses the cluster's own.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def submit_environment(cfg: config.Config, master: str | None = None) -> dict[st
     the archive is on S3; elsewhere the cluster's own serve."""
     takes = (cfg.archive_root.startswith("s3://")
              and spark.archive_submit(cfg, master).takes_credentials())
-    return {**os.environ, **spark.submit_env(), **(connections.s3_environment(cfg.s3_conn_id) if takes else {})}
+    return {**os.environ, **spark.submit_env(), **connections.kafka_environment(cfg),
+            **(connections.s3_environment(cfg.s3_conn_id) if takes else {})}
 
 
 def spark_master(conn) -> str:
@@ -66,7 +68,7 @@ class ArchiveOperator(BaseOperator):
         return ["--plan", self.plan_url]
 
     def execute(self, context):
-        cfg = config.load(self.config_path)
+        cfg = connections.load_config(self.config_path)
         master = spark_master(BaseHook.get_connection(self.conn_id))
         if cfg.spark.master and cfg.spark.master != master:
             raise ValueError(f"{cfg.path}: spark.master is {cfg.spark.master} but the Spark "
@@ -75,7 +77,8 @@ class ArchiveOperator(BaseOperator):
         submit = spark.archive_submit(cfg, master)
         popen = {}
         if submit.takes_credentials():
-            env_vars = {**spark.submit_env(), **connections.s3_environment(self.s3_conn_id)}
+            env_vars = {**spark.submit_env(), **connections.s3_environment(self.s3_conn_id),
+                        **connections.kafka_environment(cfg)}
         else:
             # the provider would hand env_vars to the driver's node (spark.yarn.appMasterEnv,
             # spark.kubernetes.driverEnv), on the command line: spark-submit alone gets what

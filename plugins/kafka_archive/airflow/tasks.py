@@ -33,7 +33,7 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
     ({topic, partition?, reason}, by `accepted_by`) and rewinds (keyword arguments of
     `rewinds.rewind`), applied first, unless it is a dry run. Fails when every topic with
     something to archive was held out for an anomaly."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     if not dry_run:  # a server that ignores compare-and-swap could lose a commit
@@ -81,7 +81,7 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
 def check_held(plan_url: str) -> None:
     """The run's last task: fails when the plan left topics out for their anomalies (the
     other topics are committed by then), so the run shows failed in the UI."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     made = Plan.from_json(connections.storage(cfg.s3_conn_id).get_bytes(plan_url))
     if held(made.anomalies):
         raise HeldTopicsError(made.group, made.run_id, held(made.anomalies))
@@ -89,7 +89,7 @@ def check_held(plan_url: str) -> None:
 
 
 def commit(plan_url: str) -> dict:
-    cfg = config_module.load()
+    cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     made = Plan.from_json(storage.get_bytes(plan_url))
     tokens = connections.token_store(cfg)
@@ -115,7 +115,7 @@ def commit(plan_url: str) -> dict:
 
 def finalize(group: str) -> dict[str, list[str]]:
     """After commit: `_SUCCESS` into the time partitions that can receive no more data."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     consumer = brokers.consumer(cfg)
@@ -129,7 +129,7 @@ def finalize(group: str) -> dict[str, list[str]]:
 def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
     """A table group's tables: snapshots older than the group's keep_snapshots expire, and
     the files only they read are deleted; per topic, how many of each."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     tables = connections.iceberg_tables(cfg)
     now_ms = int(runs.now_utc().timestamp() * 1000)
     keep_ms = cfg.group(group).table.keep_snapshots_s * 1000
@@ -142,7 +142,7 @@ def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None
              to_offset: int | None = None, since_ms: int | None = None,
              until_ms: int | None = None, source: str = "backup") -> dict:
     """Rebuild an event-time group's files of a topic in a range from the backup archive."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     summary = backfilling.backfill(cfg, storage, group, topic, run_id,
                                    runs.now_utc().isoformat(timespec="seconds"), from_offset,
@@ -157,7 +157,7 @@ def replay_prepare(request: replaying.Request, dry_run: bool = False,
     """Check a replay against the archive and its target and write its plan (or find the
     one it wrote before: the replay then resumes); its URL, None for a dry run (the plan
     is printed)."""
-    cfg = cfg or config_module.load()
+    cfg = cfg or connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     consumer = brokers.consumer(cfg, request.bootstrap)
     try:
@@ -175,7 +175,7 @@ def replay_prepare(request: replaying.Request, dry_run: bool = False,
 def audit_ingest(run_id: str, cfg: config_module.Config | None = None) -> int:
     """Copy new monitoring events into the archive; how many. cfg: the CLI's --config
     (default: the environment's config, as in Airflow)."""
-    cfg = cfg or config_module.load()
+    cfg = cfg or connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     consumer = brokers.consumer(cfg)
@@ -195,7 +195,7 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
     checkpoint, judge, write the reports. The outcome holds `new` (mismatches not mailed
     nor acknowledged yet: the ones that fail the task), `open` and `acknowledged` (how
     many), `mismatches` (how many new) and a readable `summary` of the new ones."""
-    cfg = cfg or config_module.load()
+    cfg = cfg or connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
     now = runs.now_utc()
@@ -245,7 +245,7 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
 def audit_alert(outcome: dict, link: str, context=None) -> None:
     """Mail the new mismatches of an audit once: where their messages are, what to run,
     links that open in a browser; then record them as mailed in the checkpoint."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     group = outcome["group"]
     new = [Alarm(**a) for a in outcome["new"]]
@@ -260,7 +260,7 @@ def audit_alert(outcome: dict, link: str, context=None) -> None:
 
 
 def preflight(run_id: str) -> dict:
-    cfg = config_module.load()
+    cfg = connections.load_config()
     return preflight_check.run(cfg, connections.storage(cfg.s3_conn_id), run_id,
                                connections.token_store(cfg),
                                lambda: connections.check_smtp(cfg.alerts.smtp_conn_id))

@@ -16,7 +16,7 @@ import re
 
 from starlette.responses import JSONResponse
 
-from kafka_archive import brokers, config as config_module
+from kafka_archive import brokers
 from kafka_archive.config import Config
 from kafka_archive.monitor.alerts import dag_id as dag_of
 
@@ -53,7 +53,7 @@ def problem(dag_id: str, conf: dict) -> str | None:
     not kafka-archive's)."""
     from kafka_archive.airflow.dags import all_dags
 
-    cfg = config_module.load()
+    cfg = connections.load_config()
     dag = all_dags(cfg).get(dag_id)
     if dag is None:
         return None

@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from kafka.errors import KafkaError
 from starlette.exceptions import HTTPException
 
-from kafka_archive import brokers, config as config_module
+from kafka_archive import brokers
 from kafka_archive.airflow import connections
 from kafka_archive.errors import ArchiveError
 from kafka_archive.audit import incremental
@@ -58,7 +58,7 @@ async def _unavailable(request: Request, exc: ArchiveError):
 
 @app.get("/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
 def index() -> str:
-    cfg = config_module.load()
+    cfg = connections.load_config()
     return page.index(overview.glance(cfg, connections.storage(cfg.s3_conn_id)),
                       {g: dag_of(g) for g in cfg.groups})
 
@@ -68,7 +68,7 @@ def index() -> str:
 def group_page(dag_id: str) -> HTMLResponse:
     """The page of the group the DAG archives (a plain `def`: FastAPI runs it in a thread,
     so its blocking Kafka and S3 calls do not hold up the api-server)."""
-    cfg = config_module.load()
+    cfg = connections.load_config()
     group = next((g for g in cfg.groups if dag_of(g) == dag_id), None)
     if dag_id == "kafka_archive_audit":
         storage = connections.storage(cfg.s3_conn_id)
