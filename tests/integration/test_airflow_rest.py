@@ -38,17 +38,17 @@ def archived(s3, root: str, topic: str) -> dict[str, list[int]]:
     return files
 
 
-def run_to_end(stack, conf: dict, run_id: str | None = None) -> str:
-    r = stack.trigger(DAG, conf, run_id)
+def run_to_end(stack, conf: dict, run_id: str | None = None, dag: str = DAG) -> str:
+    r = stack.trigger(dag, conf, run_id)
     assert r.status_code == 200, f"trigger refused: {r.status_code} {r.text}"
     run_id = r.json()["dag_run_id"]
     assert r.json()["conf"] == conf
-    stack.wait_for_run(DAG, run_id)
+    stack.wait_for_run(dag, run_id)
     # the archive's own steps; not the run's state, which also holds the freshness check
     # of every token of the group, tokens other tests sharing this Airflow may have spoilt
-    states = stack.task_states(DAG, run_id)
+    states = stack.task_states(dag, run_id)
     assert [states[t] for t in ("plan", "archive", "commit")] == ["success"] * 3, (
-        states, stack.task_log(DAG, run_id, "plan")[-3000:])
+        states, stack.task_log(dag, run_id, "plan")[-3000:])
     return run_id
 
 

@@ -6,12 +6,20 @@ archive root (for a table group, the Iceberg table's location), named
 declares the group's AssetAlias `kafka_archive_<group>` as its commit's outlet and adds
 one event per topic whose token the run advanced, with what arrived in the extra. A run
 that commits nothing, or fails before its commit, adds none.
+
+An event-time group's topic has a second asset, its finalized time partitions
+(`kafka_archive/<group>/<topic>/finalized`, URI the topic's folder plus `/_SUCCESS`): the
+finalize task adds one event per time partition it wrote `_SUCCESS` into, with the
+partition's folder and time range, for DAGs that wait for an hour to be complete.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from airflow.sdk import Asset, AssetAlias
 
+from kafka_archive import layout
 from kafka_archive.config import Config
 
 
@@ -40,3 +48,29 @@ def commit_events(config: Config, group: str, summary: dict) -> list[tuple[Asset
                       "snapshot_id": summary["table_snapshots"].get(topic)}
         events.append((topic_asset(config, group, topic), extra))
     return events
+
+
+def finalized_asset(config: Config, group: str, topic: str) -> Asset:
+    return Asset(uri=f"{config.archive_root}/{group}/{topic}/_SUCCESS",
+                 name=f"kafka_archive/{group}/{topic}/finalized")
+
+
+def finalize_events(config: Config, group: str, run_id: str,
+                    finalized: dict[str, list[str]]) -> list[tuple[Asset, dict]]:
+    """(asset, extra) per time partition finalized: its path below the topic, its folder,
+    and its time range [start, end) in ms and ISO form (UTC)."""
+    spec = config.group(group).layout
+    events = []
+    for topic, paths in sorted(finalized.items()):
+        for path in paths:
+            start_ms, end_ms = layout.time_partition_range(path, spec)
+            events.append((finalized_asset(config, group, topic), {
+                "group": group, "topic": topic, "run_id": run_id, "partition": path,
+                "url": layout.time_partition_dir(config.archive_root, group, topic, path),
+                "start_ms": start_ms, "end_ms": end_ms,
+                "start": _iso(start_ms), "end": _iso(end_ms)}))
+    return events
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat().replace("+00:00", "Z")

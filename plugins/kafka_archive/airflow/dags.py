@@ -62,9 +62,7 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
         @alerting.fails_at_once_when_terminal
         def commit(plan_url: str) -> dict:
             summary = tasks.commit(plan_url)
-            outlet_events = get_current_context()["outlet_events"]
-            for asset, extra in assets.commit_events(cfg, group.name, summary):
-                outlet_events[assets.alias(group.name)].add(asset, extra=extra)
+            _add_events(group.name, assets.commit_events(cfg, group.name, summary))
             return summary
 
         plan_url = plan()
@@ -91,10 +89,13 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
 
         held_topics(plan_url, committed)
         if group.layout.kind == "event_time":
-            @task
+            @task(outlets=[assets.alias(group.name)])  # an event per partition finalized
             @alerting.fails_at_once_when_terminal
-            def finalize(summary: dict) -> dict:
-                return tasks.finalize(group.name)
+            def finalize(summary: dict, dag_run=None) -> dict:
+                finalized = tasks.finalize(group.name)
+                _add_events(group.name, assets.finalize_events(cfg, group.name, dag_run.run_id,
+                                                               finalized))
+                return finalized
 
             finalize(committed)
         if group.table is not None:
@@ -105,6 +106,13 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
 
             expire_snapshots(committed)
     return dag
+
+
+def _add_events(group: str, events) -> None:
+    """Asset events through the group's alias, added when the running task succeeds."""
+    outlet_events = get_current_context()["outlet_events"]
+    for asset, extra in events:
+        outlet_events[assets.alias(group)].add(asset, extra=extra)
 
 
 def _who(dag_run) -> str:

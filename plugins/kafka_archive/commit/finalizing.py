@@ -78,7 +78,8 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
         for topic, state in entry.items():  # the run folders' side, for a rebuild
             storage.put_bytes(layout.finalized_state(config.archive_root, group.name, topic),
                               json.dumps({"through_ms": state["through_ms"]}).encode())
-    return {topic: state["paths"] for topic, state in done.items()}
+        return {topic: state["paths"] for topic, state in entry.items()}  # what this one did
+    return {}
 
 
 def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,

@@ -35,3 +35,16 @@ def test_a_table_groups_event_names_its_table_and_snapshot(tmp_path):
     [(asset, extra), _] = assets.commit_events(cfg, "g", SUMMARY)
     assert (extra["table"], extra["catalog"], extra["snapshot_id"]) == ("raw.orders", "local", 42)
     assert assets.alias("g").name == "kafka_archive_g"
+
+
+def test_a_finalize_adds_an_event_per_time_partition_with_its_range(tmp_path):
+    cfg = load(tmp_path, "{layout: {kind: event_time, granularity: hour}}")
+    events = assets.finalize_events(cfg, "g", "run-7", {
+        "orders": ["dt=2026-11-25/hr=09", "dt=2026-11-25/hr=10"], "idle": []})
+    assert [(a.uri, a.name) for a, _ in events] == [
+        ("s3://bucket/archive/g/orders/_SUCCESS", "kafka_archive/g/orders/finalized")] * 2
+    assert events[1][1] == {
+        "group": "g", "topic": "orders", "run_id": "run-7", "partition": "dt=2026-11-25/hr=10",
+        "url": "s3://bucket/archive/g/orders/dt=2026-11-25/hr=10",
+        "start_ms": 1795600800000, "end_ms": 1795604400000,
+        "start": "2026-11-25T10:00:00Z", "end": "2026-11-25T11:00:00Z"}
