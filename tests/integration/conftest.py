@@ -159,7 +159,7 @@ def sc():
 @dataclass(frozen=True)
 class AirflowStack:
     """A real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
-    SQLite) on 127.0.0.1, and an authenticated client of its REST API v2."""
+    the local PostgreSQL) on 127.0.0.1, and an authenticated client of its REST API v2."""
     url: str
     api: httpx.Client        # base_url = url, Authorization: Bearer <JWT of user admin>
     config_file: Path        # the kafka-archive config its DAGs and tasks use
@@ -252,7 +252,7 @@ def _airflow_test_config(bucket: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(service_env, kafka, s3, smtp_maildir) -> AirflowStack:
+def airflow_stack(service_env, kafka, s3, smtp_maildir, postgres) -> AirflowStack:
     """A running Airflow for tests that go through its REST API or scheduler.
 
     Started once per session (about 15 s, plus `airflow db migrate` the first time) unless
@@ -260,7 +260,8 @@ def airflow_stack(service_env, kafka, s3, smtp_maildir) -> AirflowStack:
     the repo's dags/ with the config `_airflow_test_config` writes: the example config
     with its own archive root (s3://<bucket>/airflow-stack) and token store
     (.cache/services/airflow/tokens), and no schedules, so nothing runs unless triggered.
-    Kafka, S3 and SMTP are started first; alert mail lands in `smtp_maildir`.
+    Kafka, S3, SMTP and PostgreSQL (its metadata database) are started first; alert mail
+    lands in `smtp_maildir`.
 
     Use it like this (DAGs start paused; runs of one group queue one at a time):
 

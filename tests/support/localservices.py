@@ -95,6 +95,7 @@ class Service:
     process_env: Callable[[dict[str, str]], dict[str, str]] = lambda env: {}
     start_timeout_s: int = START_TIMEOUT_S
     inherit_env: bool = True  # False: process_env is the whole environment
+    needs: tuple[str, ...] = ()  # services that must be running first (`start` starts them)
 
     @property
     def home(self) -> Path:
@@ -128,6 +129,12 @@ class Service:
         if self.pid() is not None:
             self._wait_ready(env, self.pid())
             return False
+        for name in self.needs:
+            try:
+                SERVICES[name].ready(env)
+            except Exception as exc:
+                raise ServiceError(f"{self.name} needs {name} running: start it first "
+                                   f"(localservices start {name} {self.name}): {exc!r}") from None
         self.prepare(env, self.home)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
@@ -429,7 +436,7 @@ SMTP = Service(
 # the Debian package makes, and the server runs as that user.
 
 POSTGRES_USER = "kafka_archive"
-POSTGRES_DATABASES = ("iceberg",)
+POSTGRES_DATABASES = ("iceberg", "airflow")  # Iceberg's SQL catalog; the airflow service's
 
 
 def postgres_url(env: dict[str, str], database: str, driver: str = "postgresql+psycopg2") -> str:
@@ -563,6 +570,10 @@ def _airflow_process_env(env: dict[str, str]) -> dict[str, str]:
         **client_env(env, home),
         "KAFKA_ARCHIVE_CONFIG": env.get("KAFKA_ARCHIVE_CONFIG",
                                         str(ROOT / "config" / "kafka-archive.yaml")),
+        # the metadata database as a deployment has it (docker-compose.yml too): the local
+        # PostgreSQL, which `start airflow` starts first; `airflow dags test` and the demo
+        # keep SQLite (client_env)
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url(env, "airflow"),
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__AUTH_MANAGER":
@@ -603,6 +614,7 @@ LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 
 
 def _airflow_prepare(env: dict[str, str], home: Path) -> None:
+    create_database(env, "airflow")  # unless it exists (a PostgreSQL started elsewhere)
     process_env = _airflow_process_env(env)
     (home / "kafka-archive-config").write_text(process_env["KAFKA_ARCHIVE_CONFIG"] + "\n")
     passwords = home / "passwords.json"  # SimpleAuthManager's file, kept in step with local.env
@@ -662,6 +674,7 @@ def run_airflow_components() -> int:
 
 AIRFLOW = Service(
     name="airflow",
+    needs=("postgres",),
     prepare=_airflow_prepare,
     command=lambda env, home: [sys.executable, str(Path(__file__).resolve()), "run-airflow"],
     ready=_airflow_ready,
@@ -908,6 +921,9 @@ def main(argv: list[str]) -> int:
             print(f"leftover process {pid}: {cmd[:300]}", file=sys.stderr)
         return 1 if left else 0
     names = [n for name in names for n in ALIASES.get(name, [name])]
+    if action == "start":  # what a service needs, before it
+        names = list(dict.fromkeys(n for name in names
+                                   for n in (*getattr(SERVICES.get(name), "needs", ()), name)))
     unknown = set(names) - set(SERVICES)
     if unknown:
         print(f"unknown service(s): {', '.join(sorted(unknown))}; known: {', '.join(SERVICES)}",

@@ -17,6 +17,7 @@ import re
 from starlette.responses import JSONResponse
 
 from kafka_archive import brokers
+from kafka_archive.airflow import connections
 from kafka_archive.config import Config
 from kafka_archive.monitor.alerts import dag_id as dag_of
 
