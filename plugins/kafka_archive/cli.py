@@ -388,31 +388,29 @@ def _tokens(config: Config) -> TokenStore:
     return open_store(config.token_root, lambda: _s3_client(config.s3_conn_id))
 
 
-def _s3_client(conn_id: str):
-    """The client of the Airflow connection; Airflow is imported only when S3 is used."""
+def _connections():
+    """kafka_archive.airflow.connections: Airflow is imported only when a credential is
+    looked up (S3, Kafka's or a catalog's connection), its logs sent to stderr."""
     _airflow_logs_to_stderr()
     from kafka_archive.airflow import connections
 
-    return connections.s3_client(conn_id)
+    return connections
+
+
+def _s3_client(conn_id: str):
+    return _connections().s3_client(conn_id)
 
 
 def _kafka_extra(conn_id: str) -> dict:
     """The Kafka connection `kafka.conn_id` names, looked up as Airflow does."""
-    _airflow_logs_to_stderr()
-    from kafka_archive.airflow import connections
-
-    return connections.kafka_extra(conn_id)
+    return _connections().kafka_extra(conn_id)
 
 
 def _tables(config: Config) -> iceberg.Tables:
-    """Table groups' Iceberg tables, their files read with the S3 connection's keys (looked
-    up, through Airflow, only when a table is opened)."""
-    def file_io() -> dict[str, str]:
-        _airflow_logs_to_stderr()
-        from kafka_archive.airflow import connections
-
-        return connections.iceberg_file_io(config)
-    return iceberg.Tables(config, file_io)
+    """Table groups' Iceberg tables, their files read with the S3 connection's keys and
+    their catalogs reached with theirs (looked up only when a table is opened)."""
+    return iceberg.Tables(config, lambda: _connections().iceberg_file_io(config),
+                          lambda conn_id: _connections().iceberg_catalog_properties(conn_id))
 
 
 def _check_smtp(config: Config) -> str:

@@ -7,6 +7,7 @@ kills)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -47,12 +48,17 @@ def commit_killed(pipeline: Pipeline, plan_url: str, after_s: float | None) -> b
 
 def test_table_commits_killed_at_any_moment_leave_each_message_once(
         airflow_env, kafka, s3, postgres, service_env, unique, tmp_path, monkeypatch):
-    database = f"kills{unique}".lower()  # the SQL catalog on PostgreSQL, as deployed
-    localservices.create_database(service_env, database)
-    uri = postgres.rsplit("/", 1)[0] + f"/{database}"
-    pipeline = Pipeline(airflow_env, kafka, s3, f"tk{unique}", tmp_path,
+    database = f"kills{unique}".lower()  # the SQL catalog on PostgreSQL, as deployed,
+    localservices.create_database(service_env, database)  # reached through a connection
+    catalog_db = {"conn_type": "postgres", "host": "127.0.0.1", "schema": database,
+                  "port": int(service_env["KAFKA_ARCHIVE_POSTGRES_PORT"]),
+                  "login": localservices.POSTGRES_USER,
+                  "password": service_env["KAFKA_ARCHIVE_POSTGRES_PASSWORD"]}
+    env = {**airflow_env, "AIRFLOW_CONN_ICEBERG_KILLS": json.dumps(catalog_db)}
+    pipeline = Pipeline(env, kafka, s3, f"tk{unique}", tmp_path,
                         group_extra="format: {kind: parquet}\ntable: {namespace: archive}\n",
-                        extra=f"iceberg_catalogs: {{local: {{type: sql, uri: '{uri}'}}}}\n")
+                        extra="iceberg_catalogs: {local: {type: sql, conn_id: iceberg_kills}}\n")
+    assert catalog_db["password"] not in pipeline.config_path.read_text()
     topic = pipeline.create_topic("events", PARTITIONS)
     pipeline.in_env(monkeypatch)
     pipeline.produce(varied_messages(topic, PARTITIONS, 100, seed=40))

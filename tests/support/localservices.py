@@ -446,6 +446,10 @@ def postgres_url(env: dict[str, str], database: str, driver: str = "postgresql+p
             f"{env['KAFKA_ARCHIVE_POSTGRES_PORT']}/{database}")
 
 
+def postgres_installed() -> bool:
+    return any(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+
+
 def _postgres_bin(name: str) -> str:
     found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
     if not found:
@@ -570,10 +574,7 @@ def _airflow_process_env(env: dict[str, str]) -> dict[str, str]:
         **client_env(env, home),
         "KAFKA_ARCHIVE_CONFIG": env.get("KAFKA_ARCHIVE_CONFIG",
                                         str(ROOT / "config" / "kafka-archive.yaml")),
-        # the metadata database as a deployment has it (docker-compose.yml too): the local
-        # PostgreSQL, which `start airflow` starts first; `airflow dags test` and the demo
-        # keep SQLite (client_env)
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url(env, "airflow"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_database(env),
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__AUTH_MANAGER":
@@ -614,7 +615,8 @@ LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 
 
 def _airflow_prepare(env: dict[str, str], home: Path) -> None:
-    create_database(env, "airflow")  # unless it exists (a PostgreSQL started elsewhere)
+    if postgres_installed():  # the database, unless it exists (PostgreSQL started elsewhere)
+        create_database(env, "airflow")
     process_env = _airflow_process_env(env)
     (home / "kafka-archive-config").write_text(process_env["KAFKA_ARCHIVE_CONFIG"] + "\n")
     passwords = home / "passwords.json"  # SimpleAuthManager's file, kept in step with local.env
@@ -674,7 +676,7 @@ def run_airflow_components() -> int:
 
 AIRFLOW = Service(
     name="airflow",
-    needs=("postgres",),
+    needs=("postgres",) if postgres_installed() else (),  # airflow_database
     prepare=_airflow_prepare,
     command=lambda env, home: [sys.executable, str(Path(__file__).resolve()), "run-airflow"],
     ready=_airflow_ready,
@@ -790,7 +792,8 @@ SPARK_SERVICES = (SPARK_MASTER, *(_spark_worker(n) for n in range(1, SPARK_WORKE
 
 SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, AIRFLOW,
                                 *SPARK_SERVICES)}
-DEFAULT_SERVICES = ("kafka", "s3", "smtp")  # what `start` without names starts
+# what `start` without names starts: with PostgreSQL where it holds Airflow's database
+DEFAULT_SERVICES = ("kafka", "s3", "smtp", *(("postgres",) if postgres_installed() else ()))
 ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers
 
 
@@ -799,7 +802,17 @@ def shell_env(env: dict[str, str]) -> dict[str, str]:
     the Airflow service (`start airflow`), and their mails link to its UI, so a run they
     make is one the running UI shows."""
     return {**client_env(env, SERVICES_DIR / "airflow"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_database(env),
             "AIRFLOW__API__BASE_URL": airflow_url(env)}
+
+
+def airflow_database(env: dict[str, str]) -> str:
+    """The Airflow service's metadata database: the local PostgreSQL where it is installed
+    (scripts/install --for-tests), as deployments and docker-compose.yml have it; SQLite
+    in the service's home on a machine set up for the demo alone."""
+    if postgres_installed():
+        return postgres_url(env, "airflow")
+    return f"sqlite:///{SERVICES_DIR / 'airflow' / 'airflow.db'}"
 
 
 def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:

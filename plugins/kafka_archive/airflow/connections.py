@@ -77,8 +77,27 @@ def iceberg_file_io(config: Config) -> dict[str, str]:
 
 def iceberg_tables(config: Config) -> iceberg.Tables:
     """Table groups' tables, their files read and written with the S3 connection's
-    credentials, looked up when a table is first opened."""
-    return iceberg.Tables(config, lambda: iceberg_file_io(config))
+    credentials and their catalogs reached with their connections' (`conn_id`), looked up
+    when a table is first opened."""
+    return iceberg.Tables(config, lambda: iceberg_file_io(config), iceberg_catalog_properties)
+
+
+def iceberg_catalog_properties(conn_id: str) -> dict[str, str]:
+    """pyiceberg catalog properties from an Airflow connection: its extra's keys (a REST
+    catalog's `uri`, `credential`, `token`, `warehouse`...), and for a `postgres`
+    connection the SQL catalog's `uri` made from its host, port, login, password and
+    database (unless the extra gives one)."""
+    from airflow.sdk import BaseHook
+    from sqlalchemy.engine import URL
+
+    conn = BaseHook.get_connection(conn_id)
+    properties = {name: str(value) for name, value in conn.extra_dejson.items()}
+    if conn.conn_type in ("postgres", "postgresql") and "uri" not in properties:
+        properties["uri"] = URL.create(
+            "postgresql+psycopg2", username=conn.login, password=conn.password,
+            host=conn.host, port=conn.port, database=conn.schema).render_as_string(
+                hide_password=False)
+    return properties
 
 
 def token_store(config: Config) -> TokenStore:

@@ -61,12 +61,16 @@ def key_value_spec():
 
 class Tables:
     """A config's table groups' tables in their groups' catalogs: the catalog's properties
-    from the config, the FileIO's (S3 endpoint and credentials) from `file_io`, called
-    when a catalog is first needed (a commit of a group without tables looks up no
-    credentials), never logged."""
+    from the config, plus those of the Airflow connection its `conn_id` names (through
+    `connection`: the catalog database's password, a REST catalog's credential), the
+    FileIO's (S3 endpoint and credentials) from `file_io`. Both are looked up when a
+    catalog is first needed (a commit of a group without tables looks up nothing), and
+    never logged."""
 
-    def __init__(self, config: Config, file_io: Callable[[], dict[str, str]] = dict):
-        self.config, self._file_io, self._catalogs = config, file_io, {}
+    def __init__(self, config: Config, file_io: Callable[[], dict[str, str]] = dict,
+                 connection: Callable[[str], dict[str, str]] | None = None):
+        self.config, self._file_io, self._connection = config, file_io, connection
+        self._catalogs = {}
 
     def __repr__(self) -> str:  # the FileIO properties hold secrets
         return f"Tables({', '.join(self.config.iceberg_catalogs)})"
@@ -96,9 +100,14 @@ class Tables:
 
     def _catalog(self, name: str):
         if name not in self._catalogs:
+            properties = dict(self.config.iceberg_catalogs[name])
+            if conn_id := properties.pop("conn_id", None):
+                if self._connection is None:
+                    raise TerminalError(f"{self.config.path}: iceberg_catalogs.{name}.conn_id "
+                                        f"{conn_id}: no Airflow connections here")
+                properties |= self._connection(conn_id)
             self._catalogs[name] = catalog(name, {"warehouse": self.config.archive_root,
-                                                  **self.config.iceberg_catalogs[name],
-                                                  **self._file_io()})
+                                                  **properties, **self._file_io()})
         return self._catalogs[name]
 
 

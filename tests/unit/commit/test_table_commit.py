@@ -13,6 +13,7 @@ import pytest
 
 from kafka_archive import config, formats, layout
 from kafka_archive.commit import iceberg, protocol
+from kafka_archive.errors import TerminalError
 from kafka_archive.formats.records import Record
 from kafka_archive.plan.planning import Plan, Slice
 from kafka_archive.storage import Storage
@@ -239,3 +240,19 @@ def test_readers_make_no_table_and_credentials_are_looked_up_only_when_a_table_i
     protocol.commit(cfg, run(env, "r1", {0: (0, 5)}), storage, tokens, NOW, tables)
     assert tables.find(GROUP, TOPIC).current_snapshot().summary[iceberg.RUN_ID] == "r1"
     assert looked_up == [1]  # once per catalog
+
+
+def test_a_catalog_s_conn_id_brings_its_properties_from_the_connection(tmp_path):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(
+        f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{tmp_path}/archive\n"
+        f"iceberg_catalogs: {{prod: {{type: sql, conn_id: iceberg_prod}}}}\n"
+        f"groups: {{{GROUP}: {{format: {{kind: parquet}}, table: {{catalog: prod}}}}}}\n")
+    cfg = config.load(path)
+    asked = []
+    tables = iceberg.Tables(cfg, dict, lambda conn_id: asked.append(conn_id) or {
+        "uri": f"sqlite:///{tmp_path}/from-connection.db"})
+    assert tables.table(GROUP, TOPIC).location() == f"file://{tmp_path}/archive/{GROUP}/{TOPIC}"
+    assert asked == ["iceberg_prod"] and (tmp_path / "from-connection.db").exists()
+    with pytest.raises(TerminalError, match="iceberg_catalogs.prod.conn_id iceberg_prod"):
+        iceberg.Tables(cfg).find(GROUP, TOPIC)  # where no Airflow connection can be had
