@@ -23,14 +23,19 @@ GROUP, TOPIC = "tables", "orders.eu"  # a topic's dot stays in its table's name
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-@pytest.fixture
-def env(tmp_path):
+def table_config(tmp_path, catalogs: str, table: str) -> config.Config:
     path = tmp_path / "kafka-archive.yaml"
     path.write_text(
         f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{tmp_path}/archive\n"
-        f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{tmp_path}/catalog.db'}}}}\n"
-        f"groups: {{{GROUP}: {{format: {{kind: parquet}}, table: {{namespace: archive}}}}}}\n")
-    cfg = config.load(path)
+        f"iceberg_catalogs: {catalogs}\n"
+        f"groups: {{{GROUP}: {{format: {{kind: parquet}}, table: {table}}}}}\n")
+    return config.load(path)
+
+
+@pytest.fixture
+def env(tmp_path):
+    cfg = table_config(tmp_path, f"{{local: {{type: sql, uri: 'sqlite:///{tmp_path}/catalog.db'}}}}",
+                       "{namespace: archive}")
     return cfg, Storage(), LocalTokenStore(tmp_path / "tokens")
 
 
@@ -243,12 +248,7 @@ def test_readers_make_no_table_and_credentials_are_looked_up_only_when_a_table_i
 
 
 def test_a_catalog_s_conn_id_brings_its_properties_from_the_connection(tmp_path):
-    path = tmp_path / "kafka-archive.yaml"
-    path.write_text(
-        f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{tmp_path}/archive\n"
-        f"iceberg_catalogs: {{prod: {{type: sql, conn_id: iceberg_prod}}}}\n"
-        f"groups: {{{GROUP}: {{format: {{kind: parquet}}, table: {{catalog: prod}}}}}}\n")
-    cfg = config.load(path)
+    cfg = table_config(tmp_path, "{prod: {type: sql, conn_id: iceberg_prod}}", "{catalog: prod}")
     asked = []
     tables = iceberg.Tables(cfg, dict, lambda conn_id: asked.append(conn_id) or {
         "uri": f"sqlite:///{tmp_path}/from-connection.db"})
