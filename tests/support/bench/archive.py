@@ -35,7 +35,9 @@ tests/support/localservices.py if they are not running, and stops only what it s
    The peer (issue 14) runs right after each: the Structured Streaming query a user would
    write instead (tests/support/bench/peer.py, availableNow, same master and jars) on the same
    topic, to local text after compression `none`, to parquet (Spark's default codec) after
-   the first compressed run (--compressions, default none,fast,snappy,default).
+   the first compressed run (--compressions, default none,fast,snappy,default); with
+   `table` among them, the group as an Iceberg table (commit included) beside the peer
+   writing an Iceberg table through Iceberg's Spark runtime (both on a SQLite catalog).
 5. Prints a table: throughput of spark-submit alone, of the Spark job without its start-up
    (the job's own clock from its SparkContext ready to its manifest written, which it
    prints) and of plan+archive+commit, in MiB/s and messages/s; the ratios archive/consumer
@@ -91,6 +93,8 @@ from tests.support.bench.processes import (
 BUCKET_PREFIX = "bench-"
 GROUP = "backup"
 PARTITIONED = "partitioned"
+TABLE = "table"  # a --compressions entry: the group as an Iceberg table (parquet key_value)
+ICEBERG_JARS = localservices.CACHE / "jars" / "spark-iceberg"
 TARGET_PARTITIONED_RATIO = 0.7  # partitioned job's throughput / the backup job's
 # issue 14: the bar is the Structured Streaming query a user would write instead
 # issue 22's targets: throughput ratios to the peer without start-up, and whole
@@ -103,7 +107,7 @@ TARGET_FIXED_COST_S = 10.0   # a whole run archiving one message, idle machine
 # each compression's run, and the peer sink it is compared with: text beside none, parquet
 # (Spark's default codec, Snappy) beside the compressed ones
 PEER_SINK = {"none": "text", "fast": "parquet", "snappy": "parquet", "default": "parquet",
-             "gzip": "parquet"}
+             "gzip": "parquet", TABLE: "iceberg"}
 TARGET_PLAN_S = 5.0          # planning --plan-partitions partitions
 
 
@@ -195,9 +199,17 @@ def peer_run(sink: str, bootstrap: str, topic: str, expected_records: int,
     from kafka_archive import spark
 
     output = work / f"peer-{sink}"
+    jars = spark.kafka_source_jars()
+    if sink == "iceberg":  # Iceberg's JdbcCatalog on SQLite, its warehouse the output folder
+        jars = [*jars, *map(str, sorted(ICEBERG_JARS.glob("*.jar")))]
+        catalog = {"": "org.apache.iceberg.spark.SparkCatalog", ".type": "jdbc",
+                   ".uri": f"jdbc:sqlite:{work}/peer-catalog.db", ".jdbc.schema-version": "V1",
+                   ".warehouse": f"file://{output}"}
+        spark_args = [*spark_args, *(a for k, v in catalog.items()
+                                     for a in ("--conf", f"spark.sql.catalog.peer{k}={v}"))]
     command = [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
                "--name", f"kafka-archive-peer-{sink}", *spark_args,
-               "--jars", ",".join(spark.kafka_source_jars()), str(Path(__file__).with_name("peer.py")),
+               "--jars", ",".join(jars), str(Path(__file__).with_name("peer.py")),
                "--bootstrap", bootstrap, "--topic", topic, "--sink", sink, "--output", str(output)]
     run = sampled_spark_submit(command, {**os.environ, **spark.submit_env()},
                                work / f"spark-peer-{sink}.log")
@@ -231,6 +243,15 @@ def write_config(folder: Path, topic: str, archive_root: str, compression: str,
     event_time = ({"layout": {"kind": "event_time", "granularity": "hour"},
                    "parser": {"kind": "json", "field": "ts", "unit": "iso8601"}}
                   if group == PARTITIONED else {})
+    fmt = {"kind": "sequencefile", "key": "msgpack", "compression": compression,
+           **({"level": level} if level is not None else {})}
+    table = {}
+    if compression == TABLE:  # one Iceberg table, its catalog on SQLite in the work folder
+        fmt, table = {"kind": "parquet"}, {"table": {"namespace": "bench"}}
+        table_catalog = {"iceberg_catalogs": {
+            "local": {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db"}}}
+    else:
+        table_catalog = {}
     config = {
         "kafka": {"bootstrap_servers": "${KAFKA_ARCHIVE_BOOTSTRAP}"},
         "archive_root": archive_root,
@@ -242,13 +263,12 @@ def write_config(folder: Path, topic: str, archive_root: str, compression: str,
             **event_time,
             "topics": {"include": [re.escape(topic)], "exclude": []},
             "start_from": "earliest",
-            "format": {"kind": "sequencefile", "key": "msgpack", "compression": compression,
-                       **({"level": level} if level is not None else {})},
+            "format": fmt, **table,
             # everything in one run: no per-run cap reached, no waiting for more data
             "policy": {"max_records": 100_000_000, "max_bytes": 100_000_000_000,
                        "min_records": 1, "max_delay": 0},
         }},
-        **({"spark": {"conf": spark_conf}} if spark_conf else {}),
+        **({"spark": {"conf": spark_conf}} if spark_conf else {}), **table_catalog,
     }
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kafka-archive.yaml"
@@ -594,11 +614,19 @@ def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float
          lambda r, p: f"{mib / p.spark.seconds / best.mib_s:.3f}"),
         ("ratio archive/peer, spark-submit alone",
          lambda r, p: f"{p.spark.seconds / r.spark.seconds:.3f}"),
+        ("ratio archive/peer, spark-submit + our commit",
+         lambda r, p: f"{p.spark.seconds / (r.spark.seconds + r.commit_s):.3f}"),
         ("ratio archive/peer, without start-up",
          lambda r, p: f"{p.query_s / r.spark.log.job_s:.3f}" if r.spark.log.job_s else "?"),
         # CPU seconds of each spark-submit's processes: what a busy machine's noise inflates least
         ("ratio archive/peer, CPU seconds (peer's/archive's)",
          lambda r, p: f"{sum(p.spark.memory.cpu_s.values()) / sum(r.spark.memory.cpu_s.values()):.3f}"),
+        # CPU seconds per GiB of payload, every process of each spark-submit plus the broker
+        ("archive: CPU seconds per GiB (its processes + broker)",
+         lambda r, p: f"{cpu_per_gib(r.spark, mib):,.1f}"),
+        ("peer: CPU seconds per GiB (its processes + broker)",
+         lambda r, p: f"{cpu_per_gib(p.spark, mib):,.1f}"),
+        ("archive: written, MiB", lambda r, p: f"{r.output_bytes / MIB:,.1f}"),
         ("peer: written locally, MiB", lambda r, p: f"{p.output_bytes / MIB:,.1f}"),
         ("peer: peak RSS, process tree, MiB", lambda r, p: f"{p.spark.memory.peak_total_mib:,.0f}"),
         ("peer: CPU seconds, Spark JVM", lambda r, p: f"{p.spark.memory.cpu_s.get('jvm', 0):,.1f}"),
@@ -609,6 +637,10 @@ def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float
     row("uptime after the peer's spark-submit", "")
     for p in {p.sink: p for _, p in pairs if p}.values():
         say(f"    {p.sink}: {p.load}")
+
+
+def cpu_per_gib(run: SparkRun, mib: float) -> float:
+    return (sum(run.memory.cpu_s.values()) + run.services_cpu_s.get("kafka", 0.0)) / (mib / 1024)
 
 
 def verdict(what: str, value: float, target: float, higher_is_better: bool = True) -> None:
@@ -735,7 +767,8 @@ def main() -> int:
                         default=["none", "fast", "snappy", "default"],
                         help="the archive runs, in order (default none,fast,snappy,default): "
                              "the peer writes text beside none, parquet beside the first "
-                             "compressed one")
+                             "compressed one; `table`: the group as an Iceberg table (parquet "
+                             "key_value, SQLite catalog), the peer into an Iceberg table")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="record each archive run's spark-submit process tree with py-spy "
                              "(its Python driver and workers) into DIR/<compression>.txt "

@@ -1,9 +1,12 @@
 """The peer tests/support/bench/archive.py measures the archive job against: the Spark Structured
 Streaming query a user would write instead of kafka-archive, draining a topic once with
-`trigger(availableNow=True)` into parquet (Spark's default codec) or text (the values).
+`trigger(availableNow=True)` into parquet (Spark's default codec), text (the values) or an
+Iceberg table (as Iceberg's Spark docs write a stream: `toTable`, fanout writers; every
+Kafka column and the headers, as the table group's key_value shape holds them,
+partitioned by Kafka partition), in the catalog `peer` the spark-submit's --conf names.
 
     spark-submit --master local[2] --jars <Spark's Kafka source jars> tests/support/bench/peer.py \
-        --bootstrap HOST:PORT --topic TOPIC --sink parquet|text --output DIR
+        --bootstrap HOST:PORT --topic TOPIC --sink parquet|text|iceberg --output DIR
 
 Writes to a local folder (the bundled Hadoop has no S3 client), and prints one line
 `peer-result {"query_s": ..., "rows": ...}`: the query's time from start() to its end,
@@ -19,7 +22,7 @@ from pyspark.sql import SparkSession
 parser = argparse.ArgumentParser()
 parser.add_argument("--bootstrap", required=True)
 parser.add_argument("--topic", required=True)
-parser.add_argument("--sink", choices=("parquet", "text"), required=True)
+parser.add_argument("--sink", choices=("parquet", "text", "iceberg"), required=True)
 parser.add_argument("--output", required=True, help="a local folder; its checkpoint goes beside it")
 args = parser.parse_args()
 
@@ -29,15 +32,18 @@ try:
              .option("kafka.bootstrap.servers", args.bootstrap)
              .option("subscribe", args.topic)
              .option("startingOffsets", "earliest")
+             .option("includeHeaders", str(args.sink == "iceberg").lower())
              .load())
     if args.sink == "text":
         frame = frame.selectExpr("CAST(value AS STRING) AS value")
     started = time.perf_counter()
-    query = (frame.writeStream.format(args.sink)
-             .option("path", args.output)
-             .option("checkpointLocation", args.output + "-checkpoint")
-             .trigger(availableNow=True)
-             .start())
+    writer = (frame.writeStream.option("checkpointLocation", args.output + "-checkpoint")
+              .trigger(availableNow=True))
+    if args.sink == "iceberg":
+        query = (writer.format("iceberg").outputMode("append").partitionBy("partition")
+                 .option("fanout-enabled", "true").toTable("peer.bench.events"))
+    else:
+        query = writer.format(args.sink).option("path", args.output).start()
     query.awaitTermination()
     seconds = time.perf_counter() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
