@@ -99,10 +99,11 @@ def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert f"archive.{topic}: 330 records in {PARTITIONS} files" in listed.stdout
     assert "overwrite second" in listed.stdout
-    copy = new_topic(kafka, f"copy{unique}")  # replay reads a table group's files too
-    replayed = cli(pipeline, "replay", "--group", GROUP, "--topic", topic, "--to-topic", copy)
-    assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
-    assert in_order(kafka, copy) == in_order(kafka, topic)
+    if uri.startswith("sqlite"):  # replay reads a table group's files, whatever the catalog
+        copy = new_topic(kafka, f"copy{unique}")
+        replayed = cli(pipeline, "replay", "--group", GROUP, "--topic", topic, "--to-topic", copy)
+        assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
+        assert in_order(kafka, copy) == in_order(kafka, topic)
 
     read = spark_reads(pipeline, jdbc_url, topic, tmp_path, jdbc_env)  # an independent engine
     assert sorted(map(tuple, read["rows"])) == sorted(
