@@ -7,7 +7,7 @@
 import argparse
 import time
 
-from kafka_archive import brokers, config, spark as launch
+from kafka_archive import config, kafka_connection, spark as launch
 from kafka_archive.archive import job, progress
 from kafka_archive.errors import ArchiveError
 from kafka_archive.storage import Storage
@@ -22,7 +22,7 @@ sc = launch.job_context("kafka-archive")
 ready = time.monotonic()
 try:
     try:
-        cfg = brokers.connected(config.load(launch.shipped_file(args.config)))
+        cfg = kafka_connection.connected(config.load(launch.shipped_file(args.config)))
         manifest = job.run(sc, cfg, args.plan)
     except ArchiveError as failed:  # for ArchiveOperator: terminal or transient
         job.record_failure(Storage.from_environment(), args.plan, failed)

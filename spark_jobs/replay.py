@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from kafka_archive import brokers, config, spark as launch
+from kafka_archive import config, kafka_connection, spark as launch
 from kafka_archive.archive import replay_job
 
 parser = argparse.ArgumentParser()
@@ -22,7 +22,7 @@ args = parser.parse_args()
 started = time.monotonic()
 sc = launch.job_context("kafka-archive-replay")
 try:
-    cfg = brokers.connected(config.load(launch.shipped_file(args.config)))
+    cfg = kafka_connection.connected(config.load(launch.shipped_file(args.config)))
     rows = replay_job.run(sc, cfg, args.replay, args.max_rate)
     print("\n".join(replay_job.summary_lines(rows, time.monotonic() - started)), flush=True)
 except Exception as exc:  # a task's failure, recorded beside the replay for the command

@@ -10,23 +10,13 @@ sent, as far as a consumer of the topic knows, so the archive leaves them out, a
 offsets are gaps like a transaction's markers. The planner asks for the same level's end
 offset, the last stable offset, so a run never waits on an open transaction.
 
-Credentials may come from an Airflow connection of the Kafka provider's type instead
-(`kafka.conn_id`): its extra holds librdkafka's properties, bootstrap.servers among them,
-which `connected` turns into the config's own (Java) form, so every client above takes
-them alike. In Airflow the connection is looked up like any other (metadata database,
-secrets backend, AIRFLOW_CONN_* variable: kafka_archive.airflow.connections); the Spark
-job's driver reads the one its operator hands it in its environment; executors get the
-settings inside the Config their tasks receive."""
+Settings may come from an Airflow connection instead (kafka_archive.kafka_connection)."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
-from urllib.parse import parse_qsl, urlsplit
+from typing import TYPE_CHECKING, Iterator
 
 from kafka_archive import retries
 from kafka_archive.config import Config
@@ -38,105 +28,15 @@ if TYPE_CHECKING:  # kafka-python where a task asks Kafka, not in the job's Spar
 
 # username="..." and password="..." in a JAAS line (Java string escapes allowed)
 _JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
-_JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
+JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
                  "org.apache.kafka.common.security.scram.ScramLoginModule")
-
-
-def connected(config: Config,
-              lookup: Callable[[str], Mapping] | None = None) -> Config:
-    """The config with its Kafka settings from the Airflow connection `kafka.conn_id`
-    names, if it names one: lookup(conn_id) gives that connection's extra (default:
-    environment_connection). The YAML's own `kafka.properties` stay beside them; a property
-    set in both is refused by name (one place decides each)."""
-    if not config.kafka_conn_id or config.bootstrap_servers:
-        return config  # no connection, or looked up already
-    extra = (lookup or environment_connection)(config.kafka_conn_id)
-    bootstrap, properties = connection_properties(config.kafka_conn_id, extra)
-    if both := sorted(set(properties) & set(config.kafka_properties)):
-        raise ConfigError(f"{config.path}: kafka.properties {', '.join(both)} also set by the "
-                          f"Kafka connection {config.kafka_conn_id}: keep one")
-    return replace(config, bootstrap_servers=bootstrap,
-                   kafka_properties={**config.kafka_properties, **properties})
-
-
-def environment_connection(conn_id: str) -> dict:
-    """A connection's extra from Airflow's own variable for it, AIRFLOW_CONN_<ID>, in either
-    of its forms: JSON ({"conn_type": "kafka", "extra": {...}}) or a URI whose query holds
-    the extra (`kafka://?bootstrap.servers=...`, or `?__extra__=<JSON>`)."""
-    name = f"AIRFLOW_CONN_{conn_id.upper()}"
-    raw = os.environ.get(name)
-    if raw is None:
-        raise ConfigError(f"kafka.conn_id {conn_id}: no such connection in this process's "
-                          f"environment ({name}); in Airflow make it in the UI or a secrets "
-                          "backend, elsewhere set the variable")
-    try:
-        if raw.lstrip().startswith("{"):
-            extra = json.loads(raw).get("extra") or {}
-            return json.loads(extra) if isinstance(extra, str) else dict(extra)
-        query = dict(parse_qsl(urlsplit(raw).query, keep_blank_values=True))
-        return json.loads(query["__extra__"]) if "__extra__" in query else query
-    except (ValueError, AttributeError):  # the value holds secrets: name it, never show it
-        raise ConfigError(f"{name}: not an Airflow connection in JSON or URI form with a JSON "
-                          "object as its extra") from None
-
-
-# a librdkafka property of a connection's extra that the archive has no use for: it joins
-# no consumer group (a connection shared with the Kafka provider's operators may hold them)
-_CONSUMER_GROUP_SETTINGS = {"group.id", "enable.auto.commit", "auto.offset.reset",
-                            "auto.commit.interval.ms", "session.timeout.ms"}
-
-
-def connection_properties(conn_id: str, extra: Mapping) -> tuple[str, dict[str, str]]:
-    """(bootstrap servers, Java-named properties) of a Kafka connection's extra, written
-    in librdkafka's names as the Kafka provider wants them. sasl.username and
-    sasl.password become the PLAIN or SCRAM JAAS line of the mechanism; a property with
-    no Java equivalent known here is refused by name (its value may be a secret)."""
-    where = f"the Kafka connection {conn_id}"
-    settings = {name: str(value).lower() if isinstance(value, bool) else str(value)
-                for name, value in extra.items() if name not in _CONSUMER_GROUP_SETTINGS}
-    bootstrap = settings.pop("bootstrap.servers", "")
-    if not bootstrap:
-        raise ConfigError(f"{where}: its extra has no bootstrap.servers")
-    if "sasl.mechanisms" in settings:  # librdkafka's older name
-        settings.setdefault("sasl.mechanism", settings.pop("sasl.mechanisms"))
-    user, password = settings.pop("sasl.username", None), settings.pop("sasl.password", None)
-    java_name = {v: k for k, v in _RENAMED_IN_LIBRDKAFKA.items()}
-    properties: dict[str, str] = {}
-    for name, value in settings.items():
-        if name == "ssl.ca.location":
-            properties |= {"ssl.truststore.location": value, "ssl.truststore.type": "PEM"}
-        elif name == "ssl.keystore.location":  # librdkafka's keystore is PKCS#12
-            properties |= {name: value, "ssl.keystore.type": "PKCS12"}
-        elif name in _SAME_IN_LIBRDKAFKA:
-            properties[name] = value
-        elif name in java_name:
-            properties[java_name[name]] = value
-        else:
-            raise ConfigError(f"{where}: extra key {name!r} is not a Kafka client property "
-                              "kafka-archive can use (librdkafka names; it reads and "
-                              "produces with librdkafka and kafka-python): remove it")
-    if (user is None) != (password is None):
-        raise ConfigError(f"{where}: its extra needs sasl.username and sasl.password together")
-    if user is not None:
-        mechanism = properties.get("sasl.mechanism", "PLAIN").upper()
-        module = _JAAS_MODULES[1] if mechanism.startswith("SCRAM-") else _JAAS_MODULES[0]
-        if mechanism != "PLAIN" and not mechanism.startswith("SCRAM-"):
-            raise ConfigError(f"{where}: sasl.mechanism {mechanism} takes no username and "
-                              "password; kafka-archive logs in with PLAIN or SCRAM")
-        properties["sasl.jaas.config"] = (f'{module} required username="{_escape(user)}" '
-                                          f'password="{_escape(password)}";')
-    return bootstrap, properties
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _bootstrap(config: Config, bootstrap: str | None) -> str:
     if bootstrap or config.bootstrap_servers:
         return bootstrap or config.bootstrap_servers
     raise ConfigError(f"{config.path}: kafka.conn_id {config.kafka_conn_id}: the connection "
-                      "was not looked up (brokers.connected) before a Kafka client was made")
+                      "was not looked up (kafka_connection.connected) before a Kafka client was made")
 
 
 def python_client_settings(config: Config, bootstrap: str | None = None) -> dict:
@@ -159,7 +59,7 @@ def python_client_settings(config: Config, bootstrap: str | None = None) -> dict
 def _jaas_credentials(config: Config, jaas: str) -> dict[str, str]:
     found = dict(_JAAS_CREDENTIAL.findall(jaas))
     module = jaas.split(None, 1)[0] if jaas.strip() else ""
-    if module not in _JAAS_MODULES or set(found) != {"username", "password"}:
+    if module not in JAAS_MODULES or set(found) != {"username", "password"}:
         # the value holds a password: name the key and the expected form, never the value
         raise ConfigError(f"{config.path}: 'kafka.properties.sasl.jaas.config' must be "
                           f"'<PlainLoginModule or ScramLoginModule class> required "
@@ -291,13 +191,13 @@ def isolation_level(config: Config) -> str:
 
 
 # Java client properties librdkafka knows by the same name, and those it calls otherwise
-_SAME_IN_LIBRDKAFKA = {
+SAME_IN_LIBRDKAFKA = {
     "security.protocol", "sasl.mechanism", "client.id", "isolation.level", "fetch.max.bytes",
     "max.partition.fetch.bytes", "fetch.min.bytes", "reconnect.backoff.ms",
     "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
     "connections.max.idle.ms", "ssl.key.password", "ssl.keystore.location",
     "ssl.keystore.password", "ssl.endpoint.identification.algorithm", "socket.connection.setup.timeout.ms"}
-_RENAMED_IN_LIBRDKAFKA = {
+RENAMED_IN_LIBRDKAFKA = {
     "fetch.max.wait.ms": "fetch.wait.max.ms", "request.timeout.ms": "socket.timeout.ms",
     "receive.buffer.bytes": "socket.receive.buffer.bytes",
     "send.buffer.bytes": "socket.send.buffer.bytes",
@@ -335,10 +235,10 @@ def librdkafka_settings(config: Config, bootstrap: str | None = None) -> dict:
                 f"to PEM and set ssl.{kind}.type: PEM")
         elif name == "ssl.endpoint.identification.algorithm":
             settings[name] = value or "none"  # Java's empty value turns the check off
-        elif name in _SAME_IN_LIBRDKAFKA:
+        elif name in SAME_IN_LIBRDKAFKA:
             settings[name] = value
-        elif name in _RENAMED_IN_LIBRDKAFKA:
-            settings[_RENAMED_IN_LIBRDKAFKA[name]] = value
+        elif name in RENAMED_IN_LIBRDKAFKA:
+            settings[RENAMED_IN_LIBRDKAFKA[name]] = value
         else:
             raise ConfigError(
                 f"{config.path}: kafka.properties.{name} has no librdkafka equivalent known "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kafka.errors import KafkaError
 
-from kafka_archive import brokers, catalog, config as config_module, layout, spark
+from kafka_archive import brokers, catalog, config as config_module, kafka_connection, layout, spark
 from kafka_archive.airflow import params  # the trigger params' time syntax; no Airflow import
 from kafka_archive.audit import incremental, reporting
 from kafka_archive.commit import iceberg
@@ -204,7 +204,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "audit" and not args.audit_command and not args.group:
         parser.error("audit: the following arguments are required: --group")
     try:
-        config = brokers.connected(config_module.load(args.config), _kafka_extra)
+        config = kafka_connection.connected(config_module.load(args.config), _kafka_extra)
         return args.run(config, args) or 0
     except ArchiveError as exc:
         print(f"kafka-archive: {exc}", file=sys.stderr)

@@ -3,7 +3,7 @@
 Values may refer to the environment as ${NAME} or ${NAME:-default}, so one file serves
 local runs, tests and production. Secrets never live here: S3 credentials come from the
 Airflow connection named by `s3_conn_id`, Kafka's from the connection named by
-`kafka.conn_id` (kafka_archive.brokers.connected) or from ${ENV} references.
+`kafka.conn_id` (kafka_archive.kafka_connection) or from ${ENV} references.
 Every error names the file and the key path; the checks live in config_schema.
 """
 

@@ -66,7 +66,7 @@ def test_no_import_cycles():
 LAYERS = [
     {"errors", "retries"},
     {"formats"},                                  # bytes in, bytes out: codecs, parsers
-    {"storage", "tokens", "brokers", "layout", "config", "config_schema", "catalog",
+    {"storage", "tokens", "brokers", "kafka_connection", "layout", "config", "config_schema", "catalog",
      "manifest", "spark", "progress_bars"},                  # base: where things are and how to reach them
     {"plan"},
     {"archive"},

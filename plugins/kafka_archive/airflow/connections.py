@@ -6,12 +6,12 @@ only as ready clients, never as arguments or log lines.
 
 from __future__ import annotations
 
-from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
 import json
 from pathlib import Path
 
-from kafka_archive import brokers, config as config_module, retries
+from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+from kafka_archive import config as config_module, kafka_connection, retries
 from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import TransientError
@@ -23,7 +23,7 @@ def load_config(path: str | Path | None = None) -> Config:
     """The config (KAFKA_ARCHIVE_CONFIG's by default) with Kafka's settings from the
     connection `kafka.conn_id` names, where it names one. Tasks, the CLI and the page load
     it this way; the DAG files, parsed without connections, load the YAML alone."""
-    return brokers.connected(config_module.load(path), kafka_extra)
+    return kafka_connection.connected(config_module.load(path), kafka_extra)
 
 
 def kafka_extra(conn_id: str) -> dict:
@@ -35,7 +35,7 @@ def kafka_extra(conn_id: str) -> dict:
 
 def kafka_environment(config: Config) -> dict[str, str]:
     """The Kafka connection as Airflow's own variable for it, for a Spark job's driver
-    (brokers.environment_connection reads it there): nothing without one."""
+    (kafka_connection.from_environment reads it there): nothing without one."""
     if not config.kafka_conn_id:
         return {}
     connection = {"conn_type": "kafka", "extra": kafka_extra(config.kafka_conn_id)}
