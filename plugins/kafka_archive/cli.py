@@ -297,8 +297,9 @@ def show_tables(config: Config, group: str, topic: str | None, per_hour: bool) -
     tables = _tables(config)
     tables.spec(group)  # a group without tables is refused, naming it
     topics = [topic] if topic else _tokens(config).topics(group)
-    print(table_views.render([view for t in topics
-                              if (view := table_views.describe(tables, group, t, per_hour))]))
+    print(table_views.render([view for t in topics for dead in sorted(tables.kinds(group))
+                              if (view := table_views.describe(tables, group, t, per_hour,
+                                                               dead))]))
 
 
 def show_status(config: Config, group: str | None, as_json: bool) -> int:

@@ -54,6 +54,9 @@ class TableSpec:
     catalog: str = "local"
     namespace: str = "kafka_archive"
     keep_snapshots_s: int = 7 * 86400  # older snapshots expire, the files only they read go
+    # event_time groups (the parsed shape): declared (field, type) columns, before any
+    # a message brings (formats.columns)
+    columns: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,11 @@ class Group:
     topic_formats: tuple[tuple[str, FormatSpec], ...] = ()  # (topic regex, format); first wins
     lateness_s: int = 3600        # event_time: a time partition is final this long after its end
     table: TableSpec | None = None  # an Iceberg table per topic (commit.iceberg)
+
+    @property
+    def parsed_table(self) -> bool:
+        """An event-time table group: its tables have the parsed shape (commit.iceberg)."""
+        return self.table is not None and self.layout.kind == "event_time"
 
     def selects(self, topic: str) -> bool:
         return (any(re.fullmatch(p, topic) for p in self.include)
@@ -228,8 +236,8 @@ def _group(name: str, doc: schema.Group) -> Group:
         parser=doc.parser,
         topic_parsers=tuple(doc.topic_parsers.items()),
         lateness_s=doc.lateness,
-        table=(TableSpec(doc.table.catalog, doc.table.namespace, doc.table.keep_snapshots)
-               if doc.table else None),
+        table=(TableSpec(doc.table.catalog, doc.table.namespace, doc.table.keep_snapshots,
+                         tuple(doc.table.columns.items())) if doc.table else None),
     )
 
 

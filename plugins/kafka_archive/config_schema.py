@@ -16,7 +16,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from pydantic_core import PydanticCustomError
 
 from kafka_archive import formats
-from kafka_archive.formats import parsers
+from kafka_archive.formats import columns, parsers
 from kafka_archive.errors import ConfigError
 from kafka_archive.layout import LayoutSpec
 
@@ -224,6 +224,18 @@ class Table(Section):
                                                            "and _")] = "kafka_archive"
     # older snapshots expire (time travel ends there), and the files only they read go
     keep_snapshots: Seconds = Field(7 * 86400, ge=0)
+    # an event_time group's parsed shape: {field: type}; other fields get a column of
+    # their own type as messages bring them (formats.columns)
+    columns: dict[Text, str] = {}
+
+    @field_validator("columns")
+    @classmethod
+    def _typed(cls, declared: dict[str, str]) -> dict[str, str]:
+        try:
+            columns.check_declared(declared)
+        except ValueError as exc:
+            raise problem(str(exc)) from None
+        return declared
 
 
 class Group(Section):
@@ -244,18 +256,30 @@ class Group(Section):
     table: Table | None = None
 
     @model_validator(mode="after")
-    def _table_holds_key_value_files(self) -> Group:
-        """The key_value table shape: Parquet files, one per slice (by Kafka partition)."""
+    def _table_shape_fits(self) -> Group:
+        """A table group's shape follows its layout: `partition` is the key_value shape
+        (partitioned by Kafka partition), `event_time` the parsed one (partitioned by the
+        hour or day of the event time, with its parser's fields as columns)."""
         if self.table is None:
             return self
-        if self.layout.kind != "partition":
-            raise problem("a table group has layout kind partition (the key_value shape, "
-                          "partitioned by Kafka partition); event_time tables are not built "
-                          "yet", key="table")
         kinds = {self.format.kind} | {f.kind for f in self.topic_formats.values()}
         if kinds != {"parquet"}:
             raise problem("a table group's format kind is parquet (every topic_formats entry "
                           f"too), got {', '.join(sorted(kinds))}", key="table")
+        if self.layout.kind == "partition":
+            if self.table.columns:
+                raise problem("columns are the parsed shape's: layout kind event_time",
+                              key="table.columns")
+            return self
+        if self.layout.spec().granularity not in ("hour", "day"):
+            raise problem("an event_time table is partitioned by hour or day (Iceberg's "
+                          f"transforms), not {self.layout.spec().granularity}",
+                          key="layout.granularity")
+        for spec in [self.parser, *self.topic_parsers.values()]:
+            if not callable(getattr(parsers.parser_for(spec), "parse", None)):
+                raise problem(f"parser {spec.kind} gives no fields for the parsed table "
+                              "shape: json, msgpack, or a parser with parse(record) -> "
+                              "(event ms, fields)", key="parser")
         return self
 
     @model_validator(mode="before")

@@ -69,13 +69,32 @@ def table_location(root: str, group: str, topic: str) -> str:
 
 
 def table_data_file(root: str, group: str, topic: str, run_id: str, partition: int,
-                    generation: int, first_offset: int, fmt: str | Mapping) -> str:
+                    generation: int, first_offset: int, fmt: str | Mapping,
+                    time_path: str | None = None) -> str:
     """A table group's file: under the table's data/, in the folder of the run that wrote
-    it. Iceberg files are immutable, and a rewind's re-archive of a slice must not
+    it, then its Kafka partition's folder, or its time partition's for an event-time
+    group. Iceberg files are immutable, and a rewind's re-archive of a slice must not
     overwrite a file an older snapshot still reads (time travel), so no two runs share
     a path."""
     return join(table_location(root, group, topic), TABLE_DATA, run_folder_name(run_id),
-                f"partition={partition}", file_name(generation, partition, first_offset, fmt))
+                time_path or f"partition={partition}",
+                file_name(generation, partition, first_offset, fmt))
+
+
+def dead_letter_location(root: str, group: str, topic: str) -> str:
+    """An event-time table group's dead-letter table of a topic (`<topic>_dlq` in the
+    catalog): beside the topic's table, never inside it (a table's orphan-file clean-up
+    lists everything under its location)."""
+    return join(root, group, DEAD_LETTERS, topic)
+
+
+def dead_letter_file(root: str, group: str, topic: str, run_id: str, partition: int,
+                     generation: int, first_offset: int) -> str:
+    """The messages of one slice that an event-time table group's parsed table cannot
+    hold, named by the first of them, as key_value Parquet with the reason."""
+    return join(dead_letter_location(root, group, topic), TABLE_DATA, run_folder_name(run_id),
+                f"partition={partition}", file_name(generation, partition, first_offset,
+                                                    "parquet"))
 
 
 # --- the event-time layout (the partitioned group) ----------------------------------------
@@ -92,6 +111,7 @@ _MS = timedelta(milliseconds=1)
 QUARANTINE = "_quarantine"
 LATE = "_late"
 TABLE_DATA = "data"  # a table group's files, as Iceberg writers lay a table out
+DEAD_LETTERS = "_dlq"  # an event-time table group's dead-letter tables
 
 
 @dataclass(frozen=True)
@@ -206,6 +226,12 @@ def parse_url(root: str, url: str, spec: LayoutSpec) -> ArchivePath | None:
     name = parse_file_name(last)
     if name is None or not folder or group.startswith("_"):
         return None
+    if topic == DEAD_LETTERS and len(folder) == 4 and folder[1] == TABLE_DATA:
+        # an event-time table group's dead letters: _dlq/<topic>/data/<run>/partition=<n>
+        two = _PARTITION_FOLDER.fullmatch(folder[3])
+        return (ArchivePath(group, folder[0], "quarantine", None, name)
+                if spec.kind == "event_time" and two and int(two[1]) == name.partition
+                else None)
     one = _PARTITION_FOLDER.fullmatch(folder[0]) if len(folder) == 1 else None
     if len(folder) == 3 and folder[0] == TABLE_DATA:  # a table group's: data/<run>/partition=<n>
         one = _PARTITION_FOLDER.fullmatch(folder[2])
@@ -215,6 +241,8 @@ def parse_url(root: str, url: str, spec: LayoutSpec) -> ArchivePath | None:
     if folder[0] == QUARANTINE:
         two = len(folder) == 2 and _PARTITION_FOLDER.fullmatch(folder[1])
         return ArchivePath(group, topic, "quarantine", None, name) if two else None
+    if folder[0] == TABLE_DATA and len(folder) > 2:  # data/<run>/<time partition>
+        folder = folder[2:]
     place, time_folder = ("late", folder[1:]) if folder[0] == LATE else ("time", folder)
     time_path = "/".join(time_folder)
     if len(time_folder) != spec.depth or not _path_pattern(spec, spec.depth).fullmatch(time_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -36,15 +37,17 @@ def read_in_table(table) -> set[tuple]:
 
 
 def spark_reads(pipeline: Pipeline, jdbc_url: str, topic: str, tmp_path: Path,
-                jdbc_env: dict[str, str]) -> dict:
-    out = tmp_path / "spark-read.json"
+                jdbc_env: dict[str, str], expression: str = "lower(hex(value))") -> dict:
+    """What Spark SQL reads of the table: rows of Kafka partition, offset and `expression`,
+    the snapshots, the count at the first."""
+    out = tmp_path / f"spark-read-{topic}.json"
     result = subprocess.run(
         [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
-         "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
          "--jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))),
          str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"), jdbc_url,
          pipeline.root, localservices.s3_endpoint(localservices.local_env()), "archive", topic,
-         str(out)],
+         str(out), expression],
         env={**os.environ, **spark.submit_env(), **connections.s3_environment("kafka_archive_s3"),
              **jdbc_env},
         capture_output=True, text=True, timeout=300)
@@ -116,3 +119,99 @@ def pipeline_config(pipeline: Pipeline):
     from kafka_archive import config
 
     return config.load(pipeline.config_path)
+
+
+HOUR_MS = 3_600_000
+
+
+def json_events(topic: str, count: int, start_ms: int, seed: int):
+    """JSON events over five hours of event time, one of them hours late, in 3 Kafka
+    partitions whose `qty` is an integer in one, a fraction in another, and once text;
+    and messages no table row can hold: bytes that are no JSON, an event without time."""
+    for i in range(seed, seed + count):
+        partition = i % 3
+        at = start_ms + (i % 5) * HOUR_MS - (6 * HOUR_MS if i % 13 == 0 else 0)
+        qty = {0: i, 1: i + 0.5, 2: "many" if i % 9 == 2 else i}[partition]
+        event = {"ts": at, "user": f"u{i % 4}", "qty": qty, "meta": {"i": i}}
+        value = (b"\xff\x00binary" if i % 7 == 0 else json.dumps({"no_ts": i}).encode()
+                 if i % 11 == 0 else json.dumps(event).encode())
+        yield topic, partition, f"k{i}".encode(), value, [("h", bytes([i % 256]))]
+
+
+def by_offset(table) -> dict[tuple[int, int], dict]:
+    return {(r["kafka"]["partition"], r["kafka"]["offset"]): r
+            for r in table.scan().to_arrow().to_pylist()}
+
+
+def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_beside(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    catalog_db = tmp_path / "catalog.db"
+    pipeline = Pipeline(
+        airflow_env, kafka, s3, f"parsed{unique}", tmp_path,
+        group_extra="layout: {kind: event_time, granularity: hour}\n"
+                    "parser: {kind: json, field: ts, unit: ms}\nformat: {kind: parquet}\n"
+                    "table: {namespace: archive, columns: {user: string}}\n",
+        extra=f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{catalog_db}'}}}}\n")
+    topic = pipeline.create_topic("events", 3)
+    start_ms = (int(time.time() * 1000) // HOUR_MS - 8) * HOUR_MS
+    pipeline.produce(json_events(topic, 120, start_ms, seed=0))
+    run(pipeline, monkeypatch, "first")
+    tables = connections.iceberg_tables(pipeline_config(pipeline))
+    table, dead = tables.find(GROUP, topic), tables.find(GROUP, topic, dead_letters=True)
+
+    def check(expected_total: int) -> tuple[dict, dict]:
+        kafka_held = {(p, o): (k, v, ts, h) for _, p, o, k, v, ts, h in consumed(kafka, [topic])}
+        rows, letters = by_offset(table), by_offset(dead)
+        assert not set(rows) & set(letters)  # each message in one table, never both
+        assert set(rows) | set(letters) == set(kafka_held) and len(kafka_held) == expected_total
+        for at, row in rows.items():
+            key, value, ts, headers = kafka_held[at]
+            event = json.loads(value)
+            assert (row["user"], row["qty"], json.loads(row["meta"])) == (
+                event["user"], float(event["qty"]), event["meta"])
+            assert row["event_time"].timestamp() * 1000 == event["ts"]
+            assert round(row["kafka"]["timestamp"].timestamp() * 1000) == ts
+        for at, letter in letters.items():  # complete: the message as Kafka holds it
+            key, value, ts, headers = kafka_held[at]
+            assert (letter["key"], letter["value"], round(letter["kafka"]["timestamp"]
+                                                          .timestamp() * 1000)) == (key, value, ts)
+            assert tuple((h["name"], h["value"]) for h in letter["headers"]) == headers
+            assert letter["reason"]
+        return rows, letters
+
+    rows, letters = check(120)
+    reasons = [letter["reason"] for letter in letters.values()]
+    assert any("not a JSON object" in r for r in reasons)
+    assert any("no field 'ts'" in r for r in reasons)
+    # qty was an integer in one partition, a fraction in another: double for all; text
+    # fits neither
+    assert any("'qty' = \"many\" does not fit column type double" in r for r in reasons)
+    assert {f.name: str(f.field_type) for f in table.schema().fields if f.name != "kafka"} == {
+        "event_time": "timestamptz", "user": "string", "ts": "long", "qty": "double",
+        "meta": "string"}
+    hours = {f.partition[0] for f in iceberg.current_files(table, []).values()}
+    assert hours == {r["event_time"].timestamp() // 3600 for r in rows.values()}  # late too
+
+    pipeline.tokens.delete(GROUP, topic)  # the README's rewind, with news since
+    pipeline.produce(json_events(topic, 30, start_ms, seed=120))
+    run(pipeline, monkeypatch, "second")
+    table.refresh()
+    dead.refresh()
+    check(150)
+    assert [(s.summary.operation.value, s.summary[iceberg.RUN_ID])
+            for s in table.metadata.snapshots] == [("append", "first"), ("overwrite", "second")]
+    checked = cli(pipeline, "verify", "--group", GROUP, "--full")
+    assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-3000:]
+
+    read = spark_reads(pipeline, f"jdbc:sqlite:{catalog_db}", topic, tmp_path, {},
+                       "to_json(named_struct('user', user, 'qty', qty, 'hour', "
+                       "date_format(event_time, 'yyyy-MM-dd HH')))")
+    rows = by_offset(table)
+    assert {(p, o): json.loads(v) for p, o, v in read["rows"]} == {
+        at: {"user": r["user"], "qty": r["qty"],
+             "hour": r["event_time"].strftime("%Y-%m-%d %H")} for at, r in rows.items()}
+    assert read["snapshots"] == [["append", "first"], ["overwrite", "second"]]
+    read_dead = spark_reads(pipeline, f"jdbc:sqlite:{catalog_db}", topic + "_dlq", tmp_path, {},
+                            "reason")
+    assert sorted(map(tuple, read_dead["rows"])) == sorted(
+        (p, o, r["reason"]) for (p, o), r in by_offset(dead).items())

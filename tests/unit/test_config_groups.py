@@ -144,7 +144,13 @@ def test_a_table_group_writes_parquet_into_a_named_catalog(tmp_path):
     ("format: {kind: parquet}\ntopic_formats: {'x.*': {kind: text}}\ntable: {}\n",
      r"g\.table: .*got parquet, text"),
     ("format: {kind: parquet}\nlayout: {kind: event_time}\ntable: {}\n",
-     r"g\.table: .*layout kind partition"),
+     r"g\.parser: parser timestamp gives no fields for the parsed table shape"),
+    ("format: {kind: parquet}\nlayout: {kind: event_time, granularity: minute}\n"
+     "parser: {kind: json, field: t}\ntable: {}\n", r"g\.layout\.granularity: .*hour or day"),
+    ("format: {kind: parquet}\ntable: {columns: {a: long}}\n",
+     r"g\.table\.columns: columns are the parsed shape's"),
+    ("format: {kind: parquet}\nlayout: {kind: event_time}\nparser: {kind: json, field: t}\n"
+     "table: {columns: {a: money}}\n", r"g\.table\.columns: .*unknown type 'money'"),
     ("format: {kind: parquet}\ntable: {catalog: prod}\n",
      r"groups\.g\.table\.catalog: names catalog 'prod', not under iceberg_catalogs"),
     ("format: {kind: parquet}\ntable: {namespace: 'a.b'}\n", r"g\.table\.namespace"),

@@ -88,7 +88,8 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
             tasks.check_held(plan_url)
 
         held_topics(plan_url, committed)
-        if group.layout.kind == "event_time":
+        if group.layout.kind == "event_time" and not group.parsed_table:
+            # a table's hours need no `_SUCCESS`: a reader sees each run's snapshot whole
             @task(outlets=[assets.alias(group.name)])  # an event per partition finalized
             @alerting.fails_at_once_when_terminal
             def finalize(summary: dict, dag_run=None) -> dict:

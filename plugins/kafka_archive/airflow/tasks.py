@@ -3,6 +3,7 @@ connections, and calls one library function. The CLI calls them too."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import asdict
@@ -57,7 +58,9 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
                                            **request):
                 log.warning("%s", change)
         made = runs.start(cfg, group, run_id, storage, tokens, consumer, runs.now_utc(), dry_run,
-                          topics, caps)
+                          topics, caps, table_columns=functools.partial(
+                              connections.iceberg_tables(cfg).columns, group)
+                          if cfg.group(group).parsed_table else None)
     finally:
         consumer.close()
     for anomaly in made.anomalies:
@@ -128,14 +131,15 @@ def finalize(group: str) -> dict[str, list[str]]:
 
 def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
     """A table group's tables: snapshots older than the group's keep_snapshots expire, and
-    the files only they read are deleted; per topic, how many of each."""
+    the files only they read are deleted; per table, how many of each."""
     cfg = connections.load_config()
     tables = connections.iceberg_tables(cfg)
     now_ms = int(runs.now_utc().timestamp() * 1000)
     keep_ms = cfg.group(group).table.keep_snapshots_s * 1000
-    return {topic: iceberg.expire(table, keep_ms, now_ms)
+    return {iceberg.name(table): iceberg.expire(table, keep_ms, now_ms)
             for topic in connections.token_store(cfg).topics(group)
-            if (table := tables.find(group, topic)) is not None}
+            for dead_letters in tables.kinds(group)
+            if (table := tables.find(group, topic, dead_letters)) is not None}
 
 
 def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None,

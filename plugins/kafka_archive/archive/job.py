@@ -11,12 +11,12 @@ mode worked the same way: the engine schedules the ranges, each task reads its o
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import heapq
 import json
 import logging
 import math
-from dataclasses import asdict
 from itertools import chain
 from typing import Iterable, Iterator
 
@@ -26,7 +26,7 @@ from kafka_archive import spark
 from kafka_archive.archive import slice_writer, source
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError, TerminalError
-from kafka_archive.formats import parsers
+from kafka_archive.formats import columns, parsers
 from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
                                     write as write_manifest)
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
@@ -56,18 +56,73 @@ def run(sc, config: Config, plan_url: str) -> Manifest:
     present = _existing_partitions(config, {s.topic for s in to_read})
     vanished = [[s.topic, s.partition] for s in to_read if (s.topic, s.partition) not in present]
     to_read = [s for s in to_read if (s.topic, s.partition) in present]
-    rows = []
-    if to_read:
-        tasks = task_slices(to_read, sc.defaultParallelism)
-        rows = spark.collected(sc.parallelize(tasks, len(tasks))
-                               .mapPartitions(ArchiveTask(config, plan)), "the archive job")
+    rows = _archived(sc, config, plan, to_read)
+    if config.group(plan.group).parsed_table:
+        rows = _agreeing(sc, config, plan, to_read, rows, storage)
     lost = retention_losses(config, to_read, rows)
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)
     manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
-                          "vanished": vanished, "retention_lost": [asdict(a) for a in lost]}
+                          "vanished": vanished, "retention_lost": [dataclasses.asdict(a) for a in lost]}
     write_manifest(storage, config.archive_root, manifest)
     return manifest
+
+
+def _archived(sc, config: Config, plan: Plan, slices: list[Slice]) -> list[SliceRow]:
+    if not slices:
+        return []
+    tasks = task_slices(slices, sc.defaultParallelism)
+    return spark.collected(sc.parallelize(tasks, len(tasks))
+                           .mapPartitions(ArchiveTask(config, plan)), "the archive job")
+
+
+def _agreeing(sc, config: Config, plan: Plan, slices: list[Slice], rows: list[SliceRow],
+              storage: Storage) -> list[SliceRow]:
+    """The parsed shape's new columns are typed by each file's own values; where the files
+    of a run disagree on one (a count that is 3 in one Kafka partition, 2.5 in another),
+    the column takes the first file's type (by partition and offset) or a wider one that
+    holds both, and the slices of the files that had it otherwise are written again with
+    every column of the topic fixed (their values that do not fit go to the dead
+    letters), so one table commit can add the column. Deterministic: the same messages
+    give the same files, whoever runs them."""
+    agreed: dict[str, dict[str, str]] = {}
+    for topic in plan.topics():
+        types: dict[str, str] = {}
+        disagree = False
+        for row in sorted((r for r in rows if r["topic"] == topic),
+                          key=lambda r: (r["partition"], r["start"])):
+            for f in row_files(row):
+                for name, kind in f.get("columns", ()):
+                    seen = types.setdefault(name, kind)
+                    if seen != kind:
+                        types[name] = columns.widened(seen, kind) or seen
+                        disagree = True
+        if disagree:
+            agreed[topic] = types
+    if not agreed:
+        return rows
+
+    def fits(row: SliceRow) -> bool:
+        want = agreed.get(row["topic"])
+        return want is None or all(want[n] == k for f in row_files(row)
+                                   for n, k in f.get("columns", ()))
+
+    again = {(r["topic"], r["partition"], r["start"]) for r in rows if not fits(r)}
+    log.warning("run %s: files disagree on the type of new columns (%s); %d slices written "
+                "again with them fixed", plan.run_id, "; ".join(
+                    f"{t}: {', '.join(f'{n} {k}' for n, k in c.items())}"
+                    for t, c in agreed.items()), len(again))
+    fixed = dataclasses.replace(plan, columns={**plan.columns, **{
+        t: [[n, k] for n, k in c.items()] for t, c in agreed.items()}})
+    rewritten = _archived(sc, config, fixed, [s for s in slices
+                                              if (s.topic, s.partition, s.start) in again])
+    kept = {f["url"] for r in rewritten for f in row_files(r)}
+    for row in rows:  # a rewritten slice's file may start elsewhere now: the old one goes
+        if (row["topic"], row["partition"], row["start"]) in again:
+            for f in row_files(row):
+                if f["url"] not in kept:
+                    storage.delete(f["url"])
+    return [r for r in rows if (r["topic"], r["partition"], r["start"]) not in again] + rewritten
 
 
 def failure_url(plan_url: str) -> str:
@@ -227,4 +282,5 @@ def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:
         parser=parsers.parser_for(group.parser_for(topic)) if event_time else None,
         finalized_ms=plan.finalized.get(topic), audit_header=config.audit.source_header,
         audit_window_ms=config.audit.window_s * 1000,
-        table_run=plan.run_id if group.table else None)
+        table_run=plan.run_id if group.table else None,
+        columns=tuple(tuple(c) for c in plan.columns.get(topic, ())))

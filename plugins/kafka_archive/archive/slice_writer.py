@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from kafka_archive import formats, layout, retries, spark
 from kafka_archive.errors import ArchiveError
-from kafka_archive.formats import audit_counts, parsers
+from kafka_archive.formats import audit_counts, columns, parsers
 from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.storage import Storage
@@ -56,6 +56,12 @@ class Target:
     audit_header: str = "kafka-archive-source"
     audit_window_ms: int = 60_000
     table_run: str | None = None        # a table group's: the run whose folder holds its files
+    # an event-time table group's (the parsed shape): the table's columns when planned
+    columns: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def parsed(self) -> bool:
+        return self.table_run is not None and self.layout.kind == "event_time"
 
 
 class OpenSlice:
@@ -86,13 +92,10 @@ class OpenSlice:
             return
         if r.offset > self.next_offset:
             self.gaps.append([self.next_offset, r.offset])
-        out, r = self._file_for(r)
-        try:
-            out.writer.append(r)
-        except OSError as exc:
-            raise out.write_error(exc, f"{self.topic} partition {self.partition} at offset "
-                                       f"{r.offset}") from exc
-        out.count += 1
+        if self.target.parsed:
+            self._add_parsed(r)
+        else:
+            self._append(*self._file_for(r))
         self.count += 1
         self.payload += size
         audit_counts.count_archived(self.audit_counts, audit_counts.source_of(r.headers, self.target.audit_header),
@@ -153,6 +156,51 @@ class OpenSlice:
         low, high = int(ts.min()), int(ts.max())
         self.min_ts = low if self.min_ts is None else min(self.min_ts, low)
         self.max_ts = high if self.max_ts is None else max(self.max_ts, high)
+
+    def _append(self, out: _OpenFile, r: Record) -> None:
+        try:
+            out.writer.append(r)
+        except OSError as exc:
+            raise out.write_error(exc, f"{self.topic} partition {self.partition} at offset "
+                                       f"{r.offset}") from exc
+        out.count += 1
+
+    def _add_parsed(self, r: Record) -> None:
+        """A message of an event-time table group: its fields into its time partition's
+        file of the parsed table, or the whole message into the dead letters with why
+        (not an object, no event time, a field its column cannot hold)."""
+        t = self.target
+        try:
+            ms, fields = parsers.parse(t.parser, t.topic, r)
+            time_path = layout.time_partition(ms, t.layout)
+            url = layout.table_data_file(t.root, t.group, t.topic, t.table_run, self.partition,
+                                         t.generation, r.offset, t.format, time_path)
+            folder = url.rsplit("/", 1)[0]
+            opened = self.files.get(folder)  # a file is named by its first message: fit first
+            values, types = columns.fit(fields, ms, opened.writer.types if opened
+                                        else dict(t.columns), frozenset(dict(t.columns)))
+            out = self._open(folder, lambda: url,
+                             {**t.format, "shape": "parsed", "columns": t.columns})
+            try:
+                out.writer.append_fitted(r, ms, values, types)
+            except OSError as exc:
+                raise out.write_error(exc, f"{self.topic} partition {self.partition} at "
+                                           f"offset {r.offset}") from exc
+            out.count += 1
+        except (parsers.ParseError, columns.Misfit) as exc:
+            reason = exc.reason if isinstance(exc, parsers.ParseError) else str(exc)
+            self._dead_letter(r, reason)
+
+    def _dead_letter(self, r: Record, reason: str) -> None:
+        t = self.target
+        self.quarantined += 1
+        if len(self.errors) < MAX_REPORTED_ERRORS:
+            self.errors.append([r.offset, reason])
+        url = layout.dead_letter_file(t.root, t.group, t.topic, t.table_run, self.partition,
+                                      t.generation, r.offset)
+        self._append(self._open(url.rsplit("/", 1)[0], lambda: url,
+                                {"kind": "parquet", "dead_letter": True}),
+                     Record(r.offset, r.key, r.value, r.timestamp_ms, r.headers, error=reason))
 
     def _slice_file(self) -> _OpenFile:
         """The one file of a slice in the partition layout."""
@@ -270,8 +318,10 @@ class _OpenFile:
         except OSError as exc:
             raise self.write_error(exc, f"{self.count} records, closing") from exc
         storage.upload_file(Path(self.tmp_path), self.url)
+        written = getattr(self.writer, "columns_written", None)  # the parsed shape's
         return {"url": self.url, "records": self.count, "bytes": self.file.size,
-                "sha256": self.file.sha256.hexdigest()}
+                "sha256": self.file.sha256.hexdigest(),
+                **({"columns": written()} if written else {})}
 
     def discard(self) -> None:
         self.file.raw.close()  # a failed slice's file is still open

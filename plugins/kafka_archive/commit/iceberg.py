@@ -25,6 +25,7 @@ from pathlib import Path
 from kafka_archive import layout
 from kafka_archive.config import Config, TableSpec
 from kafka_archive.errors import TerminalError, TransientError
+from kafka_archive.formats import columns
 from kafka_archive.manifest import row_files
 from kafka_archive.plan.planning import Plan
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 RUN_ID = "kafka-archive.run-id"      # snapshot summary: the run the snapshot commits
 OFFSETS = "kafka-archive.offsets"    # snapshot summary: the offset ranges it adds
 ATTEMPTS = 5                         # lost compare-and-swap races before giving up
+DEAD_LETTER_SUFFIX = "_dlq"          # an event-time group's topic's dead letters: <topic>_dlq
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2",
                     # one metadata file per commit: keep the last 20, not a year of them
                     "write.metadata.delete-after-commit.enabled": "true",
@@ -59,6 +61,61 @@ def key_value_spec():
                                         name="kafka_partition"))
 
 
+def dead_letter_schema():
+    """A dead-letter table's: the key_value shape and the reason (formats.parquet; its
+    files carry no field ids, the table reads them by name)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType
+
+    return Schema(*key_value_schema().fields, NestedField(13, "reason", StringType(),
+                                                          required=False))
+
+
+def iceberg_type(kind: str):
+    """The Iceberg type of a formats.columns type."""
+    from pyiceberg import types
+
+    return {"boolean": types.BooleanType(), "int": types.IntegerType(),
+            "long": types.LongType(), "float": types.FloatType(), "double": types.DoubleType(),
+            "string": types.StringType(), "timestamp": types.TimestamptzType(),
+            "date": types.DateType()}[kind]
+
+
+def column_type(field) -> str | None:
+    """The formats.columns type of an Iceberg field; None for one we never make."""
+    return next((kind for kind in columns.TYPES if iceberg_type(kind) == field.field_type), None)
+
+
+def parsed_schema(declared: tuple[tuple[str, str], ...]):
+    """The parsed shape, as a new table has it: the Kafka metadata struct (key_value's,
+    without key, value and headers), the event time, the declared columns. The files
+    carry no field ids: the table reads them by name (its name mapping)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (IntegerType, LongType, NestedField, StringType, StructType,
+                                 TimestamptzType)
+
+    kafka = StructType(NestedField(2, "topic", StringType(), required=True),
+                       NestedField(3, "partition", IntegerType(), required=True),
+                       NestedField(4, "offset", LongType(), required=True),
+                       NestedField(5, "timestamp", TimestamptzType(), required=False),
+                       NestedField(6, "timestamp_type", StringType(), required=False))
+    return Schema(NestedField(1, columns.KAFKA, kafka, required=True),
+                  NestedField(7, columns.EVENT_TIME, TimestamptzType(), required=True),
+                  *(NestedField(8 + i, name, iceberg_type(kind), required=False)
+                    for i, (name, kind) in enumerate(declared)))
+
+
+def parsed_spec(granularity: str):
+    """Parsed tables are partitioned by the hour or day of the event time: each file
+    holds one (the slice writer's time partition)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import DayTransform, HourTransform
+
+    transform = HourTransform() if granularity == "hour" else DayTransform()
+    return PartitionSpec(PartitionField(source_id=7, field_id=1000, transform=transform,
+                                        name=f"event_time_{granularity}"))
+
+
 class Tables:
     """A config's table groups' tables in their groups' catalogs: the catalog's properties
     from the config, plus those of the Airflow connection its `conn_id` names (through
@@ -75,21 +132,66 @@ class Tables:
     def __repr__(self) -> str:  # the FileIO properties hold secrets
         return f"Tables({', '.join(self.config.iceberg_catalogs)})"
 
-    def table(self, group: str, topic: str):
-        """The topic's table, created (with its namespace) when absent: for writers."""
+    def table(self, group: str, topic: str, dead_letters: bool = False):
+        """The topic's table (or its dead-letter table), created (with its namespace) when
+        absent: for writers."""
         spec = self.spec(group)
-        return open_table(self._catalog(spec.catalog), (spec.namespace, topic),
-                          layout.table_location(self.config.archive_root, group, topic))
+        shape = self.config.group(group).layout
+        if dead_letters:
+            schema, partitioning = dead_letter_schema(), key_value_spec()
+        elif shape.kind == "event_time":
+            schema, partitioning = parsed_schema(spec.columns), parsed_spec(shape.granularity)
+        else:
+            schema, partitioning = key_value_schema(), key_value_spec()
+        return open_table(self._catalog(spec.catalog), self.identifier(group, topic, dead_letters),
+                          self.location(group, topic, dead_letters), schema, partitioning)
 
-    def find(self, group: str, topic: str):
-        """The topic's table, or None when there is none yet: for readers, who make none."""
+    def find(self, group: str, topic: str, dead_letters: bool = False):
+        """The topic's table (or its dead-letter table), or None when there is none yet:
+        for readers, who make none."""
         from pyiceberg.exceptions import NoSuchTableError
 
-        spec = self.spec(group)
         try:
-            return self._catalog(spec.catalog).load_table((spec.namespace, topic))
+            return self._catalog(self.spec(group).catalog).load_table(
+                self.identifier(group, topic, dead_letters))
         except NoSuchTableError:
             return None
+
+    def kinds(self, group: str) -> tuple[bool, ...]:
+        """`dead_letters` values of a group's tables per topic: an event-time group's
+        topic has a dead-letter table beside its table (first: see commit_tables)."""
+        return (True, False) if self.config.group(group).layout.kind == "event_time" else (False,)
+
+    def identifier(self, group: str, topic: str, dead_letters: bool = False) -> tuple[str, str]:
+        """A tuple: a topic's dots stay in its table's name."""
+        return self.spec(group).namespace, topic + DEAD_LETTER_SUFFIX if dead_letters else topic
+
+    def location(self, group: str, topic: str, dead_letters: bool = False) -> str:
+        root = self.config.archive_root
+        return (layout.dead_letter_location(root, group, topic) if dead_letters
+                else layout.table_location(root, group, topic))
+
+    def columns(self, group: str, topic: str) -> list[list[str]]:
+        """A parsed table's field columns ([name, type], the table's order), as the next
+        run writes them: the table's, then the declared ones it lacks (a new table: the
+        declared ones). A declared type the table has otherwise is refused by name."""
+        spec = self.spec(group)
+        table = self.find(group, topic)
+        found: dict[str, str] = {}
+        for field in table.schema().fields if table is not None else ():
+            if field.name in columns.RESERVED:
+                continue
+            if (kind := column_type(field)) is None:
+                raise TerminalError(f"table {name(table)}: column {field.name} is "
+                                    f"{field.field_type}, not a type this archive writes "
+                                    f"({', '.join(columns.TYPES)})")
+            found[field.name] = kind
+        for column, kind in spec.columns:
+            if found.setdefault(column, kind) != kind:
+                raise TerminalError(f"{self.config.path}: groups.{group}.table.columns says "
+                                    f"{column} is {kind}, table {name(table)} has it as "
+                                    f"{found[column]} (Iceberg cannot change it so)")
+        return [[column, kind] for column, kind in found.items()]
 
     def spec(self, group: str) -> TableSpec:
         """The group's table settings; a group without them is refused by name."""
@@ -121,42 +223,79 @@ def catalog(name: str, properties: dict):
     return load_catalog(name, **properties)
 
 
-def open_table(catalog, identifier: tuple[str, str], location: str | None = None):
-    """The key_value table, created (with its namespace) when absent. The identifier is
-    a tuple: a topic's dots stay in its table's name."""
+def open_table(catalog, identifier: tuple[str, str], location: str | None = None,
+               schema=None, partitioning=None):
+    """A table (default: the key_value shape), created (with its namespace) when absent,
+    with a name mapping (files without field ids, the parsed shape's, are read by name)."""
     catalog.create_namespace_if_not_exists(identifier[0])
-    return catalog.create_table_if_not_exists(identifier, schema=key_value_schema(),
-                                              partition_spec=key_value_spec(),
-                                              location=location, properties=TABLE_PROPERTIES)
+    table = catalog.create_table_if_not_exists(
+        identifier, schema=schema or key_value_schema(),
+        partition_spec=partitioning or key_value_spec(), location=location,
+        properties=TABLE_PROPERTIES)
+    if table.metadata.name_mapping() is None:  # kept up to date by each schema update
+        from pyiceberg.table import TableProperties
+
+        mapping = table.schema().name_mapping.model_dump_json()
+        with table.transaction() as tx:
+            tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+    return table
 
 
 def commit_tables(tables: Tables, root: str, plan: Plan, manifest: dict) -> dict[str, int]:
     """Each topic's files of the run into its table, with the files the plan's rewind
-    replaces taken out, one snapshot per table; topic -> snapshot id."""
+    replaces taken out, one snapshot per table; topic -> snapshot id of its table. An
+    event-time group's dead letters go into their table first: once a run is in the
+    topic's table, its dead letters are in theirs (a crash between the two leaves the
+    run in neither for a reader of the topic's table; the commit's re-run adds it)."""
     done = {}
     for topic in plan.topics():
         rows = [e for e in manifest["slices"] if e["topic"] == topic]
-        add = files_of(manifest, topic)
-        inside = layout.table_location(root, plan.group, topic) + "/"
-        remove = [url for url in plan.superseded if url.startswith(inside)]
-        if add or remove:
-            offsets = ", ".join(f"{e['partition']}: [{e['start']}, {e['end']})" for e in rows)
-            done[topic] = commit_run(tables.table(plan.group, topic), plan.run_id, add, remove,
-                                     offsets).snapshot_id
+        offsets = ", ".join(f"{e['partition']}: [{e['start']}, {e['end']})" for e in rows)
+        for dead_letters in tables.kinds(plan.group):
+            inside = tables.location(plan.group, topic, dead_letters) + "/"
+            add = [f for f in manifest_files(manifest, topic) if f["url"].startswith(inside)]
+            remove = [url for url in plan.superseded if url.startswith(inside)]
+            if add or remove:
+                snapshot = commit_run(tables.table(plan.group, topic, dead_letters), plan.run_id,
+                                      [f["url"] for f in add], remove, offsets,
+                                      new_columns(add))
+                if not dead_letters:
+                    done[topic] = snapshot.snapshot_id
     return done
 
 
+def new_columns(files: list[dict]) -> dict[str, str]:
+    """The field columns a run's parsed files hold (formats.parquet.ParsedWriter), by
+    name, in the order they first appear; a run whose files disagree on one is refused
+    (archive.job makes them agree)."""
+    found: dict[str, str] = {}
+    for f in files:
+        for column, kind in f.get("columns", ()):
+            if found.setdefault(column, kind) != kind:
+                raise TerminalError(f"{f['url']}: column {column} is {kind}, another file of "
+                                    f"the run has it as {found[column]}")
+    return found
+
+
 def withdraw_run(tables: Tables, root: str, plan: Plan, manifest: dict, topic: str) -> None:
-    """Take a run's files of a topic out of its table again: the run lost its token's
+    """Take a run's files of a topic out of its tables again: the run lost its token's
     compare-and-swap to another run after its table commit (two plans at once), so the
     table must not keep what the token does not cover."""
-    if files := files_of(manifest, topic):
-        commit_run(tables.table(plan.group, topic), f"{plan.run_id} (withdrawn)", [], files)
+    for dead_letters in tables.kinds(plan.group):
+        inside = tables.location(plan.group, topic, dead_letters) + "/"
+        if files := [url for url in files_of(manifest, topic) if url.startswith(inside)]:
+            commit_run(tables.table(plan.group, topic, dead_letters),
+                       f"{plan.run_id} (withdrawn)", [], files)
+
+
+def manifest_files(manifest: dict, topic: str) -> list[dict]:
+    """A run's file entries (url, records, columns, ...) of one topic."""
+    return [f for e in manifest["slices"] if e["topic"] == topic for f in row_files(e)]
 
 
 def files_of(manifest: dict, topic: str) -> list[str]:
     """The URLs of a run's files of one topic."""
-    return [f["url"] for e in manifest["slices"] if e["topic"] == topic for f in row_files(e)]
+    return [f["url"] for f in manifest_files(manifest, topic)]
 
 
 def run_snapshot(table, run_id: str):
@@ -165,10 +304,12 @@ def run_snapshot(table, run_id: str):
                  if s.summary is not None and s.summary.get(RUN_ID) == run_id), None)
 
 
-def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offsets: str = ""):
+def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offsets: str = "",
+               evolve: dict[str, str] | None = None):
     """Add the run's files (Parquet, paths in the table's file IO) and take out the files
-    it replaces, in one snapshot whose summary names the run; the run's snapshot (the
-    existing one when it committed already). A rewind's file to add that the table holds
+    it replaces, in one snapshot whose summary names the run, after the columns of
+    `evolve` ({name: type}) the table lacks are added in the same commit; the run's
+    snapshot (the existing one when it committed already). A rewind's file to add that the table holds
     already, other than as one this run replaces, is refused: a message would be in it
     twice. (No two runs share a path (layout.table_data_file) and our own catalog refuses
     overlapping offsets before this, so a plain append reads no manifest: at a year of runs
@@ -187,6 +328,7 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
                                 f"{twice[0]}, which the table holds already (and "
                                 f"{len(twice) - 1} more): refused, nothing committed")
         tx = table.transaction()
+        _add_columns(tx, table, evolve or {})
         properties = {RUN_ID: run_id, **({OFFSETS: offsets} if offsets else {})}
         update = tx.update_snapshot(snapshot_properties=properties)
         # merge_append: small manifests are merged as they accumulate (a fast append adds
@@ -206,6 +348,26 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
         return run_snapshot(table.refresh(), run_id)
     raise TransientError(f"table {name(table)}: lost the race to commit run "
                          f"{run_id} {ATTEMPTS} times; run again")
+
+
+def _add_columns(tx, table, wanted: dict[str, str]) -> None:
+    """The columns a run's files bring that the table lacks, added in the run's own
+    commit (a reader sees the column and its values together); one the table has with
+    another type is refused (the run was planned with the table's columns)."""
+    schema = table.schema()
+    new = {}
+    for column, kind in wanted.items():
+        field = schema.find_field(column) if column in schema._name_to_id else None
+        if field is None:
+            new[column] = kind
+        elif column_type(field) != kind:
+            raise TerminalError(f"table {name(table)}: a file of the run has column {column} as "
+                                f"{kind}, the table as {field.field_type}: refused, nothing "
+                                "committed")
+    if new:
+        with tx.update_schema() as update:
+            for column, kind in new.items():
+                update.add_column(column, iceberg_type(kind))
 
 
 def current_files(table, paths: list[str]) -> dict:
@@ -266,39 +428,47 @@ def removed_by(table, snapshot) -> list[str]:
 # Kafka's partition and offset live in the `kafka` struct, and pyiceberg keeps only counts
 # for nested columns: no partition value to infer, no offset bounds for readers to prune
 # by. The Parquet footer has them: taken from there.
-KAFKA_BOUNDS = {"kafka.partition": 6, "kafka.offset": 7}
+KAFKA_BOUNDS = ("kafka.partition", "kafka.offset")
 
 
 def data_file(table, metadata, path: str):
-    """The Iceberg DataFile of a key_value Parquet file, with its Kafka partition as the
-    partition value and the partition and offset bounds."""
+    """The Iceberg DataFile of one of our Parquet files, with the Kafka partition and
+    offset bounds, and the Kafka partition as the partition value of a table partitioned
+    by it (a parsed table's, the event time's hour or day, pyiceberg reads from the
+    file's bounds)."""
     import pyarrow.parquet as pq
     from pyiceberg.conversions import to_bytes
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
     from pyiceberg.manifest import DATA_FILE_TYPE, DEFAULT_READ_VERSION, DataFile
     from pyiceberg.typedef import Record
 
-    found = parquet_file_to_data_file(table.io, metadata, path)
+    try:
+        found = parquet_file_to_data_file(table.io, metadata, path)
+    except ValueError as exc:  # columns the table does not have, or not so
+        raise TerminalError(f"{path} does not fit table {name(table)}: {exc}") from None
     with table.io.new_input(path).open() as stream:
         footer = pq.read_metadata(stream)
-    bounds: dict[int, list[int]] = {}
+    bounds: dict[str, list[int]] = {}
     for group in range(footer.num_row_groups):
         for column in range(footer.num_columns):
             chunk = footer.row_group(group).column(column)
-            field_id = KAFKA_BOUNDS.get(chunk.path_in_schema)
-            if field_id is None or chunk.statistics is None or not chunk.statistics.has_min_max:
+            where = chunk.path_in_schema
+            if where not in KAFKA_BOUNDS or chunk.statistics is None \
+                    or not chunk.statistics.has_min_max:
                 continue
-            low, high = bounds.get(field_id, (chunk.statistics.min, chunk.statistics.max))
-            bounds[field_id] = [min(low, chunk.statistics.min), max(high, chunk.statistics.max)]
+            low, high = bounds.get(where, (chunk.statistics.min, chunk.statistics.max))
+            bounds[where] = [min(low, chunk.statistics.min), max(high, chunk.statistics.max)]
     schema = metadata.schema()
-    for field_id, (low, high) in bounds.items():
-        kind = schema.find_field(field_id).field_type
-        found.lower_bounds[field_id] = to_bytes(kind, low)
-        found.upper_bounds[field_id] = to_bytes(kind, high)
-    partitions = bounds.get(KAFKA_BOUNDS["kafka.partition"])
+    for where, (low, high) in bounds.items():
+        field = schema.find_field(where)
+        found.lower_bounds[field.field_id] = to_bytes(field.field_type, low)
+        found.upper_bounds[field.field_id] = to_bytes(field.field_type, high)
+    partitions = bounds.get("kafka.partition")
     if footer.num_rows and (partitions is None or partitions[0] != partitions[1]):
-        raise TerminalError(f"{path}: holds Kafka partitions {partitions}, a key_value file "
+        raise TerminalError(f"{path}: holds Kafka partitions {partitions}; each of our files "
                             "holds one")
+    if [f.name for f in metadata.spec().fields] != ["kafka_partition"]:
+        return found
     # a DataFile's partition has no setter: the same file, bound again with it
     fields = {f.name: getattr(found, f.name) for f in DATA_FILE_TYPE[DEFAULT_READ_VERSION].fields}
     return DataFile.from_args(**{**fields, "partition": Record(partitions[0] if partitions

@@ -20,7 +20,9 @@ carry it):
   options `compression` (none | gzip) and `escape_newlines` (formats/text.py).
 - `baldr` (`.baldr.gz`): Bifrost's length-prefixed gzip file of values (formats/baldr.py).
 - `parquet` (`.parquet`): Iceberg's key_value shape, lossless (formats/parquet.py); the
-  files an Iceberg table group registers in its table.
+  files an Iceberg table group registers in its table. An event-time table group's are
+  the parsed shape (`shape: parsed`: Kafka metadata, event time, the fields as typed
+  columns) and its dead letters the key_value shape with a reason (`dead_letter`).
 
 Text and Baldr keep values only: their records read back with offset, key and timestamp
 None (`keeps_offsets` False). Their offsets are not derived from the file name and
@@ -131,6 +133,8 @@ def _read_text(fileobj: BinaryIO, ext: str) -> Iterator[Record]:
 def _open_parquet(fileobj: BinaryIO, fmt: Mapping, file_name: str) -> Writer:
     from kafka_archive.formats import parquet  # pyarrow: only where files are written or read
 
+    if fmt.get("shape") == "parsed":
+        return parquet.ParsedWriter(fileobj, fmt, file_name)
     return parquet.KeyValueWriter(fileobj, fmt, file_name)
 
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kafka_archive.formats import columns
 from kafka_archive.formats.records import Record
 
 COMPRESSION = "zstd"
@@ -43,10 +44,28 @@ KEY_VALUE = pa.schema([_field("kafka", KAFKA, 1, False),
                        _field("headers", pa.list_(_field("element", HEADER, 10, False)), 4)])
 
 
+
+
+def _without_ids(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(f.name, _without_ids(f.type), f.nullable) for f in kind])
+    if pa.types.is_list(kind):
+        inner = kind.value_field
+        return pa.list_(pa.field(inner.name, _without_ids(inner.type), inner.nullable))
+    return kind
+
+
+# a dead-letter table's: the key_value shape and why the message is not in the parsed
+# table; without field ids, as the parsed shape (the table reads both by name)
+DEAD_LETTER = pa.schema([pa.field(f.name, _without_ids(f.type), f.nullable) for f in KEY_VALUE]
+                        + [pa.field("reason", pa.string())])
+
+
 class KeyValueWriter:
     """Appends Records (or formats.batch.Batch columns) of one topic partition; the topic
     comes from the format dict's `topic` (the slice writer sets it), the partition from
-    the file name (<generation>_<partition>_<first offset>.parquet)."""
+    the file name (<generation>_<partition>_<first offset>.parquet). With `dead_letter` in
+    the format, each Record's error is its row's reason (DEAD_LETTER)."""
 
     def __init__(self, fileobj: BinaryIO, fmt: Mapping, file_name: str):
         self.file, self.topic = fileobj, fmt.get("topic")
@@ -54,8 +73,11 @@ class KeyValueWriter:
             raise ValueError(f"{file_name}: a key_value Parquet file needs its topic")
         self.partition = int(file_name.split("_")[1])
         self.batches: list[pa.RecordBatch] = []
+        self.schema = DEAD_LETTER if fmt.get("dead_letter") else KEY_VALUE
+        self.reasons: list[str | None] = []
 
     def append(self, r: Record) -> None:
+        self.reasons.append(r.error)
         self._add(pa.array([r.offset], pa.int64()), pa.array([r.key], pa.binary()),
                   pa.array([r.value], pa.binary()), pa.array([r.timestamp_ms], pa.int64()),
                   [[{"name": n, "value": v} for n, v in r.headers]])
@@ -83,14 +105,93 @@ class KeyValueWriter:
             schema=KEY_VALUE))
 
     def close(self) -> None:
-        # one chunk: the bytes depend on the rows, not on how they arrived (a retried
-        # task, or the per-record path, writes the same file). Written through a buffer:
-        # pyarrow wants a whole Python file (it asks `closed`), the slice writer's only
-        # writes, and closing it is the caller's.
-        sink = pa.BufferOutputStream()
-        pq.write_table(pa.Table.from_batches(self.batches, KEY_VALUE).combine_chunks(),
-                       sink, compression=COMPRESSION, row_group_size=1 << 30)
-        self.file.write(memoryview(sink.getvalue()))
+        table = pa.Table.from_batches(self.batches, KEY_VALUE)
+        if self.schema is DEAD_LETTER:
+            table = pa.Table.from_arrays([*table.columns, pa.array(self.reasons, pa.string())],
+                                         schema=DEAD_LETTER)
+        _write(table, self.file)
+
+
+def _write(table: pa.Table, file: BinaryIO) -> None:
+    # one chunk: the bytes depend on the rows, not on how they arrived (a retried task,
+    # or the per-record path, writes the same file). Written through a buffer: pyarrow
+    # wants a whole Python file (it asks `closed`), the slice writer's only writes, and
+    # closing it is the caller's.
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.combine_chunks(), sink, compression=COMPRESSION,
+                   row_group_size=1 << 30)
+    file.write(memoryview(sink.getvalue()))
+
+
+_ARROW = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+          "double": pa.float64(), "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
+          "date": pa.date32()}
+# the parsed shape's own columns, without field ids: its columns are added as messages
+# bring them, so the table maps its files by name (commit.iceberg)
+PARSED_KAFKA = _without_ids(KAFKA)
+
+
+class ParsedWriter:
+    """The parsed shape: per message the Kafka metadata struct, the event time, and its
+    fields as typed columns (formats.columns): those the format's `columns` name (the
+    table's, when the run was planned) keep their type; a field none names becomes a new
+    column, typed by its values in this file (`columns_written` says which: the commit
+    adds them to the table). `append` raises columns.Misfit and keeps nothing of a
+    message a column cannot hold: the slice writer sends it to the dead letters."""
+
+    def __init__(self, fileobj: BinaryIO, fmt: Mapping, file_name: str):
+        self.file, self.topic = fileobj, fmt.get("topic")
+        self.partition = int(file_name.split("_")[1])
+        self.types: dict[str, str] = dict(fmt.get("columns", ()))
+        self.known = frozenset(self.types)
+        self.values: dict[str, list] = {name: [] for name in self.types}
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.event_ms: list[int] = []
+
+    def append_parsed(self, r: Record, event_ms: int, fields: dict) -> None:
+        self.append_fitted(r, event_ms, *columns.fit(fields, event_ms, self.types, self.known))
+
+    def append_fitted(self, r: Record, event_ms: int, values: dict, types: dict[str, str]) -> None:
+        """A message's values as columns.fit gave them against this file's types."""
+        n = len(self.offsets)
+        for name in types:
+            if name not in self.values:
+                self.values[name] = [None] * n
+            self.values[name].append(values.get(name))
+        self.types = types
+        self.offsets.append(r.offset)
+        self.timestamps.append(r.timestamp_ms)
+        self.event_ms.append(event_ms)
+
+    def columns_written(self) -> list[list[str]]:
+        """[name, type] of every field column of the file, in order."""
+        return [[name, kind] for name, kind in self.types.items()]
+
+    def close(self) -> None:
+        n = len(self.offsets)
+        kafka = pa.StructArray.from_arrays(
+            [pa.array([self.topic] * n, pa.string()), pa.array([self.partition] * n, pa.int32()),
+             pa.array(self.offsets, pa.int64()), _micros(self.timestamps),
+             pa.nulls(n, pa.string())], fields=list(PARSED_KAFKA))
+        arrays = [kafka, _micros(self.event_ms)]
+        fields = [pa.field(columns.KAFKA, PARSED_KAFKA, False),
+                  pa.field(columns.EVENT_TIME, pa.timestamp("us", tz="UTC"), False)]
+        for name, kind in self.types.items():
+            values = self.values[name]
+            if kind == "timestamp":
+                arrays.append(_micros(values))
+            else:
+                arrays.append(pa.array([float(v) if kind in ("float", "double") and v is not None
+                                        else v for v in values], _ARROW[kind]))
+            fields.append(pa.field(name, _ARROW[kind]))
+        _write(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), self.file)
+
+
+def _micros(ms: list[int | None]) -> pa.Array:
+    return pc.multiply(pa.array(ms, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+
+
 
 
 def read(fileobj: BinaryIO, ext: str = "parquet") -> Iterator[Record]:
@@ -100,8 +201,15 @@ def read(fileobj: BinaryIO, ext: str = "parquet") -> Iterator[Record]:
     table = pq.read_table(fileobj if seekable and seekable() else pa.BufferReader(fileobj.read()))
     kafka = table.column("kafka").combine_chunks()
     timestamps = pc.divide(kafka.field("timestamp").cast(pa.int64()), 1000)  # us -> ms
-    for offset, key, value, ts, headers in zip(
+    if "value" not in table.column_names:  # the parsed shape keeps fields, not the bytes
+        for offset, ts in zip(kafka.field("offset").to_pylist(), timestamps.to_pylist()):
+            yield Record(offset, None, None, ts)
+        return
+    reasons = (table.column("reason").to_pylist() if "reason" in table.column_names
+               else [None] * table.num_rows)
+    for offset, key, value, ts, headers, reason in zip(
             kafka.field("offset").to_pylist(), table.column("key").to_pylist(),
             table.column("value").to_pylist(), timestamps.to_pylist(),
-            table.column("headers").to_pylist()):
-        yield Record(offset, key, value, ts, [(h["name"], h["value"]) for h in headers or ()])
+            table.column("headers").to_pylist(), reasons):
+        yield Record(offset, key, value, ts, [(h["name"], h["value"]) for h in headers or ()],
+                     error=reason)

@@ -101,17 +101,21 @@ class _FieldParser(Parser):
         raise NotImplementedError
 
     def event_time_ms(self, record: Record) -> int:
+        return self.parse(record)[0]
+
+    def parse(self, record: Record) -> tuple[int, dict]:
+        """The event time and the decoded object (the parsed table shape's fields)."""
         if record.value is None:
             raise ParseError("the message is a tombstone (null value)")
         try:
-            node = self.decode(record.value)
+            decoded = node = self.decode(record.value)
         except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
             raise ParseError(f"the value is not {self.what}: {exc}") from None
         for key in self.path:
             if not isinstance(node, dict) or key not in node:
                 raise ParseError(f"the value has no field {self.field!r}")
             node = node[key]
-        return to_ms(node, self.unit, self.field)
+        return to_ms(node, self.unit, self.field), decoded
 
 
 class JsonParser(_FieldParser):
@@ -187,12 +191,30 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:60] + "..."
 
 
+def parse(parser: Parser, topic: str, record: Record) -> tuple[int, dict]:
+    """The event time of one message and its fields (a parser with `parse`: json, msgpack,
+    or a custom one that decodes values); ParseError naming topic and offset, as
+    event_time_ms, also when the value is no object."""
+    try:
+        ms, fields = parser.parse(record)
+    except ParseError as exc:
+        raise ParseError(exc.reason, topic, record.offset) from None
+    if not isinstance(fields, dict):
+        raise ParseError(f"the value is {type(fields).__name__}, not an object of fields",
+                         topic, record.offset)
+    return _checked(parser, topic, record, ms), fields
+
+
 def event_time_ms(parser: Parser, topic: str, record: Record) -> int:
     """The event time of one message; ParseError naming topic, offset and why."""
     try:
         ms = parser.event_time_ms(record)
     except ParseError as exc:
         raise ParseError(exc.reason, topic, record.offset) from None
+    return _checked(parser, topic, record, ms)
+
+
+def _checked(parser: Parser, topic: str, record: Record, ms) -> int:
     if isinstance(ms, bool) or not isinstance(ms, int):
         raise ParseError(f"{type(parser).__name__} returned {_show(ms)}, not an int of ms",
                          topic, record.offset)

@@ -114,6 +114,9 @@ class Plan:
     # per topic, the run id in the header of the token read: a token that changed under
     # the plan but still names it (or is gone) was changed by a person, not by another run
     token_runs: dict[str, str | None] = field(default_factory=dict)
+    # an event-time table group's, per topic: its table's [name, type] columns when planned
+    # (the job writes them so, and types only the fields none names: formats.columns)
+    columns: dict[str, list[list[str]]] = field(default_factory=dict)
 
     def format_for(self, topic: str) -> dict:
         return self.topic_formats.get(topic, self.format)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from kafka_archive import catalog, layout, manifest as manifests
@@ -25,8 +26,11 @@ log = logging.getLogger(__name__)
 
 def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens: TokenStore,
           consumer, now: datetime, dry_run: bool = False, topics: tuple[str, ...] = (),
-          caps: Caps = Caps()) -> Plan:
-    """topics (empty: all of the group) and caps come from a manual run's params."""
+          caps: Caps = Caps(), table_columns: Callable[[str], list[list[str]]] | None = None
+          ) -> Plan:
+    """topics (empty: all of the group) and caps come from a manual run's params;
+    table_columns, a topic's table's columns (commit.iceberg.Tables.columns), from an
+    event-time table group's caller (without it: the declared ones)."""
     group = config.group(group_name)
     plan = inflight.plan(storage, config.archive_root, group.name)
     if plan is not None:
@@ -72,7 +76,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         base_offsets={t: {str(p): o for p, o in offsets[t].items()} for t in topics},
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
         finalized=_watermarks(cat, group, topics),
-        latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics})
+        latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics},
+        columns=_columns(group, topics, table_columns))
     if dry_run or not slices:
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
@@ -80,6 +85,14 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
     _move_aside(storage, config, plan)
     return plan
+
+
+def _columns(group: Group, topics: list[str],
+             table_columns: Callable[[str], list[list[str]]] | None) -> dict[str, list]:
+    if not group.parsed_table:
+        return {}
+    declared = [list(c) for c in group.table.columns]
+    return {t: table_columns(t) if table_columns else declared for t in topics}
 
 
 def _watermarks(cat: catalog.Catalog, group: Group, topics: list[str]) -> dict[str, int]:

@@ -23,10 +23,10 @@ class TableView:
     per_hour: dict[str, int] = field(default_factory=dict)  # hour (UTC) -> messages
 
 
-def describe(tables: iceberg.Tables, group: str, topic: str,
-             per_hour: bool = False) -> TableView | None:
-    """None when the topic has no table yet."""
-    table = tables.find(group, topic)
+def describe(tables: iceberg.Tables, group: str, topic: str, per_hour: bool = False,
+             dead_letters: bool = False) -> TableView | None:
+    """The topic's table (or its dead-letter table); None when it has none yet."""
+    table = tables.find(group, topic, dead_letters)
     if table is None:
         return None
     current = table.current_snapshot()

@@ -218,27 +218,35 @@ def check_tables(tables: iceberg.Tables, group: str, cat: catalog.Catalog,
     for name in sorted(t for t in cat.state.topics if topic is None or t == topic):
         summaries = [s for s in cat.state.topics[name].summaries.values() if s.rows]
         records, count = sum(s.records for s in summaries), sum(s.files for s in summaries)
-        table = tables.find(group, name)
-        if table is None:
+        found = {dead: tables.find(group, name, dead) for dead in tables.kinds(group)}
+        if all(table is None for table in found.values()):
             findings.append(Finding(ERROR, f"topic {name}: the catalog holds {records} records "
                                            "in files no table names: its table is missing"))
             continue
-        where = f"table {iceberg.name(table)}"
-        snapshot = table.current_snapshot()
-        totals = snapshot.summary if snapshot is not None else {}
-        held = (int(totals.get("total-records", 0)), int(totals.get("total-data-files", 0)))
-        if held != (records, count):
-            findings.append(Finding(ERROR, f"{where} holds {held[0]} records in {held[1]} files, "
-                                           f"the catalog {records} in {count}"))
+        held, in_tables, where = [0, 0], {}, []
+        for table in (t for t in found.values() if t is not None):
+            snapshot = table.current_snapshot()
+            totals = snapshot.summary if snapshot is not None else {}
+            held[0] += int(totals.get("total-records", 0))
+            held[1] += int(totals.get("total-data-files", 0))
+            where.append(f"table {iceberg.name(table)}")
+            findings.append(Finding(INFO, f"table {iceberg.name(table)}: "
+                                          f"{totals.get('total-records', 0)} records in "
+                                          f"{totals.get('total-data-files', 0)} files, snapshot "
+                                          f"{snapshot.snapshot_id if snapshot else None}"))
+            if exact:
+                in_tables |= iceberg.current_files(table, [])
+        tables_named = " and ".join(where)
+        verb, a_table = ("holds", "the table") if len(where) == 1 else ("hold", "a table")
+        if tuple(held) != (records, count):
+            findings.append(Finding(ERROR, f"{tables_named} {verb} {held[0]} records in "
+                                           f"{held[1]} files, the catalog {records} in {count}"))
         if exact:
-            in_table = iceberg.current_files(table, [])
             in_catalog = {f["url"] for row in cat.rows(name) for f in row_files(row)}
-            findings += [Finding(ERROR, f"{where}: {url} is in the table, not in the catalog")
-                         for url in sorted(set(in_table) - in_catalog)]
-            findings += [Finding(ERROR, f"{where}: {url} is in the catalog, not in the table")
-                         for url in sorted(in_catalog - set(in_table))]
-        findings.append(Finding(INFO, f"{where}: {held[0]} records in {held[1]} files, "
-                                      f"snapshot {snapshot.snapshot_id if snapshot else None}"))
+            findings += [Finding(ERROR, f"{tables_named}: {url} is in {a_table}, not in the "
+                                        "catalog") for url in sorted(set(in_tables) - in_catalog)]
+            findings += [Finding(ERROR, f"{tables_named}: {url} is in the catalog, not in "
+                                        f"{a_table}") for url in sorted(in_catalog - set(in_tables))]
     return findings
 
 

@@ -1,7 +1,8 @@
 """A Spark reader of a table group's table, as a data team's would be: Iceberg's
 JdbcCatalog on the database pyiceberg's SqlCatalog writes (SQLite or PostgreSQL),
 S3FileIO on MinIO. Arguments: the catalog's JDBC URL, warehouse, S3 endpoint, namespace,
-table, output JSON path. Credentials: the AWS_* environment; the database's, if any, in
+table, output JSON path, and the SQL expression read beside each row's Kafka partition
+and offset (default: the value as hex). Credentials: the AWS_* environment; the database's, if any, in
 JDBC_USER and JDBC_PASSWORD (never on a command line)."""
 
 import json
@@ -10,7 +11,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-jdbc_url, warehouse, endpoint, namespace, name, out = sys.argv[1:]
+jdbc_url, warehouse, endpoint, namespace, name, out, *expression = sys.argv[1:]
 prefix = "spark.sql.catalog.local"
 builder = SparkSession.builder.appName("read-iceberg-table")
 for key in ("user", "password"):
@@ -28,13 +29,15 @@ spark = (builder
          .config(f"{prefix}.client.region", "us-east-1")
          .getOrCreate())
 table = f"local.{namespace}.`{name}`"
-rows = spark.sql(f"SELECT kafka.partition AS p, kafka.offset AS o, value FROM {table}").collect()
+rows = spark.sql(f"SELECT kafka.partition AS p, kafka.offset AS o, "
+                 f"{expression[0] if expression else 'lower(hex(value))'} AS v "
+                 f"FROM {table}").collect()
 snapshots = spark.sql(f"SELECT snapshot_id, operation, summary['kafka-archive.run-id'] AS run "
                       f"FROM {table}.snapshots ORDER BY committed_at").collect()
 first = snapshots[0].snapshot_id
 at_first = spark.sql(f"SELECT count(*) AS n FROM {table} VERSION AS OF {first}").first().n
 with open(out, "w") as f:
-    json.dump({"rows": [[r.p, r.o, None if r.value is None else r.value.hex()] for r in rows],
+    json.dump({"rows": [[r.p, r.o, r.v] for r in rows],
                "snapshots": [[s.operation, s.run] for s in snapshots],
                "records_at_first_snapshot": at_first}, f)
 spark.stop()
