@@ -202,6 +202,9 @@ def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_besi
             for s in table.metadata.snapshots] == [("append", "first"), ("overwrite", "second")]
     checked = cli(pipeline, "verify", "--group", GROUP, "--full")
     assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-3000:]
+    listed = cli(pipeline, "tables", "--group", GROUP)
+    assert f"archive.{topic}: {len(by_offset(table))} records" in listed.stdout, listed.stdout
+    assert f"archive.{topic}_dlq: {len(by_offset(dead))} records" in listed.stdout
 
     read = spark_reads(pipeline, f"jdbc:sqlite:{catalog_db}", topic, tmp_path, {},
                        "to_json(named_struct('user', user, 'qty', qty, 'hour', "

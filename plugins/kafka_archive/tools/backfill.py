@@ -53,6 +53,9 @@ def backfill(config: Config, storage: Storage, group: str, topic: str, run_id: s
     if target_group.layout.kind != "event_time":
         raise BackfillError(f"group {group} has layout {target_group.layout.kind}: backfill "
                             "rebuilds event_time groups from the backup")
+    if target_group.table is not None:
+        raise BackfillError(f"group {group} keeps Iceberg tables: rewind it (`kafka-archive "
+                            "rewind`), which re-archives the range from Kafka in one snapshot")
     if (source_group.layout.kind != "partition"
             or source_group.format_for(topic).kind != "sequencefile"):
         raise BackfillError(f"group {source} cannot be a backfill source: it needs layout "

@@ -160,3 +160,37 @@ def test_a_rewind_replaces_the_runs_files_in_both_tables_at_once(env):
     assert all("/r2/" in path for path in iceberg.current_files(t, []))
     report = verify.verify_group(cfg, GROUP, storage, tokens, files=True, tables=tables)
     assert not report.errors(), report.render()
+
+
+class KilledBeforeTheRows(iceberg.Tables):
+    """A commit killed after the dead letters' snapshot, before the rows'."""
+
+    def table(self, group, topic, dead_letters=False):
+        if not dead_letters:
+            raise KeyboardInterrupt("killed")
+        return super().table(group, topic, dead_letters)
+
+
+def test_a_commit_killed_between_the_two_tables_is_finished_once(env):
+    cfg, storage, tokens, tables = env
+    plan = archive(env, "r1", MESSAGES)
+    with pytest.raises(KeyboardInterrupt):
+        protocol.commit(cfg, plan, storage, tokens, NOW, KilledBeforeTheRows(cfg))
+    assert tables.find(GROUP, TOPIC) is None and tokens.read(GROUP, TOPIC).token is None
+    assert len(tables.find(GROUP, TOPIC, dead_letters=True).scan().to_arrow()) == 3
+    commit(env, plan)  # the plan in flight, committed again
+    t, dead = tables.find(GROUP, TOPIC), tables.find(GROUP, TOPIC, dead_letters=True)
+    assert (len(t.scan().to_arrow()), len(dead.scan().to_arrow())) == (3, 3)
+    assert len(dead.metadata.snapshots) == 1
+    assert dict(tokens.read(GROUP, TOPIC).token.offsets) == {0: 4, 1: 2}
+    report = verify.verify_group(cfg, GROUP, storage, tokens, files=True, tables=tables)
+    assert not report.errors(), report.render()
+
+
+def test_backfill_refuses_a_table_group(env):
+    from kafka_archive.tools.backfill import BackfillError, backfill
+
+    cfg, storage, _, _ = env
+    with pytest.raises(BackfillError, match="keeps Iceberg tables: rewind it"):
+        backfill(cfg, storage, GROUP, TOPIC, "b1", NOW.isoformat(), from_offset=0, to_offset=1,
+                 source=GROUP)
