@@ -131,12 +131,16 @@ def finalize(group: str) -> dict[str, list[str]]:
 
 def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
     """A table group's tables: snapshots older than the group's keep_snapshots expire, and
-    the files only they read are deleted; per table, how many of each."""
+    the files only they read are deleted; so are, once a day, files of runs that never
+    committed (orphans); per table, how many of each."""
     cfg = connections.load_config()
     tables = connections.iceberg_tables(cfg)
+    storage = connections.storage(cfg.s3_conn_id)
     now_ms = int(runs.now_utc().timestamp() * 1000)
     keep_ms = cfg.group(group).table.keep_snapshots_s * 1000
-    return {iceberg.name(table): iceberg.expire(table, keep_ms, now_ms)
+    return {iceberg.name(table): {**iceberg.expire(table, keep_ms, now_ms),
+                                  "orphans": iceberg.remove_orphans(
+                                      table, storage, cfg.archive_root, group, keep_ms, now_ms)}
             for topic in connections.token_store(cfg).topics(group)
             for dead_letters in tables.kinds(group)
             if (table := tables.find(group, topic, dead_letters)) is not None}

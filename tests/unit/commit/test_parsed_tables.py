@@ -43,14 +43,15 @@ def message(offset: int, value) -> Record:
     return Record(offset, f"k{offset}".encode(), body, T0 + offset, [("h", b"\x00\xff")])
 
 
-def archive(env, run_id: str, messages: dict[int, list[Record]], superseded=()) -> Plan:
+def archive(env, run_id: str, messages: dict[int, list[Record]], superseded=(),
+            created: datetime = NOW) -> Plan:
     """What the job does for a plan of one slice per partition: the slice writer's files
     and the manifest."""
     cfg, storage, tokens, tables = env
     current = tokens.read(GROUP, TOPIC)
     slices = tuple(Slice(TOPIC, p, ms[0].offset, ms[-1].offset + 1, 1 << 30)
                    for p, ms in messages.items())
-    plan = Plan(group=GROUP, run_id=run_id, created_at=NOW.isoformat(), bootstrap="127.0.0.1:1",
+    plan = Plan(group=GROUP, run_id=run_id, created_at=created.isoformat(), bootstrap="127.0.0.1:1",
                 generation=1, format={"kind": "parquet"}, slices=slices,
                 token_versions={TOPIC: current.version},
                 token_runs={TOPIC: current.token.run_id if current.token else None},
@@ -194,3 +195,35 @@ def test_backfill_refuses_a_table_group(env):
     with pytest.raises(BackfillError, match="keeps Iceberg tables: rewind it"):
         backfill(cfg, storage, GROUP, TOPIC, "b1", NOW.isoformat(), from_offset=0, to_offset=1,
                  source=GROUP)
+
+
+def test_files_of_runs_that_never_committed_go_once_older_than_the_snapshots_kept(env):
+    cfg, storage, tokens, tables = env
+    from datetime import timedelta
+
+    from kafka_archive.plan import inflight
+
+    def files(run_id: str) -> list[str]:
+        return [f["url"] for row in json.loads(storage.get_bytes(layout.run_file(
+            cfg.archive_root, GROUP, run_id, "manifest.json")))["slices"] for f in row["files"]]
+
+    later = {0: [message(4, {"ts": T0, "n": 1})]}
+    given_up = archive(env, "given-up", later, created=NOW - timedelta(days=9))
+    recent = archive(env, "recent", later, created=NOW - timedelta(days=1))
+    stuck = archive(env, "stuck", later, created=NOW - timedelta(days=30))
+    commit(env, archive(env, "r1", MESSAGES))
+    inflight.mark(storage, cfg.archive_root, GROUP, "stuck",  # failed, waiting for a person
+                  layout.run_file(cfg.archive_root, GROUP, "stuck", "plan.json"))
+    t = tables.find(GROUP, TOPIC)
+    week, now_ms = 7 * 86_400_000, int(NOW.timestamp() * 1000)
+    assert iceberg.remove_orphans(t, storage, cfg.archive_root, GROUP, week, now_ms) == 1
+    assert storage.size(files("given-up")[0]) is None
+    assert all(storage.size(u) is not None for r in ("recent", "stuck", "r1") for u in files(r)
+               if u.startswith(t.location()))
+    assert len(t.scan().to_arrow()) == 3
+    # once a day: the sweep lists and reads everything
+    archive(env, "given-up-too", later, created=NOW - timedelta(days=9))
+    assert iceberg.remove_orphans(t, storage, cfg.archive_root, GROUP, week, now_ms + 1) == 0
+    assert iceberg.remove_orphans(t, storage, cfg.archive_root, GROUP, week,
+                                  now_ms + iceberg.SWEEP_EVERY_MS) == 1
+    assert given_up and recent and stuck
