@@ -83,6 +83,14 @@ def toxiproxy(service_env) -> str:
 
 
 @pytest.fixture(scope="session")
+def iceberg_rest(service_env, s3) -> str:
+    """The URL of the local Iceberg REST catalog (its bearer token: service_env's
+    KAFKA_ARCHIVE_ICEBERG_REST_TOKEN)."""
+    with running("iceberg-rest", service_env):
+        yield localservices.iceberg_rest_url(service_env)
+
+
+@pytest.fixture(scope="session")
 def postgres(service_env) -> str:
     """The local PostgreSQL's database for Iceberg's SQL catalog, as a SQLAlchemy URL whose
     password is the ${KAFKA_ARCHIVE_POSTGRES_PASSWORD} reference a config file holds."""

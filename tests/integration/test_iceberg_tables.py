@@ -1,6 +1,7 @@
 """A table group on the real services (issue 32): the Spark job's Parquet files enter
 each topic's Iceberg table (pyiceberg's SQL catalog on SQLite, embedded, or on the local
-PostgreSQL, as a deployment has it; files on MinIO) at commit,
+PostgreSQL, or a REST catalog whose token is in an Airflow connection, as a deployment
+has them; files on MinIO) at commit,
 each message once; a rewind by deleting the token file is one overwrite snapshot, the old
 snapshot still readable; Spark finds and reads the table through Iceberg's JdbcCatalog."""
 
@@ -56,26 +57,35 @@ def spark_reads(pipeline: Pipeline, jdbc_url: str, topic: str, tmp_path: Path,
     return json.loads(out.read_text())
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def catalog(request, service_env, tmp_path) -> tuple[str, str, dict[str, str]]:
-    """The catalog's SQLAlchemy URL (in the config), JDBC URL and JDBC credentials (Spark)."""
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
+def catalog(request, service_env, tmp_path) -> tuple[str, str, dict[str, str], dict[str, str]]:
+    """The catalog's properties (in the config), its JDBC (or REST) URL and credentials
+    for Spark, and the Airflow connections it needs (the REST catalog's token is in one,
+    not in the config)."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/catalog.db", f"jdbc:sqlite:{tmp_path}/catalog.db", {}
+        return (f"{{type: sql, uri: 'sqlite:///{tmp_path}/catalog.db'}}",
+                f"jdbc:sqlite:{tmp_path}/catalog.db", {}, {})
+    if request.param == "rest":
+        url = request.getfixturevalue("iceberg_rest")
+        token = localservices.iceberg_rest_token(service_env)
+        return (f"{{type: rest, uri: '{url}', conn_id: iceberg_rest}}", url, {"REST_TOKEN": token},
+                {"AIRFLOW_CONN_ICEBERG_REST": json.dumps(
+                    {"conn_type": "generic", "extra": {"token": token}})})
     url = request.getfixturevalue("postgres")
     database = f"iceberg{uuid.uuid4().hex[:8]}"  # a catalog of its own: tables of one test
     localservices.create_database(service_env, database)
-    return (url.rsplit("/", 1)[0] + f"/{database}",
+    return (f"{{type: sql, uri: '{url.rsplit('/', 1)[0]}/{database}'}}",
             f"jdbc:postgresql://127.0.0.1:{service_env['KAFKA_ARCHIVE_POSTGRES_PORT']}/{database}",
             {"JDBC_USER": localservices.POSTGRES_USER,
-             "JDBC_PASSWORD": service_env["KAFKA_ARCHIVE_POSTGRES_PASSWORD"]})
+             "JDBC_PASSWORD": service_env["KAFKA_ARCHIVE_POSTGRES_PASSWORD"]}, {})
 
 
 def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
         airflow_env, kafka, s3, unique, tmp_path, monkeypatch, catalog):
-    uri, jdbc_url, jdbc_env = catalog
-    pipeline = Pipeline(airflow_env, kafka, s3, f"ice{unique}", tmp_path,
+    properties, jdbc_url, jdbc_env, connections_env = catalog
+    pipeline = Pipeline({**airflow_env, **connections_env}, kafka, s3, f"ice{unique}", tmp_path,
                         group_extra="format: {kind: parquet}\ntable: {namespace: archive}\n",
-                        extra=f"iceberg_catalogs: {{local: {{type: sql, uri: '{uri}'}}}}\n")
+                        extra=f"iceberg_catalogs: {{local: {properties}}}\n")
     topic = pipeline.create_topic("events", PARTITIONS)
     pipeline.produce(varied_messages(topic, PARTITIONS, 300, seed=32))
     run(pipeline, monkeypatch, "first")  # plan, the Spark job, commit: as the DAG's tasks
@@ -102,7 +112,7 @@ def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert f"archive.{topic}: 330 records in {PARTITIONS} files" in listed.stdout
     assert "overwrite second" in listed.stdout
-    if uri.startswith("sqlite"):  # replay reads a table group's files, whatever the catalog
+    if "sqlite" in properties:  # replay reads a table group's files, whatever the catalog
         copy = new_topic(kafka, f"copy{unique}")
         replayed = cli(pipeline, "replay", "--group", GROUP, "--topic", topic, "--to-topic", copy)
         assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]

@@ -1,7 +1,7 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy postgres airflow spark]
-    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy postgres airflow spark]
+    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy postgres iceberg-rest airflow spark]
+    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy postgres iceberg-rest airflow spark]
     .venv/bin/python -m tests.support.localservices status
     eval "$(.venv/bin/python -m tests.support.localservices env)"  # point Airflow/CLI at them
     .venv/bin/python -m tests.support.localservices leftovers [--baseline FILE]
@@ -9,12 +9,14 @@
 Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
-from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,POSTGRES}_PORT; credentials from
+from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,POSTGRES,ICEBERG_REST}_PORT; credentials from
 .cache/local.env (made by scripts/install) or the environment. `start` and `stop` without
 names mean kafka, s3 and smtp; `airflow` (api-server, scheduler, dag-processor and
 triggerer, about half a minute to start) only runs when named, and `stop` without names
 stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy), `postgres` (Debian's
-PostgreSQL, a cluster of its own; database `iceberg` for Iceberg's SQL catalog) and `spark`: a
+PostgreSQL, a cluster of its own; database `iceberg` for Iceberg's SQL catalog),
+`iceberg-rest` (an Iceberg REST catalog: Iceberg's own request handlers over a JdbcCatalog,
+tables on the local S3, a bearer token from .cache/local.env) and `spark`: a
 standalone Spark cluster (services spark-master, spark-worker-1, spark-worker-2; ports from
 KAFKA_ARCHIVE_SPARK_{MASTER,WORKER}_PORT) whose executors run .cache/executor-venv's Python,
 with no copy of the project and no AWS_* variables in their environment.
@@ -73,6 +75,7 @@ def local_env() -> dict[str, str]:
         "KAFKA_ARCHIVE_SPARK_MASTER_PORT": "17077",  # its web UI: the next port
         "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
         "KAFKA_ARCHIVE_POSTGRES_PORT": "15432",
+        "KAFKA_ARCHIVE_ICEBERG_REST_PORT": "18181",
         "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
     }
     env_file = CACHE / "local.env"
@@ -550,6 +553,62 @@ TOXIPROXY = Service(
 )
 
 
+# --- An Iceberg REST catalog: Iceberg's own handlers over a JdbcCatalog (SQLite) ---------
+
+REST_CATALOG_SOURCE = ROOT / "tests" / "support" / "iceberg_rest" / "RestCatalogServer.java"
+
+
+def iceberg_rest_url(env: dict[str, str]) -> str:
+    return f"http://127.0.0.1:{env['KAFKA_ARCHIVE_ICEBERG_REST_PORT']}"
+
+
+def iceberg_rest_token(env: dict[str, str]) -> str:
+    return generated(env, "KAFKA_ARCHIVE_ICEBERG_REST_TOKEN")[0]
+
+
+def _iceberg_rest_classpath(home: Path) -> str:
+    # Iceberg's Spark runtime and AWS bundle (scripts/install --for-tests), with Spark's
+    # own jars for what the runtime leaves to Spark (SLF4J, Hadoop's classes)
+    return ":".join([str(home / "classes"), str(CACHE / "jars" / "spark-iceberg" / "*"),
+                     str(_spark_home() / "jars" / "*")])
+
+
+def _iceberg_rest_prepare(env: dict[str, str], home: Path) -> None:
+    """Compile the server when its source is newer than its classes (javac: ~2 s)."""
+    built = home / "classes" / "org" / "apache" / "iceberg" / "rest" / "RestCatalogServer.class"
+    if built.exists() and built.stat().st_mtime >= REST_CATALOG_SOURCE.stat().st_mtime:
+        return
+    subprocess.run(["javac", "-d", str(home / "classes"), "-cp", _iceberg_rest_classpath(home),
+                    str(REST_CATALOG_SOURCE)], check=True, capture_output=True)
+
+
+def _iceberg_rest_ready(env: dict[str, str]) -> None:
+    request = urllib.request.Request(f"{iceberg_rest_url(env)}/v1/config", headers={
+        "Authorization": f"Bearer {iceberg_rest_token(env)}"})
+    with urllib.request.urlopen(request, timeout=2) as r:
+        if r.status != 200:
+            raise NotReady(f"/v1/config answered {r.status}")
+
+
+def _iceberg_rest_env(env: dict[str, str]) -> dict[str, str]:
+    key, secret = _s3_credentials(env)
+    return {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": "us-east-1",
+            "ICEBERG_REST_TOKEN": iceberg_rest_token(env)}
+
+
+ICEBERG_REST = Service(
+    name="iceberg-rest",
+    command=lambda env, home: [
+        "java", "-cp", _iceberg_rest_classpath(home), "org.apache.iceberg.rest.RestCatalogServer",
+        env["KAFKA_ARCHIVE_ICEBERG_REST_PORT"], str(home / "catalog.db"),
+        f"s3://{env['KAFKA_ARCHIVE_S3_BUCKET']}", s3_endpoint(env)],
+    ready=_iceberg_rest_ready,
+    prepare=_iceberg_rest_prepare,
+    process_env=_iceberg_rest_env,
+    needs=("s3",),
+)
+
+
 # --- Airflow: api-server, scheduler, dag-processor and triggerer -------------------------
 
 def airflow_url(env: dict[str, str]) -> str:
@@ -790,7 +849,7 @@ SPARK_MASTER = Service(
 )
 SPARK_SERVICES = (SPARK_MASTER, *(_spark_worker(n) for n in range(1, SPARK_WORKERS + 1)))
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, AIRFLOW,
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, ICEBERG_REST, AIRFLOW,
                                 *SPARK_SERVICES)}
 # what `start` without names starts: with PostgreSQL where it holds Airflow's database
 DEFAULT_SERVICES = ("kafka", "s3", "smtp", *(("postgres",) if postgres_installed() else ()))

@@ -1,9 +1,10 @@
 """A Spark reader of a table group's table, as a data team's would be: Iceberg's
-JdbcCatalog on the database pyiceberg's SqlCatalog writes (SQLite or PostgreSQL),
-S3FileIO on MinIO. Arguments: the catalog's JDBC URL, warehouse, S3 endpoint, namespace,
-table, output JSON path, and the SQL expression read beside each row's Kafka partition
-and offset (default: the value as hex). Credentials: the AWS_* environment; the database's, if any, in
-JDBC_USER and JDBC_PASSWORD (never on a command line)."""
+JdbcCatalog on the database pyiceberg's SqlCatalog writes (SQLite or PostgreSQL), or its
+RESTCatalog, S3FileIO on MinIO. Arguments: the catalog's JDBC URL (or the REST catalog's
+http URL), warehouse, S3 endpoint, namespace, table, output JSON path, and the SQL
+expression read beside each row's Kafka partition and offset (default: the value as hex).
+Credentials: the AWS_* environment; the database's, if any, in JDBC_USER and
+JDBC_PASSWORD, the REST catalog's token in REST_TOKEN (never on a command line)."""
 
 import json
 import os
@@ -17,11 +18,14 @@ builder = SparkSession.builder.appName("read-iceberg-table")
 for key in ("user", "password"):
     if f"JDBC_{key.upper()}" in os.environ:
         builder = builder.config(f"{prefix}.jdbc.{key}", os.environ[f"JDBC_{key.upper()}"])
+if jdbc_url.startswith("http"):
+    builder = builder.config(f"{prefix}.type", "rest").config(f"{prefix}.token",
+                                                              os.environ["REST_TOKEN"])
+else:
+    builder = builder.config(f"{prefix}.type", "jdbc").config(f"{prefix}.jdbc.schema-version", "V1")
 spark = (builder
          .config(prefix, "org.apache.iceberg.spark.SparkCatalog")
-         .config(f"{prefix}.type", "jdbc")
          .config(f"{prefix}.uri", jdbc_url)
-         .config(f"{prefix}.jdbc.schema-version", "V1")
          .config(f"{prefix}.warehouse", warehouse)
          .config(f"{prefix}.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
          .config(f"{prefix}.s3.endpoint", endpoint)
