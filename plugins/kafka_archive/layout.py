@@ -208,7 +208,7 @@ class ArchivePath:
     """Where an archive file sits, read back from its URL (parse_url)."""
     group: str
     topic: str
-    place: str                 # partition | time | late | quarantine
+    place: str                 # partition | time | late | quarantine | table (a parsed table's)
     time_path: str | None      # the time partition (time and late places)
     name: ArchivedFile
 
@@ -241,9 +241,10 @@ def parse_url(root: str, url: str, spec: LayoutSpec) -> ArchivePath | None:
     if folder[0] == QUARANTINE:
         two = len(folder) == 2 and _PARTITION_FOLDER.fullmatch(folder[1])
         return ArchivePath(group, topic, "quarantine", None, name) if two else None
-    if folder[0] == TABLE_DATA and len(folder) > 2:  # data/<run>/<time partition>
-        folder = folder[2:]
-    place, time_folder = ("late", folder[1:]) if folder[0] == LATE else ("time", folder)
+    if folder[0] == TABLE_DATA and len(folder) > 2:  # a table's data/<run>/<time partition>
+        place, time_folder = "table", folder[2:]
+    else:
+        place, time_folder = ("late", folder[1:]) if folder[0] == LATE else ("time", folder)
     time_path = "/".join(time_folder)
     if len(time_folder) != spec.depth or not _path_pattern(spec, spec.depth).fullmatch(time_path):
         return None

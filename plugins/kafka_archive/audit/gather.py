@@ -23,6 +23,7 @@ from kafka import TopicPartition
 from kafka_archive import brokers, formats, layout
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
 from kafka_archive.config import Config
+from kafka_archive.errors import TerminalError
 from kafka_archive.formats import audit_counts
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage, join
@@ -109,6 +110,9 @@ def archived_by_rescan(config: Config, storage: Storage, group: str,
                        track: Track = untracked) -> dict:
     """The same counts, read from every archived file of the group (not the manifests)."""
     window_ms, header = config.audit.window_s * 1000, config.audit.source_header
+    if config.group(group).parsed_table:
+        raise TerminalError(f"group {group} keeps its topics' fields, not their headers (the "
+                            "parsed table shape): rescan a key_value or SequenceFile group")
     spec = config.group(group).layout
     counts: dict = defaultdict(int)
     found = [(url, layout.parse_url(config.archive_root, url, spec))

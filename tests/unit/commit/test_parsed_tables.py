@@ -124,6 +124,15 @@ def test_fields_become_typed_columns_and_misfits_dead_letters(env):
     assert [s.summary[iceberg.RUN_ID] for s in dead.metadata.snapshots] == ["r1"]
     report = verify.verify_group(cfg, GROUP, storage, tokens, files=True, tables=tables)
     assert not report.errors(), report.render()
+    # no hour waits for a finalize: a table's reader sees each run whole
+    from kafka_archive import catalog
+
+    state = catalog.open_catalog(storage, cfg, GROUP).state
+    assert state.topics[TOPIC].open_time == set()
+    spec = cfg.group(GROUP).layout
+    places = {layout.parse_url(cfg.archive_root, f.file_path, spec).place
+              for table in (t, dead) for f in iceberg.current_files(table, []).values()}
+    assert places == {"table", "quarantine"}
 
 
 def test_the_next_run_keeps_the_tables_types_and_adds_new_columns_in_its_snapshot(env):
@@ -227,3 +236,12 @@ def test_files_of_runs_that_never_committed_go_once_older_than_the_snapshots_kep
     assert iceberg.remove_orphans(t, storage, cfg.archive_root, GROUP, week,
                                   now_ms + iceberg.SWEEP_EVERY_MS) == 1
     assert given_up and recent and stuck
+
+
+def test_an_audit_rescan_refuses_a_parsed_table_group(env):
+    from kafka_archive.audit import gather
+    from kafka_archive.errors import TerminalError
+
+    cfg, storage, _, _ = env
+    with pytest.raises(TerminalError, match="keeps its topics' fields, not their headers"):
+        gather.archived_by_rescan(cfg, storage, GROUP)
