@@ -7,10 +7,8 @@
 import argparse
 import time
 
-from kafka_archive import config, kafka_connection, spark as launch
+from kafka_archive import spark as launch
 from kafka_archive.archive import job, progress
-from kafka_archive.errors import ArchiveError
-from kafka_archive.storage import Storage
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--config", required=True)
@@ -21,12 +19,7 @@ started = time.monotonic()
 sc = launch.job_context("kafka-archive")
 ready = time.monotonic()
 try:
-    try:
-        cfg = kafka_connection.connected(config.load(launch.shipped_file(args.config)))
-        manifest = job.run(sc, cfg, args.plan)
-    except ArchiveError as failed:  # for ArchiveOperator: terminal or transient
-        job.record_failure(Storage.from_environment(), args.plan, failed)
-        raise
+    manifest = job.main(sc, launch.shipped_file(args.config), args.plan)
     # spark-submit's output is the task's log (the Spark provider logs each line)
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)),
           flush=True)

@@ -21,6 +21,7 @@ import yaml
 
 from tests.support import localservices
 from tests.support.browser import open_browser
+from tests.support import pipeline as pipeline_module
 from tests.support.pipeline import airflow
 
 EXTERNAL = os.environ.get("KAFKA_ARCHIVE_SERVICES") == "external"
@@ -141,25 +142,15 @@ def airflow_env(service_env, tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def sc():
-    """A local SparkContext: Hadoop's own readers, to check what the pipeline wrote; a test
-    can also run the archive job in it."""
-    from pyspark import SparkConf, SparkContext
+    """The session's local SparkContext (pipeline.shared_context): Hadoop's own readers,
+    to check what the pipeline wrote; archive jobs run in it too."""
+    yield pipeline_module.shared_context()
 
-    from kafka_archive import spark
 
-    with pytest.MonkeyPatch.context() as patch:  # undone after the session
-        for name, value in spark.submit_env().items():
-            patch.setenv(name, value)
-        context = SparkContext.getOrCreate(
-            SparkConf().setMaster("local[1]").set("spark.ui.enabled", "false"))
-        gateway = context._gateway
-        yield context
-        context.stop()
-        # stop() leaves pyspark's gateway JVM running until this process exits; end it
-        # now (it exits when its stdin closes) so the suite leaves no process behind
-        gateway.shutdown()
-        gateway.proc.stdin.close()
-        gateway.proc.wait(timeout=60)
+@pytest.fixture(scope="session", autouse=True)
+def _stop_spark_at_the_end():
+    yield
+    pipeline_module.stop_shared_context()
 
 
 # --- a running Airflow (tests/support/localservices.py `airflow`) and its REST API --------------

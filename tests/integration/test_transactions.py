@@ -49,7 +49,7 @@ def test_committed_messages_are_archived_aborted_ones_are_gaps(pipeline, kafka, 
 
     plan_url = pipeline.plan("tx-1")
     started = time.monotonic()
-    pipeline.archive_to_end(plan_url)
+    pipeline.archive_to_end(plan_url, spark_submit=True)  # its log is read below
     job_s = time.monotonic() - started
     pipeline.commit(plan_url)
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 from typing import Iterable
+from unittest import mock
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -19,6 +21,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTo
 
 from kafka_archive import config, formats, spark
 from kafka_archive.airflow import tasks
+from kafka_archive.archive import job as archive_job
 from kafka_archive.airflow.operators import submit_environment
 from kafka_archive.tokens import LocalTokenStore
 
@@ -114,9 +117,24 @@ class Pipeline:
                                     env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
 
-    def archive_to_end(self, plan_url: str, master: str | None = None) -> None:
-        job = self.archive(plan_url, master)
-        assert job.wait(timeout=600) == 0, self.job_log.read_text()[-3000:]
+    def archive_to_end(self, plan_url: str, master: str | None = None,
+                       spark_submit: bool = False) -> None:
+        """Run the Spark job to its end: the job's own `job.main` in the session's
+        long-lived local SparkContext (shared_context: no JVM and Spark start per run,
+        ~8 s each), or, when asked for, on a master, or with the config's Spark settings,
+        in a spark-submit as the archive task runs it."""
+        cfg = config.load(self.config_path)
+        if spark_submit or master or cfg.spark != config.SparkSettings():
+            job = self.archive(plan_url, master)
+            assert job.wait(timeout=600) == 0, self.job_log.read_text()[-3000:]
+            return
+        context = shared_context()
+        # the driver's (this process) and its Python workers' S3 and Kafka settings
+        settings = {k: v for k, v in submit_environment(cfg).items()
+                    if k.startswith(("AWS_", "AIRFLOW_CONN_"))}
+        context.environment.update(settings)
+        with mock.patch.dict(os.environ, settings):
+            archive_job.main(context, str(self.config_path), plan_url)
 
     def commit(self, plan_url: str) -> dict:
         return tasks.commit(plan_url)
@@ -140,6 +158,35 @@ class Pipeline:
 
     def token_offsets(self) -> dict[str, dict[int, int]]:
         return {t: dict(self.tokens.read(GROUP, t).token.offsets) for t in self.tokens.topics(GROUP)}
+
+
+_CONTEXT: list = []  # the session's SparkContext, once made
+
+
+def shared_context():
+    """One local SparkContext for the test session (Spark allows one per process): for
+    reading what the pipeline wrote with Hadoop's own readers, and for running archive
+    jobs without a spark-submit each. Stopped by stop_shared_context."""
+    if not _CONTEXT:
+        from pyspark import SparkConf, SparkContext
+
+        with mock.patch.dict(os.environ, spark.submit_env()):
+            _CONTEXT.append(SparkContext.getOrCreate(
+                SparkConf().setMaster("local[2]").setAppName("kafka-archive-tests")
+                .set("spark.ui.enabled", "false")))
+    return _CONTEXT[0]
+
+
+def stop_shared_context() -> None:
+    """Stop the session's SparkContext, and pyspark's gateway JVM with it (stop() leaves
+    it running until this process exits: the suite would leave a process behind)."""
+    if _CONTEXT:
+        context = _CONTEXT.pop()
+        gateway = context._gateway
+        context.stop()
+        gateway.shutdown()
+        gateway.proc.stdin.close()  # it exits when its stdin closes
+        gateway.proc.wait(timeout=60)
 
 
 def objects(s3, root_key: str, below: str = "") -> dict[str, bytes]:

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 # the files import this module and should not pay for it
 from kafka_archive import spark
 from kafka_archive.archive import slice_writer, source
-from kafka_archive.config import Config
+from kafka_archive.config import Config, load as load_config
 from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.formats import columns, parsers
 from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
@@ -36,6 +36,19 @@ SLICES_PER_TASK = 16  # at most, when a plan has many more slices than Spark run
 TASKS_PER_CORE = 64   # one slice a task up to this many slices per core
 
 log = logging.getLogger(__name__)
+
+
+def main(sc, config_path: str, plan_url: str) -> Manifest:
+    """The job as spark-submit runs it (spark_jobs/archive.py): the config read, its
+    Kafka connection resolved, the plan archived; a classified failure is recorded beside
+    the plan for ArchiveOperator (terminal or transient) before it is raised."""
+    from kafka_archive import kafka_connection  # the driver's only
+
+    try:
+        return run(sc, kafka_connection.connected(load_config(config_path)), plan_url)
+    except ArchiveError as failed:
+        record_failure(Storage.from_environment(), plan_url, failed)
+        raise
 
 
 def run(sc, config: Config, plan_url: str) -> Manifest:
