@@ -246,7 +246,7 @@ def open_table(catalog, identifier: tuple[str, str], location: str | None = None
     return table
 
 
-def commit_tables(tables: Tables, root: str, plan: Plan, manifest: dict) -> dict[str, int]:
+def commit_tables(tables: Tables, plan: Plan, manifest: dict) -> dict[str, int]:
     """Each topic's files of the run into its table, with the files the plan's rewind
     replaces taken out, one snapshot per table; topic -> snapshot id of its table. An
     event-time group's dead letters go into their table first: once a run is in the
@@ -282,7 +282,7 @@ def new_columns(files: list[dict]) -> dict[str, str]:
     return found
 
 
-def withdraw_run(tables: Tables, root: str, plan: Plan, manifest: dict, topic: str) -> None:
+def withdraw_run(tables: Tables, plan: Plan, manifest: dict, topic: str) -> None:
     """Take a run's files of a topic out of its tables again: the run lost its token's
     compare-and-swap to another run after its table commit (two plans at once), so the
     table must not keep what the token does not cover."""

@@ -119,7 +119,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
         tables = None
     else:  # before the tokens: see the top
         tables = tables or iceberg.Tables(config)
-        snapshots = iceberg.commit_tables(tables, root, plan, manifest)
+        snapshots = iceberg.commit_tables(tables, plan, manifest)
     left_as_found = {}  # topic -> why its token was not written
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
@@ -135,7 +135,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                 continue
             if current and current.run_id not in (plan.run_id, plan.token_runs.get(topic)):
                 if tables is not None:  # the table must not keep what no token covers
-                    iceberg.withdraw_run(tables, root, plan, manifest, topic)
+                    iceberg.withdraw_run(tables, plan, manifest, topic)
                 raise  # another run committed the topic: this plan is stale
             left_as_found[topic] = changed_by_a_person(plan, topic, current, conflict)
             log.warning("%s", left_as_found[topic])
