@@ -12,7 +12,8 @@ from kafka_archive import brokers, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import finalizing, iceberg, mirror, protocol as committing
+from kafka_archive.commit import (finalizing, iceberg, mirror, protocol as committing,
+                                  table_maintenance)
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import losses, rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
@@ -138,8 +139,8 @@ def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
     storage = connections.storage(cfg.s3_conn_id)
     now_ms = int(runs.now_utc().timestamp() * 1000)
     keep_ms = cfg.group(group).table.keep_snapshots_s * 1000
-    return {iceberg.name(table): {**iceberg.expire(table, keep_ms, now_ms),
-                                  "orphans": iceberg.remove_orphans(
+    return {iceberg.name(table): {**table_maintenance.expire(table, keep_ms, now_ms),
+                                  "orphans": table_maintenance.remove_orphans(
                                       table, storage, cfg.archive_root, group, keep_ms, now_ms)}
             for topic in connections.token_store(cfg).topics(group)
             for dead_letters in tables.kinds(group)

@@ -157,9 +157,10 @@ class OpenSlice:
         self.min_ts = low if self.min_ts is None else min(self.min_ts, low)
         self.max_ts = high if self.max_ts is None else max(self.max_ts, high)
 
-    def _append(self, out: _OpenFile, r: Record) -> None:
+    def _append(self, out: _OpenFile, r: Record, write=None) -> None:
+        """r into out (by `write`, default the writer's append); a write error names both."""
         try:
-            out.writer.append(r)
+            write() if write else out.writer.append(r)
         except OSError as exc:
             raise out.write_error(exc, f"{self.topic} partition {self.partition} at offset "
                                        f"{r.offset}") from exc
@@ -181,12 +182,7 @@ class OpenSlice:
                                         else dict(t.columns), frozenset(dict(t.columns)))
             out = self._open(folder, lambda: url,
                              {**t.format, "shape": "parsed", "columns": t.columns})
-            try:
-                out.writer.append_fitted(r, ms, values, types)
-            except OSError as exc:
-                raise out.write_error(exc, f"{self.topic} partition {self.partition} at "
-                                           f"offset {r.offset}") from exc
-            out.count += 1
+            self._append(out, r, lambda: out.writer.append_fitted(r, ms, values, types))
         except (parsers.ParseError, columns.Misfit) as exc:
             reason = exc.reason if isinstance(exc, parsers.ParseError) else str(exc)
             self._dead_letter(r, reason)

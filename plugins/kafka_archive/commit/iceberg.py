@@ -12,15 +12,15 @@ one Iceberg commit that carries the run id in its snapshot summary. So:
   table again and looks for the run first. Two commits of one run at once (a zombie
   task) therefore add it once, which the Iceberg Kafka Connect sink cannot promise.
 
-No Kafka, no tokens; the catalog is pyiceberg's (SQL on SQLite or PostgreSQL, or REST),
-chosen by the properties given; only the orphan sweep lists the table's folder itself.
+Pure Iceberg: no Kafka, no tokens; the catalog is pyiceberg's (SQL on SQLite or
+PostgreSQL, or REST), chosen by the properties given. Expiry and orphans:
+commit.table_maintenance.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 from kafka_archive import layout
@@ -28,9 +28,7 @@ from kafka_archive.config import Config, TableSpec
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.formats import columns
 from kafka_archive.manifest import row_files
-from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Plan
-from kafka_archive.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +36,6 @@ RUN_ID = "kafka-archive.run-id"      # snapshot summary: the run the snapshot co
 OFFSETS = "kafka-archive.offsets"    # snapshot summary: the offset ranges it adds
 ATTEMPTS = 5                         # lost compare-and-swap races before giving up
 DEAD_LETTER_SUFFIX = "_dlq"          # an event-time group's topic's dead letters: <topic>_dlq
-ORPHANS_SWEPT = "kafka-archive.orphans-swept-at"  # table property: ms of the last sweep
-SWEEP_EVERY_MS = 86_400_000
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2",
                     # one metadata file per commit: keep the last 20, not a year of them
                     "write.metadata.delete-after-commit.enabled": "true",
@@ -390,85 +386,6 @@ def current_files(table, paths: list[str]) -> dict:
 
 def name(table) -> str:
     return ".".join(table.name())
-
-
-def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:
-    """Snapshots older than keep_ms go (never the current one), and with them the files
-    only they read: the ones a rewind (or a withdrawn run) took out, kept until then for
-    time travel. Files go first, snapshots after, so a crash in between leaves snapshots
-    past their time reading missing files (expired by the next call), never a file no
-    snapshot names: an orphan nobody would ever delete. Reads only the manifests of the
-    snapshots that removed files, so a call costs little when no rewind happened."""
-    table.refresh()
-    current = table.current_snapshot()
-    if current is None:
-        return {"snapshots": 0, "files": 0}
-    old = {s.snapshot_id for s in table.metadata.snapshots
-           if s.timestamp_ms < now_ms - keep_ms and s.snapshot_id != current.snapshot_id}
-    if not old:
-        return {"snapshots": 0, "files": 0}
-    gone = [path for s in table.metadata.snapshots
-            if s.parent_snapshot_id in old and s.summary is not None
-            and s.summary.operation.value in ("overwrite", "delete")
-            for path in removed_by(table, s)]
-    for path in gone:
-        table.io.delete(path)
-    table.maintenance.expire_snapshots().by_ids(sorted(old)).commit()
-    log.info("table %s: %d snapshots expired, %d replaced files deleted", name(table),
-             len(old), len(gone))
-    return {"snapshots": len(old), "files": len(gone)}
-
-
-def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
-                   now_ms: int) -> int:
-    """Delete the files under the table's data/ that no snapshot of it reads (a deleted
-    entry of a kept snapshot still counts: time travel reads it) and that a run planned
-    longer than keep_ms ago wrote: a plan given up before its commit. Never the plan in
-    flight's folder (written, not committed yet), nor a folder whose plan cannot be read
-    (its age unknown). Lists the whole folder and reads every kept snapshot's manifests,
-    so it runs at most once per SWEEP_EVERY_MS (the table keeps when it last did);
-    how many files went."""
-    table.refresh()
-    if now_ms - int(table.properties.get(ORPHANS_SWEPT, 0)) < SWEEP_EVERY_MS:
-        return 0
-    read, manifests = set(), set()
-    for snapshot in table.metadata.snapshots:
-        for manifest in snapshot.manifests(table.io):
-            if manifest.manifest_path not in manifests:
-                manifests.add(manifest.manifest_path)
-                read |= {entry.data_file.file_path for entry in
-                         manifest.fetch_manifest_entry(table.io, discard_deleted=False)}
-    in_flight = inflight.holding(storage, root, group)
-    data = f"{table.location().rstrip('/')}/{layout.TABLE_DATA}/"
-    planned: dict[str, int | None] = {}
-    gone = 0
-    for url, _ in storage.list(data):
-        folder = url[len(data):].split("/", 1)[0]
-        if url in read or (in_flight and folder == layout.run_folder_name(in_flight)):
-            continue
-        if folder not in planned:
-            plan = storage.get_or_none(layout.run_file(root, group, folder, "plan.json"))
-            planned[folder] = None if plan is None else int(datetime.fromisoformat(
-                Plan.from_json(plan).created_at).timestamp() * 1000)
-        if planned[folder] is not None and planned[folder] < now_ms - keep_ms:
-            storage.delete(url)
-            gone += 1
-    with table.transaction() as tx:
-        tx.set_properties({ORPHANS_SWEPT: str(now_ms)})
-    if gone:
-        log.warning("table %s: %d files of runs that never committed deleted", name(table), gone)
-    return gone
-
-
-def removed_by(table, snapshot) -> list[str]:
-    """The data files a snapshot took out of the table."""
-    from pyiceberg.manifest import ManifestEntryStatus
-
-    return [entry.data_file.file_path for manifest in snapshot.manifests(table.io)
-            if manifest.added_snapshot_id == snapshot.snapshot_id
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
-            if entry.status == ManifestEntryStatus.DELETED
-            and entry.snapshot_id == snapshot.snapshot_id]
 
 
 # Kafka's partition and offset live in the `kafka` struct, and pyiceberg keeps only counts

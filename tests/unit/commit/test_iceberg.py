@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kafka_archive.commit import iceberg
+from kafka_archive.commit import iceberg, table_maintenance
 from kafka_archive.errors import TerminalError
 
 
@@ -106,12 +106,12 @@ def test_expiry_deletes_the_files_only_expired_snapshots_read(table, tmp_path):
     new = [parquet(table, tmp_path, 0, 0, 10, tag="again-")]
     second = iceberg.commit_run(table, "run-2", new, remove=old[:1])  # a rewind of partition 0
     now = second.timestamp_ms + 1000
-    assert iceberg.expire(table, keep_ms=60_000, now_ms=now) == {"snapshots": 0, "files": 0}
-    assert iceberg.expire(table, keep_ms=0, now_ms=now) == {"snapshots": 1, "files": 1}
+    assert table_maintenance.expire(table, keep_ms=60_000, now_ms=now) == {"snapshots": 0, "files": 0}
+    assert table_maintenance.expire(table, keep_ms=0, now_ms=now) == {"snapshots": 1, "files": 1}
     assert [s.snapshot_id for s in table.refresh().metadata.snapshots] == [second.snapshot_id]
     assert not (tmp_path / old[0].rsplit("/", 1)[-1]).exists()  # only the old snapshot read it
     assert (tmp_path / old[1].rsplit("/", 1)[-1]).exists()      # still current
     assert offsets(table) == sorted([(0, o, f"again-value {o}".encode()) for o in range(10)]
                                     + [(1, o, f"value {o}".encode()) for o in range(10)])
-    assert iceberg.expire(table, keep_ms=0, now_ms=now + 10_000) == {"snapshots": 0, "files": 0}
+    assert table_maintenance.expire(table, keep_ms=0, now_ms=now + 10_000) == {"snapshots": 0, "files": 0}
     assert first.snapshot_id not in {s.snapshot_id for s in table.metadata.snapshots}

@@ -12,7 +12,7 @@ import pytest
 
 from kafka_archive import config, layout
 from kafka_archive.archive import job, slice_writer
-from kafka_archive.commit import iceberg, protocol
+from kafka_archive.commit import iceberg, protocol, table_maintenance
 from kafka_archive.formats.records import Record
 from kafka_archive.plan.planning import Plan, Slice
 from kafka_archive.storage import Storage
@@ -225,16 +225,16 @@ def test_files_of_runs_that_never_committed_go_once_older_than_the_snapshots_kep
                   layout.run_file(cfg.archive_root, GROUP, "stuck", "plan.json"))
     t = tables.find(GROUP, TOPIC)
     week, now_ms = 7 * 86_400_000, int(NOW.timestamp() * 1000)
-    assert iceberg.remove_orphans(t, storage, cfg.archive_root, GROUP, week, now_ms) == 1
+    assert table_maintenance.remove_orphans(t, storage, cfg.archive_root, GROUP, week, now_ms) == 1
     assert storage.size(files("given-up")[0]) is None
     assert all(storage.size(u) is not None for r in ("recent", "stuck", "r1") for u in files(r)
                if u.startswith(t.location()))
     assert len(t.scan().to_arrow()) == 3
     # once a day: the sweep lists and reads everything
     archive(env, "given-up-too", later, created=NOW - timedelta(days=9))
-    assert iceberg.remove_orphans(t, storage, cfg.archive_root, GROUP, week, now_ms + 1) == 0
-    assert iceberg.remove_orphans(t, storage, cfg.archive_root, GROUP, week,
-                                  now_ms + iceberg.SWEEP_EVERY_MS) == 1
+    assert table_maintenance.remove_orphans(t, storage, cfg.archive_root, GROUP, week, now_ms + 1) == 0
+    assert table_maintenance.remove_orphans(t, storage, cfg.archive_root, GROUP, week,
+                                  now_ms + table_maintenance.SWEEP_EVERY_MS) == 1
     assert given_up and recent and stuck
 
 
