@@ -7,3 +7,10 @@ import tempfile
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafka-archive-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+
+# The tests are clients of the local S3 (HTTPS) as the services' own clients are: they
+# trust its CA through the usual settings, set before pyarrow reads them at its import
+from tests.support import localservices  # noqa: E402
+
+if localservices.TRUSTED_CAS.is_file():
+    os.environ.update(localservices.trust_env())

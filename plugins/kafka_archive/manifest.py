@@ -14,16 +14,17 @@ from kafka_archive import layout
 from kafka_archive.storage import Storage
 
 
-class FileEntry(TypedDict):
+class FileEntry(TypedDict, total=False):
     url: str
     records: int
     bytes: int
-    sha256: str | None
+    crc32c: str      # S3's CRC32C of the file as uploaded (base64, as HeadObject shows it)
+    sha256: str      # instead, in rows written before the CRC32C
 
 
 class SliceRow(TypedDict, total=False):
     """One slice of the plan as the job archived it. Offsets [start, end) minus `gaps`
-    are in `files`; `url` and `sha256` repeat a single file's (None for several, as the
+    are in `files`; `url` and `crc32c` repeat a single file's (None for several, as the
     event-time layout writes); rows from before multi-file rows have `url` only."""
     topic: str
     partition: int
@@ -34,7 +35,7 @@ class SliceRow(TypedDict, total=False):
     quarantined: int                   # messages a parser could not read, kept aside
     late: int                          # messages for time partitions already final
     bytes: int
-    sha256: str | None
+    crc32c: str | None
     url: str | None
     files: list[FileEntry]
     errors: list[list]                 # [offset, why] of the first quarantined messages

@@ -52,7 +52,7 @@ JOB_DEFAULT_CONF = {
 }
 # boto3's variables the executors need to reach S3 as the driver does
 EXECUTOR_S3_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                         "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3")
+                         "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: no build time in the bytes
 
 

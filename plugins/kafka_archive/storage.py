@@ -19,6 +19,7 @@ ETag, with a conditional PUT (`If-Match`, or `If-None-Match: *` to create).
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import os
@@ -100,12 +101,16 @@ class Storage:
             with _atomic_local(local_path(url)) as tmp:
                 tmp.write(data)
 
-    def upload_file(self, source: Path, url: str) -> None:
-        """Copy a finished local file to url; large files go up in parts."""
+    def upload_file(self, source: Path, url: str, crc32c: int | None = None) -> None:
+        """Copy a finished local file to url; large files go up in parts. `crc32c`: the
+        file's, computed as it was written (crc32c below), sent along for S3 to check
+        against what it received (a mismatch refuses the upload) and keep with the object:
+        over HTTPS no other hash of the bytes is made."""
         with _classified("upload", url):
             if url.startswith("s3://"):
                 bucket, key = split_s3_url(url)
-                self.s3.upload_file(str(source), bucket, key)
+                checksum = {} if crc32c is None else {"ChecksumCRC32C": s3_checksum(crc32c)}
+                self.s3.upload_file(str(source), bucket, key, ExtraArgs=checksum)
                 return
             with _atomic_local(local_path(url)) as tmp, open(source, "rb") as src:
                 shutil.copyfileobj(src, tmp, 1 << 20)
@@ -307,6 +312,19 @@ def fsync_dir(folder: Path) -> None:
 
 
 # --- compare-and-swap --------------------------------------------------------------------
+
+def crc32c(data: bytes, running: int = 0) -> int:
+    """S3's CRC32C of data, continuing the `running` one (awscrt's: the one botocore uses)."""
+    from awscrt import checksums
+
+    return checksums.crc32c(data, running)
+
+
+def s3_checksum(crc: int) -> str:
+    """A CRC32C as S3 shows it (x-amz-checksum-crc32c, HeadObject's ChecksumCRC32C): its
+    four big-endian bytes in base64."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode()
+
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -63,7 +63,7 @@ def bench(service_env, airflow_env, kafka, s3, toxiproxy, sc):
     tox.proxy("s3", f"127.0.0.1:{first_port}", f"127.0.0.1:{s3_port}")
     statuses = HttpStatusFaults(first_port + 1, ("127.0.0.1", s3_port))
     print(f"\nfault matrix seed {SEED} (KAFKA_ARCHIVE_FAULT_SEED={SEED} repeats it)")
-    yield {"toxiproxy": tox, "toxiproxy_endpoint": f"http://127.0.0.1:{first_port}",
+    yield {"toxiproxy": tox, "toxiproxy_endpoint": f"https://127.0.0.1:{first_port}",
            "statuses": statuses, "spark": sc,
            "direct": localservices.s3_endpoint(service_env)}
     tox.delete("s3")

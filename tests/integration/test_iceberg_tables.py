@@ -46,6 +46,7 @@ def spark_reads(pipeline: Pipeline, jdbc_url: str, topic: str, tmp_path: Path,
     result = subprocess.run(
         [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
          "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
+         "--driver-java-options", " ".join(localservices.jvm_trust_options()),
          "--jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))),
          str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"), jdbc_url,
          pipeline.root, localservices.s3_endpoint(localservices.local_env()), "archive", topic,

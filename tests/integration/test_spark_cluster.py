@@ -6,7 +6,6 @@ costs nothing, and the S3 secret shows up in no log, event log, UI page or comma
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from test_sequencefile_hadoop import hadoop_read
 
 from tests.support import localservices
 from kafka_archive.formats.sequencefile import BYTES_WRITABLE
+from kafka_archive.storage import crc32c, s3_checksum
 from tests.support.pipeline import Pipeline, forget_job, objects
 
 TOPICS, PARTITIONS, PER_PARTITION = ("orders", "clicks", "billing"), 4, 3
@@ -156,9 +156,9 @@ def test_dag_on_the_cluster_writes_what_local_mode_writes(archive, group, spark_
     manifest = json.loads(s3.client.get_object(
         Bucket=s3.bucket, Key=plan_url.split(f"{s3.bucket}/", 1)[1].replace(
             "plan.json", "manifest.json"))["Body"].read())
-    listed = {f["url"].split(f"{archive.root_key}/", 1)[1]: f["sha256"]
+    listed = {f["url"].split(f"{archive.root_key}/", 1)[1]: f["crc32c"]
               for row in manifest["slices"] for f in row["files"]}
-    assert {path: hashlib.sha256(data).hexdigest() for path, data in on_cluster.items()} == listed
+    assert {path: s3_checksum(crc32c(data)) for path, data in on_cluster.items()} == listed
     assert len(on_cluster) >= len(TOPICS) * PARTITIONS
 
     archive.in_env(monkeypatch)

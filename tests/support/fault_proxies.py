@@ -8,16 +8,20 @@
   127.0.0.1) that forwards every request to an upstream S3 server, except the requests it
   is armed to fail, which get a real S3 error response (503 SlowDown, 500 InternalError)
   instead, as S3 sends them under load. The Host header is passed on unchanged, so SigV4
-  signatures made for the proxy's address still verify upstream.
+  signatures made for the proxy's address still verify upstream. It speaks HTTPS on both
+  sides, as the local S3 does, with the S3 server's own certificate.
 """
 
 from __future__ import annotations
 
 import http.client
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+
+from tests.support import localservices
 
 S3_ERRORS = {
     503: ("SlowDown", "Please reduce your request rate."),
@@ -90,14 +94,16 @@ class HttpStatusFaults:
                                   f'</Code><Message>{message}</Message><Resource>{self.path}'
                                   '</Resource></Error>').encode())
                     return
-                upstream = http.client.HTTPConnection(*faults.upstream, timeout=120)
+                upstream = http.client.HTTPSConnection(*faults.upstream, timeout=120,
+                                                       context=faults.client_tls)
                 try:
                     upstream.putrequest(self.command, self.path, skip_host=True,
                                         skip_accept_encoding=True)
                     for name, value in self.headers.items():
-                        if name.lower() not in ("transfer-encoding", "content-length", "expect"):
+                        if name.lower() not in ("content-length", "expect"):
                             upstream.putheader(name, value)
-                    upstream.putheader("Content-Length", str(len(body)))
+                    if not self._chunked():
+                        upstream.putheader("Content-Length", str(len(body)))
                     upstream.endheaders(body)
                     response = upstream.getresponse()
                     data = response.read()
@@ -111,18 +117,23 @@ class HttpStatusFaults:
                 finally:
                     upstream.close()
 
+            def _chunked(self) -> bool:
+                return self.headers.get("Transfer-Encoding", "").lower() == "chunked"
+
             def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0], 16)
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass  # trailers
-                            return b"".join(chunks)
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                """The request's body as sent: a chunked one (botocore's uploads over
+                HTTPS, the checksum in a trailer) with its chunks and trailers."""
+                if not self._chunked():
+                    return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                raw = []
+                while True:
+                    raw.append(line := self.rfile.readline())
+                    size = int(line.split(b";")[0], 16)
+                    raw.append(self.rfile.read(size) + self.rfile.readline())
+                    if size == 0:
+                        while raw[-1] not in (b"\r\n", b"\n", b""):
+                            raw.append(self.rfile.readline())  # trailers, then a blank line
+                        return b"".join(raw)
 
             def _answer(self, status: int, headers, data: bytes, head: bool = False):
                 self.send_response(status)
@@ -137,14 +148,19 @@ class HttpStatusFaults:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
+        server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_tls.load_cert_chain(localservices.S3_CERTS_DIR / "public.crt",
+                                   localservices.S3_CERTS_DIR / "private.key")
+        self.client_tls = ssl.create_default_context(cafile=localservices.TRUSTED_CAS)
         self.server = _QuietServer(("127.0.0.1", port), Handler)
+        self.server.socket = server_tls.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}"
+        return f"https://127.0.0.1:{self.server.server_port}"
 
     def arm(self, status: int | None, first: int = 1, count: int = 0) -> None:
         with self.lock:

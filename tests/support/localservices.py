@@ -33,6 +33,7 @@ import os
 import shlex
 import signal
 import smtplib
+import ssl
 import subprocess
 import sys
 import time
@@ -366,7 +367,28 @@ KAFKA = Service(
 # --- S3: MinIO, single node single drive -------------------------------------------------
 
 def s3_endpoint(env: dict[str, str]) -> str:
-    return f"http://127.0.0.1:{env['KAFKA_ARCHIVE_S3_PORT']}"
+    return f"https://127.0.0.1:{env['KAFKA_ARCHIVE_S3_PORT']}"
+
+
+# HTTPS as AWS serves S3: botocore then sends a payload's checksum and no SHA-256 of it.
+# scripts/install makes the local CA once and signs the server's certificate with it
+TLS_DIR = CACHE / "tls"
+S3_CERTS_DIR = TLS_DIR / "s3"  # MinIO's --certs-dir: public.crt, private.key
+TRUSTED_CAS = TLS_DIR / "trusted.pem"  # the system's CAs and the local one
+JVM_TRUSTSTORE = TLS_DIR / "truststore.p12"
+
+
+def trust_env() -> dict[str, str]:
+    """The usual settings that make clients trust the local CA: boto3's (AWS_CA_BUNDLE),
+    OpenSSL's (SSL_CERT_FILE: Python's ssl, pyarrow's S3 through pyiceberg)."""
+    if not TRUSTED_CAS.is_file():
+        raise ServiceError(f"no {TRUSTED_CAS}: run scripts/install")
+    return {"AWS_CA_BUNDLE": str(TRUSTED_CAS), "SSL_CERT_FILE": str(TRUSTED_CAS)}
+
+
+def jvm_trust_options() -> list[str]:
+    """A JVM's options to trust the local CA (Iceberg's S3FileIO in Java)."""
+    return [f"-Djavax.net.ssl.trustStore={JVM_TRUSTSTORE}", "-Djavax.net.ssl.trustStoreType=PKCS12"]
 
 
 def _s3_credentials(env: dict[str, str]) -> tuple[str, str]:
@@ -379,11 +401,14 @@ def s3_client(env: dict[str, str], config=None):
 
     key, secret = _s3_credentials(env)
     return boto3.client("s3", endpoint_url=s3_endpoint(env), aws_access_key_id=key,
-                        aws_secret_access_key=secret, region_name="us-east-1", config=config)
+                        aws_secret_access_key=secret, region_name="us-east-1", config=config,
+                        verify=trust_env()["AWS_CA_BUNDLE"])
 
 
 def _s3_ready(env: dict[str, str]) -> None:
-    with urllib.request.urlopen(f"{s3_endpoint(env)}/minio/health/ready", timeout=2) as r:
+    trusting = ssl.create_default_context(cafile=trust_env()["SSL_CERT_FILE"])
+    with urllib.request.urlopen(f"{s3_endpoint(env)}/minio/health/ready", timeout=2,
+                                context=trusting) as r:
         if r.status != 200:
             raise NotReady(f"health check answered {r.status}")
 
@@ -404,7 +429,7 @@ def _s3_process_env(env: dict[str, str]) -> dict[str, str]:
 S3 = Service(
     name="s3",
     command=lambda env, home: [
-        str(CACHE / "bin" / "minio"), "server", "--quiet",
+        str(CACHE / "bin" / "minio"), "server", "--quiet", "--certs-dir", str(S3_CERTS_DIR),
         "--address", f"127.0.0.1:{env['KAFKA_ARCHIVE_S3_PORT']}",
         "--console-address", f"127.0.0.1:{int(env['KAFKA_ARCHIVE_S3_PORT']) + 1}",
         str(home / "data")],
@@ -599,7 +624,8 @@ def _iceberg_rest_env(env: dict[str, str]) -> dict[str, str]:
 ICEBERG_REST = Service(
     name="iceberg-rest",
     command=lambda env, home: [
-        "java", "-cp", _iceberg_rest_classpath(home), "org.apache.iceberg.rest.RestCatalogServer",
+        "java", *jvm_trust_options(), "-cp", _iceberg_rest_classpath(home),
+        "org.apache.iceberg.rest.RestCatalogServer",
         env["KAFKA_ARCHIVE_ICEBERG_REST_PORT"], str(home / "catalog.db"),
         f"s3://{env['KAFKA_ARCHIVE_S3_BUCKET']}", s3_endpoint(env)],
     ready=_iceberg_rest_ready,
@@ -890,6 +916,7 @@ def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
                                       "KAFKA_ARCHIVE_POSTGRES_PASSWORD") if k in env}
     return {
         **kafka_user,
+        **trust_env(),
         "KAFKA_ARCHIVE_BOOTSTRAP": kafka_bootstrap(env),
         "KAFKA_ARCHIVE_ROOT": f"s3://{env['KAFKA_ARCHIVE_S3_BUCKET']}/archive",
         "AIRFLOW_CONN_KAFKA_ARCHIVE_S3": json.dumps(s3_conn),

@@ -14,15 +14,14 @@ archive), so the same messages under the same config always give the same files.
   after a rewind goes where the run that first archived it put it (`archived_before`):
   back into its finalized partition, so a rewind never empties one. Nothing is dropped.
 
-Each file streams to a local temp file (in Spark's local dirs on an executor), hashed on
-the way, and is uploaded when the slice is complete; `finish` returns the slice's manifest
+Each file streams to a local temp file (in Spark's local dirs on an executor), its CRC32C
+taken on the way, and is uploaded with it when the slice is complete; `finish` returns the slice's manifest
 row, `discard` drops the temp files of a slice that failed.
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from kafka_archive.errors import ArchiveError
 from kafka_archive.formats import audit_counts, columns, parsers
 from kafka_archive.formats.records import Record
 from kafka_archive.layout import LayoutSpec
-from kafka_archive.storage import Storage
+from kafka_archive.storage import Storage, crc32c, s3_checksum
 
 if TYPE_CHECKING:  # numpy and pyarrow only where batches are written: the Spark job
     from kafka_archive.formats.batch import Batch
@@ -274,7 +273,7 @@ class OpenSlice:
                 "end": self.end, "cut": self.cut, "records": self.count,
                 "quarantined": self.quarantined, "late": self.late,
                 "bytes": sum(f["bytes"] for f in written),
-                "sha256": single["sha256"] if single else None,
+                "crc32c": single["crc32c"] if single else None,
                 "url": single["url"] if single else None, "files": written,
                 "errors": self.errors,
                 "min_timestamp_ms": self.min_ts, "max_timestamp_ms": self.max_ts,
@@ -298,7 +297,7 @@ class _OpenFile:
         self.url, self.count = url, 0
         fd, self.tmp_path = tempfile.mkstemp(prefix="kafka-archive-", suffix=".part",
                                              dir=spark.local_dir())
-        self.file = _HashingFile(os.fdopen(fd, "wb"))
+        self.file = _ChecksummedFile(os.fdopen(fd, "wb"))
         self.writer = formats.open_writer(self.file, fmt, url.rsplit("/", 1)[-1])
 
     def write_error(self, exc: OSError, what: str) -> ArchiveError:
@@ -313,10 +312,10 @@ class _OpenFile:
             self.file.close()
         except OSError as exc:
             raise self.write_error(exc, f"{self.count} records, closing") from exc
-        storage.upload_file(Path(self.tmp_path), self.url)
+        storage.upload_file(Path(self.tmp_path), self.url, self.file.crc32c)
         written = getattr(self.writer, "columns_written", None)  # the parsed shape's
         return {"url": self.url, "records": self.count, "bytes": self.file.size,
-                "sha256": self.file.sha256.hexdigest(),
+                "crc32c": s3_checksum(self.file.crc32c),
                 **({"columns": written()} if written else {})}
 
     def discard(self) -> None:
@@ -325,12 +324,15 @@ class _OpenFile:
             os.unlink(self.tmp_path)
 
 
-class _HashingFile:
+class _ChecksummedFile:
+    """A file that keeps the CRC32C and size of what was written to it: the one pass over
+    the bytes that the upload's and the manifest's checksum take."""
+
     def __init__(self, raw):
-        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
+        self.raw, self.crc32c, self.size = raw, 0, 0
 
     def write(self, data: bytes) -> int:
-        self.sha256.update(data)
+        self.crc32c = crc32c(data, self.crc32c)
         self.size += len(data)
         return self.raw.write(data)
 

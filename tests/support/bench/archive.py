@@ -50,7 +50,7 @@ the default codec (target: at least 0.7 of its throughput).
 6. With --master (a Spark master URL), the default-codec run once more on that cluster, same
    topic, printed next to the local[2] run: seconds, throughput, tasks per executor and the
    per-task skew (from both runs' Spark event logs), and whether both wrote the same bytes
-   (the manifests' sha256). For the local standalone cluster of tests/support/localservices.py
+   (the manifests' CRC32C). For the local standalone cluster of tests/support/localservices.py
    (`start spark`) it starts the cluster if needed and gives the job its executors' Python;
    for another cluster, pass what its executors need with --conf. Memory figures there cover
    only the driver (the executors are the workers' children, not spark-submit's).
@@ -699,11 +699,11 @@ class TaskSpread:
 
 
 def manifest_files(s3, plan_url: str, archive_root: str) -> dict[str, str]:
-    """A run's files (path below its archive root) and their sha256, from its manifest."""
+    """A run's files (path below its archive root) and their CRC32C, from its manifest."""
     bucket, key = plan_url[len("s3://"):].split("/", 1)
     manifest = json.loads(s3.get_object(Bucket=bucket, Key=key.replace("plan.json", "manifest.json"))
                           ["Body"].read())
-    return {f["url"][len(archive_root) + 1:]: f["sha256"]
+    return {f["url"][len(archive_root) + 1:]: f["crc32c"]
             for row in manifest["slices"] for f in row["files"]}
 
 
@@ -722,7 +722,7 @@ def describe_cluster(master: str, local: ArchiveRun, cluster: ArchiveRun, spread
     row("files written", str(local.files), str(cluster.files))
     for label in ("local[2]", "cluster"):
         say(f"  tasks, {label}: {spreads[label].describe()}")
-    say(f"  the cluster wrote the same bytes as local[2] (manifest sha256 of every file): "
+    say(f"  the cluster wrote the same bytes as local[2] (manifest CRC32C of every file): "
         f"{'yes' if same_bytes else 'NO'}")
 
 

@@ -71,7 +71,7 @@ def test_event_time_files_quarantine_and_row(tmp_path):
 
 def test_rewriting_gives_identical_bytes_and_late_messages_go_aside(tmp_path):
     a, b = write(f"file://{tmp_path}/a"), write(f"file://{tmp_path}/b")
-    assert [f["sha256"] for f in a["files"]] == [f["sha256"] for f in b["files"]]
+    assert [f["crc32c"] for f in a["files"]] == [f["crc32c"] for f in b["files"]]
     late = write(f"file://{tmp_path}/c", finalized_ms=T0 + HOUR)  # the first hour is final
     names = [f["url"].split("/partitioned/t/")[1] for f in late["files"]]
     assert f"_late/{layout.time_partition(T0, LayoutSpec())}/1_3_00000000000000000000.seq" in names
