@@ -26,10 +26,14 @@ def count_archived_batch(counts: dict, sources: list[str], codes, timestamps_ms,
     sources[codes[i]] at timestamps_ms[i]."""
     import numpy as np
 
-    windows = timestamps_ms - timestamps_ms % window_ms  # numpy's % floors, as Python's
-    pairs, numbers = np.unique(np.stack([codes, windows], axis=1), axis=0, return_counts=True)
-    for (code, window), n in zip(pairs.tolist(), numbers.tolist()):
-        key = (sources[code], window)
+    # one int64 per message, (window number, source code), counted by a flat np.unique: a
+    # 2-column unique (axis=0) sorts row views and cost 4% of the archive job's Python
+    width = max(len(sources), 1)
+    pairs = (timestamps_ms // window_ms) * width + codes  # // floors, as Python's does
+    keys, numbers = np.unique(pairs, return_counts=True)
+    for pair, n in zip(keys.tolist(), numbers.tolist()):
+        window, code = divmod(pair, width)
+        key = (sources[code], window * window_ms)
         counts[key] = counts.get(key, 0) + n
 
 

@@ -98,3 +98,17 @@ def test_headers_array_holds_librdkafkas_pairs():
                     np.arange(4), built)
     assert [r.headers for r in b.records()] == [[], [("a", b"1"), ("b", None)], [], [("\u00e9t\u00e9", b"")]]
     assert batch.msgpack_keys(b).to_pylist() == [records.encode_key(r) for r in b.records()]
+
+
+@pytest.mark.parametrize("window_ms", [1, 1000, 3_600_000])
+def test_batch_counts_are_the_per_message_counts(window_ms):
+    # timestamps before 1970 too: a window number floors, as the per-message count's does
+    rng = np.random.default_rng(window_ms)
+    sources = ["web", "api", audit_counts.UNKNOWN_SOURCE]
+    codes = rng.integers(0, len(sources), 2000)
+    timestamps = rng.integers(-5_000_000, 4_000_000_000_000, 2000)
+    batched, one_by_one = {}, {}
+    audit_counts.count_archived_batch(batched, sources, codes, timestamps, window_ms)
+    for code, ts in zip(codes.tolist(), timestamps.tolist()):
+        audit_counts.count_archived(one_by_one, sources[code], ts, window_ms)
+    assert batched == one_by_one and sum(batched.values()) == 2000
