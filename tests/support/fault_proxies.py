@@ -151,7 +151,7 @@ class HttpStatusFaults:
         server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         server_tls.load_cert_chain(localservices.S3_CERTS_DIR / "public.crt",
                                    localservices.S3_CERTS_DIR / "private.key")
-        self.client_tls = ssl.create_default_context(cafile=localservices.TRUSTED_CAS)
+        self.client_tls = ssl.create_default_context(cafile=localservices.LOCAL_CA)
         self.server = _QuietServer(("127.0.0.1", port), Handler)
         self.server.socket = server_tls.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True

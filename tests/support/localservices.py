@@ -374,16 +374,20 @@ def s3_endpoint(env: dict[str, str]) -> str:
 # scripts/install makes the local CA once and signs the server's certificate with it
 TLS_DIR = CACHE / "tls"
 S3_CERTS_DIR = TLS_DIR / "s3"  # MinIO's --certs-dir: public.crt, private.key
+LOCAL_CA = TLS_DIR / "ca.crt"
 TRUSTED_CAS = TLS_DIR / "trusted.pem"  # the system's CAs and the local one
 JVM_TRUSTSTORE = TLS_DIR / "truststore.p12"
 
 
 def trust_env() -> dict[str, str]:
-    """The usual settings that make clients trust the local CA: boto3's (AWS_CA_BUNDLE),
-    OpenSSL's (SSL_CERT_FILE: Python's ssl, pyarrow's S3 through pyiceberg)."""
+    """The usual settings that make clients trust the local CA: boto3's (AWS_CA_BUNDLE: the
+    local CA alone, since boto3 reaches only the local S3 here, and it loads the bundle
+    again for every new connection: the system's ~150 CAs took 6% of a job's Python CPU),
+    OpenSSL's (SSL_CERT_FILE: Python's ssl, pyarrow's S3 through pyiceberg; the system's
+    CAs too, for any other HTTPS)."""
     if not TRUSTED_CAS.is_file():
         raise ServiceError(f"no {TRUSTED_CAS}: run scripts/install")
-    return {"AWS_CA_BUNDLE": str(TRUSTED_CAS), "SSL_CERT_FILE": str(TRUSTED_CAS)}
+    return {"AWS_CA_BUNDLE": str(LOCAL_CA), "SSL_CERT_FILE": str(TRUSTED_CAS)}
 
 
 def jvm_trust_options() -> list[str]:

@@ -29,6 +29,21 @@ def test_library_zip_is_the_same_bytes_wherever_and_whenever_it_is_built(tmp_pat
         assert z.read("kafka_archive/spark.py") == (spark.LIBRARY / "spark.py").read_bytes()
 
 
+def test_spark_python_zips_get_bytecode_that_imports_load(tmp_path, monkeypatch):
+    with zipfile.ZipFile(tmp_path / "pyspark.zip", "w") as archive:
+        archive.writestr("fake_spark/__init__.py", "")
+        archive.writestr("fake_spark/worker.py", "ANSWER = 42\n")
+        archive.writestr("fake_spark/data.txt", "not Python")
+    assert spark.precompile_spark_python(tmp_path) == [tmp_path / "pyspark.zip"]
+    assert spark.precompile_spark_python(tmp_path) == []  # done once
+    names = zipfile.ZipFile(tmp_path / "pyspark.zip").namelist()
+    assert {"fake_spark/worker.pyc", "fake_spark/__init__.pyc", "fake_spark/data.txt"} <= set(names)
+    monkeypatch.syspath_prepend(str(tmp_path / "pyspark.zip"))
+    import fake_spark.worker
+
+    assert fake_spark.worker.ANSWER == 42 and fake_spark.worker.__file__.endswith(".pyc")
+
+
 def test_library_zip_is_built_once_per_content(tmp_path):
     built = spark.library_zip(tmp_path)
     built.write_bytes(b"marker")  # a rebuild would overwrite it
