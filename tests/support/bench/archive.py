@@ -54,11 +54,13 @@ the default codec (target: at least 0.7 of its throughput).
    (`start spark`) it starts the cluster if needed and gives the job its executors' Python;
    for another cluster, pass what its executors need with --conf. Memory figures there cover
    only the driver (the executors are the workers' children, not spark-submit's).
-7. With --replay, the default-codec archive is replayed (issue 16: `spark_jobs/replay.py`,
-   one task per partition, kafka-python's idempotent producer) into a new topic
+7. With --replay, the default-codec archive is replayed (`spark_jobs/replay.py`, one task
+   per partition, librdkafka's idempotent producer) into a new topic
    `bench-<timestamp>-replay` with as many partitions; its end offsets are checked against
-   the source's and the throughput printed in MiB/s: of spark-submit whole and of the
-   replay's Spark job (the job's own summary line, from the session's start).
+   the source's and the throughput printed: of spark-submit whole and of the replay's
+   Spark job (the job's own summary line, from the session's start), beside Kafka's
+   ProducerPerformance sending as many messages from the same pool with the replay's
+   producer settings (acks=all, idempotence, batching) into a topic of as many partitions.
 8. Deletes its S3 objects and topics unless --keep.
 
 Units: "MiB" is 2**20 bytes, which is what Kafka's tools call "MB". Throughput counts message
@@ -101,7 +103,7 @@ TARGET_PARTITIONED_RATIO = 0.7  # partitioned job's throughput / the backup job'
 TARGET_PEER_QUERY = 3.0      # archive / peer, Spark job against the query, both w/o start-up
 TARGET_PEER_WHOLE = 2.0      # archive / peer, whole spark-submit
 TARGET_CONSUMER = 0.5        # archive w/o start-up / ConsumerPerformance on the same topic
-TARGET_REPLAY_MSG_S = 100_000
+TARGET_REPLAY_PRODUCER = 0.8  # replay / ProducerPerformance with acks=all and idempotence
 TARGET_PEAK_RSS_MIB = 1536   # with 1 GiB slices
 TARGET_FIXED_COST_S = 10.0   # a whole run archiving one message, idle machine
 # each compression's run, and the peer sink it is compared with: text beside none, parquet
@@ -150,18 +152,26 @@ def spark_submit(config_path: Path, plan_url: str, spark_args: list[str],
 
     cfg = config.load(config_path)
     command = spark.archive_command(cfg, plan_url, master, extra=spark_args)
+    return sampled_spark_submit(command, operators.submit_environment(cfg, master), log_path,
+                                profile)
+
+
+def sampled_spark_submit(command: list[str], env: dict[str, str], log_path: Path,
+                         profile: Path | None = None) -> SparkRun:
+    """Run `command` (a spark-submit) sampling its process tree; with `profile`, under
+    py-spy recording its Python processes into that file, summarized when it ends."""
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
         command = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
                    "--nonblocking", "--format", "raw", "--rate", "200", "--output",
                    str(profile), "--", *command]
-    run = sampled_spark_submit(command, operators.submit_environment(cfg, master), log_path)
+    run = _sampled(command, env, log_path)
     if profile is not None:
         say(describe_profile(profile))
     return run
 
 
-def sampled_spark_submit(command: list[str], env: dict[str, str], log_path: Path) -> SparkRun:
+def _sampled(command: list[str], env: dict[str, str], log_path: Path) -> SparkRun:
     """Run a spark-submit command line, sampling its process tree; fail with its log's tail."""
     services_before = service_cpu_s()
     with open(log_path, "wb") as log:
@@ -290,6 +300,7 @@ class ArchiveRun:
     plan_url: str = ""
     load: str = ""  # `uptime` right after spark-submit
     largest_slice: int = 0  # messages in the plan's largest slice
+    slices: int = 0  # the plan's slices (Spark tasks: as many or more, job.task_slices)
 
     @property
     def total_s(self) -> float:
@@ -332,7 +343,8 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     plan = json.loads(storage.get_bytes(plan_url))
     run = ArchiveRun(label, plan_s, spark_run, commit_s, summary["records"], summary["files"],
                      output, plan_url=plan_url, load=load,
-                     largest_slice=max(s["end"] - s["start"] for s in plan["slices"]))
+                     largest_slice=max(s["end"] - s["start"] for s in plan["slices"]),
+                     slices=len(plan["slices"]))
     if measure_idle:
         for i in range(3):
             again, seconds = timed(tasks.plan, GROUP, f"{run_id}__idle{i}")
@@ -344,10 +356,22 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
 
 
 def replay_run(config_path: Path, topic: str, target: str, partitions: int, bootstrap: str,
-               messages: int, payload: int, spark_args: list[str], work: Path) -> None:
+               messages: int, payload: int, spark_args: list[str], work: Path,
+               pool: Path, message_bytes: int, profile: Path | None = None) -> None:
     """Replay the archive of config_path's group into a new topic `target`, as
     `kafka-archive replay` does (tasks.replay_prepare, then spark-submit of
-    spark_jobs/replay.py with the archive job's settings), and print its throughput."""
+    spark_jobs/replay.py with the archive job's settings), and print its throughput beside
+    ProducerPerformance's sending as many messages of the same size as the replay's
+    producer does (acks=all, idempotence) into a topic of as many partitions."""
+    peer_topic = f"{target}-peer"
+    create_topic(bootstrap, peer_topic, partitions)
+    try:
+        peer, _ = produce(bootstrap, peer_topic, messages, pool, message_bytes, idempotent=True)
+    finally:
+        delete_topics(bootstrap, [peer_topic])
+    say(f"  ProducerPerformance, acks=all and idempotence: {peer.seconds:.1f} s with its JVM's "
+        f"start, {peer.msg_s:,.0f} msg/s ({peer.tool_msg_s or 0:,.0f} msg/s by its own clock); "
+        f"uptime: {uptime()}")
     from kafka_archive import config, spark
     from kafka_archive.airflow import operators, tasks
     from kafka_archive.tools import replay
@@ -358,7 +382,7 @@ def replay_run(config_path: Path, topic: str, target: str, partitions: int, boot
     url, prepare_s = timed(tasks.replay_prepare, replay.Request(GROUP, topic, target), False, cfg)
     command = spark.replay_command(cfg, url, extra=spark_args)
     run = sampled_spark_submit(command, operators.submit_environment(cfg),
-                               work / "spark-replay.log")
+                               work / "spark-replay.log", profile and profile / "replay.txt")
     landed = sum(end_offsets(bootstrap, target).values())
     if landed != messages:
         raise RuntimeError(f"replay: {landed} messages in {target}, expected {messages}")
@@ -371,10 +395,11 @@ def replay_run(config_path: Path, topic: str, target: str, partitions: int, boot
         f"replay job (session start to end) {job_s:.1f} s: {payload / MIB / job_s:,.1f} MiB/s, "
         f"{messages / job_s:,.0f} msg/s; {landed:,} messages in {target}")
     say(f"  CPU seconds: {cpu}; broker {run.services_cpu_s.get('kafka', 0.0):,.1f}, MinIO "
-        f"{run.services_cpu_s.get('s3', 0.0):,.1f}; peak RSS {run.memory.peak_total_mib:,.0f} "
+        f"{run.services_cpu_s.get('s3', 0.0):,.1f}; {cpu_per_gib(run, payload / MIB):,.1f} per "
+        f"GiB (its processes + broker); peak RSS {run.memory.peak_total_mib:,.0f} "
         f"MiB; uptime: {uptime()}")
-    verdict("replay job (session start to end), messages/s", messages / job_s,
-            TARGET_REPLAY_MSG_S)
+    verdict("replay job (session start to end) / ProducerPerformance (JVM start to end), "
+            "messages/s", messages / job_s / peer.msg_s, TARGET_REPLAY_PRODUCER)
 
 
 def cold_plan(config_path: Path, run_id: str) -> float:
@@ -471,7 +496,8 @@ def describe_spark(run: ArchiveRun, payload_bytes: int) -> None:
     at_peak = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(m.at_peak.items()) if v >= 1)
     say(f"  Spark job memory: peak RSS {m.peak_total_mib:,.0f} MiB ({at_peak}); "
         f"JVM alone peaked at {m.peak_jvm_mib:,.0f} MiB, Python at {m.peak_python_mib:,.0f} MiB; "
-        f"up to {m.max_processes} processes")
+        f"up to {m.max_processes} processes; {len(m.python_worker_pids)} Python worker "
+        f"processes (PySpark's daemon included) for {run.slices} plan slices")
     cpu = ", ".join(f"{k} {v:,.1f}" for k, v in sorted(m.cpu_s.items()) if v >= 0.05)
     services = {"broker": s.services_cpu_s.get("kafka", 0.0),
                 "MinIO": s.services_cpu_s.get("s3", 0.0)}
@@ -893,7 +919,8 @@ def main() -> int:
         if args.replay:
             say(f"replay of the default-codec archive into {replay_topic}:")
             replay_run(work / "default" / "kafka-archive.yaml", topic, replay_topic,
-                       args.partitions, bootstrap, messages, payload, spark_args, work)
+                       args.partitions, bootstrap, messages, payload, spark_args, work,
+                       pool, args.message_bytes, args.profile)
 
         consumers.append(consumer_perf(bootstrap, topic, messages))
         describe_consumer(2, consumers[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import string
 import subprocess
 import time
@@ -126,6 +127,7 @@ class Throughput:
     seconds: float
     messages: int
     payload_bytes: int
+    tool_msg_s: float | None = None
 
     @property
     def mib_s(self) -> float:
@@ -136,21 +138,29 @@ class Throughput:
         return self.messages / self.seconds
 
 
-def produce(bootstrap: str, topic: str, messages: int, pool: Path,
-            message_bytes: int) -> tuple[Throughput, dict[int, int]]:
+def produce(bootstrap: str, topic: str, messages: int, pool: Path, message_bytes: int,
+            idempotent: bool = False) -> tuple[Throughput, dict[int, int]]:
+    """ProducerPerformance sends `messages` lines of `pool` to `topic`: acks=1 to fill a
+    topic, or (idempotent) as the replay's producer sends, acks=all with idempotence and
+    the same batching. Its time includes the JVM's start; `tool_msg_s` is the tool's own
+    rate (without it)."""
+    acks = ["acks=all", "enable.idempotence=true"] if idempotent else ["acks=1"]
     started = time.perf_counter()
-    kafka_tool("ProducerPerformance", "--topic", topic, "--num-records", str(messages),
-               "--throughput", "-1", "--payload-file", str(pool),
-               "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1",
-               "compression.type=none", "linger.ms=20", f"batch.size={1 << 20}",
-               f"buffer.memory={64 << 20}", f"max.request.size={8 << 20}",
-               heap="1g")  # the payload pool and the buffers
+    out = kafka_tool("ProducerPerformance", "--topic", topic, "--num-records", str(messages),
+                     "--throughput", "-1", "--payload-file", str(pool),
+                     "--producer-props", f"bootstrap.servers={bootstrap}", *acks,
+                     "compression.type=none", "linger.ms=20", f"batch.size={1 << 20}",
+                     f"buffer.memory={64 << 20}", f"max.request.size={8 << 20}",
+                     heap="1g")  # the payload pool and the buffers
     seconds = time.perf_counter() - started
+    # its last line: "N records sent, X records/sec (Y MB/sec), ..."
+    rate = re.findall(r"records sent, ([\d.]+) records/sec", out)
     per_partition = end_offsets(bootstrap, topic)
     if sum(per_partition.values()) != messages:
         raise RuntimeError(f"asked ProducerPerformance for {messages} messages, topic has "
                            f"{sum(per_partition.values())}")
-    return Throughput(seconds, messages, messages * message_bytes), per_partition
+    return (Throughput(seconds, messages, messages * message_bytes,
+                       float(rate[-1]) if rate else None), per_partition)
 
 
 @dataclass

@@ -28,6 +28,9 @@ class TreeSample:
     at_peak: dict = field(default_factory=dict)  # kind -> MiB when the total peaked
     max_processes: int = 0
     cpu_s: dict = field(default_factory=dict)    # kind -> CPU seconds (user + system)
+    # PySpark's daemon and the workers it forked, each seen once: with workers reused
+    # (spark.python.worker.reuse), one per task slot whatever the number of tasks
+    python_worker_pids: set = field(default_factory=set)
 
 
 def _kind(proc: psutil.Process) -> str:
@@ -92,6 +95,8 @@ class TreeSampler(threading.Thread):
                 kind = self._kinds[proc.pid] = _kind(proc)
             rss[kind] = rss.get(kind, 0.0) + mib
             self._cpu[proc.pid] = (kind, cpu)
+            if kind == "python workers":
+                self.result.python_worker_pids.add(proc.pid)
         r, total = self.result, sum(rss.values())
         r.max_processes = max(r.max_processes, seen)
         r.peak_jvm_mib = max(r.peak_jvm_mib, rss.get("jvm", 0.0))
