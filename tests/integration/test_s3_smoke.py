@@ -51,6 +51,29 @@ def test_an_upload_into_a_missing_bucket_is_terminal_and_says_what_to_do(s3, uni
     assert type(refused.value).__name__ == "TerminalError"
 
 
+@pytest.mark.parametrize("size", [1000, 20 << 20])  # one PUT; a multipart upload
+def test_an_upload_carries_its_crc32c_and_s3_refuses_other_bytes(s3, unique, tmp_path, size):
+    """The CRC32C the slice writer took goes with the upload: S3 checks it against what it
+    received and keeps it (a multipart upload's as a full-object checksum)."""
+    import os
+
+    from kafka_archive.errors import TerminalError
+    from kafka_archive.storage import Storage, crc32c, s3_checksum
+
+    source = tmp_path / "part"
+    source.write_bytes(data := os.urandom(size))
+    storage, url = Storage(lambda: s3.client), f"s3://{s3.bucket}/smoke/{unique}/part"
+    storage.upload_file(source, url, crc32c(data))
+    head = s3.client.head_object(Bucket=s3.bucket, Key=f"smoke/{unique}/part",
+                                 ChecksumMode="ENABLED")
+    assert (head["ChecksumCRC32C"], head["ChecksumType"]) == (s3_checksum(crc32c(data)), "FULL_OBJECT")
+
+    # MinIO's XAmzContentChecksumMismatch; AWS says BadDigest
+    with pytest.raises(TerminalError, match=rf"cannot upload {url}-bad: .*(Checksum|BadDigest)"):
+        storage.upload_file(source, f"{url}-bad", crc32c(data + b"!"))
+    assert s3.client.list_objects_v2(Bucket=s3.bucket, Prefix=f"smoke/{unique}/part-bad")["KeyCount"] == 0
+
+
 def test_an_upload_answered_503_is_transient(s3, service_env, unique, tmp_path):
     import boto3
     from botocore.config import Config
