@@ -31,6 +31,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 from urllib.parse import urlparse
 
+# imported here, not per call: crc32c runs on every write of an archive file (botocore
+# imports awscrt anyway wherever boto3 is used)
+from awscrt import checksums
+
 from kafka_archive import retries
 from kafka_archive.errors import ArchiveError, MissingObject, TerminalError, VersionConflict
 
@@ -315,8 +319,6 @@ def fsync_dir(folder: Path) -> None:
 
 def crc32c(data: bytes, running: int = 0) -> int:
     """S3's CRC32C of data, continuing the `running` one (awscrt's: the one botocore uses)."""
-    from awscrt import checksums
-
     return checksums.crc32c(data, running)
 
 
