@@ -80,3 +80,11 @@ def row_files(row: SliceRow) -> list[FileEntry]:
         return [{"url": row["url"], "records": row["records"], "bytes": row["bytes"],
                  "sha256": row.get("sha256")}]
     return []
+
+
+def not_archived(manifest: dict) -> set[tuple[str, int]]:
+    """The (topic, partition) of planned slices the job could not archive: retention
+    deleted their head after planning, or Kafka lost the topic. A rewind's rows they were
+    to replace stay current."""
+    return ({(t, p) for t, p in manifest.get("vanished", ())}
+            | {(a["topic"], a["partition"]) for a in manifest.get("retention_lost", ())})

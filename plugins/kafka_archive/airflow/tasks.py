@@ -99,6 +99,13 @@ def commit(plan_url: str) -> dict:
     tokens = connections.token_store(cfg)
     summary = committing.commit(cfg, made, storage, tokens, runs.now_utc(),
                                 connections.iceberg_tables(cfg))
+    if summary.get("repeated"):  # a committed run's commit again: mailed and announced once
+        log.warning("run %s was committed at %s; nothing changed, nothing is mailed again",
+                    made.run_id, summary["committed_at"])
+        late = summary.pop("retention_lost", [])
+        summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
+            Anomaly(**a).describe() for a in late]
+        return summary
     log.info("committed run %s: %d records in %d files; tokens of %s advanced", made.run_id,
              summary["records"], summary["files"], ", ".join(summary["tokens"]) or "no topic")
     offsets = {}

@@ -18,19 +18,24 @@ import json
 import logging
 import math
 from itertools import chain
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
 # the files import this module and should not pay for it
-from kafka_archive import spark
+from kafka_archive import layout, spark
 from kafka_archive.archive import slice_writer, source
 from kafka_archive.config import Config, load as load_config
 from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.formats import columns, parsers
 from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
                                     write as write_manifest)
+from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
 from kafka_archive.storage import Storage
+
+class PlanNotInFlight(TerminalError):
+    """The job of a plan that is no longer the group's plan in flight."""
+
 
 SLICES_PER_TASK = 16  # at most, when a plan has many more slices than Spark runs at once
 TASKS_PER_CORE = 64   # one slice a task up to this many slices per core
@@ -52,7 +57,23 @@ def main(sc, config_path: str, plan_url: str) -> Manifest:
 
 
 def run(sc, config: Config, plan_url: str) -> Manifest:
-    storage = Storage.from_environment()
+    """The plan archived by Spark's tasks, the driver asking Kafka with kafka-python."""
+    from kafka_archive import brokers
+
+    def archived(plan: Plan, slices: list[Slice]) -> list[SliceRow]:
+        tasks = task_slices(slices, sc.defaultParallelism)
+        return spark.collected(sc.parallelize(tasks, len(tasks))
+                               .mapPartitions(ArchiveTask(config, plan)), "the archive job")
+    return archive_plan(config, plan_url, Storage.from_environment(),
+                        lambda: brokers.consumer(config), archived)
+
+
+def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callable[[], object],
+                 archived: Callable[[Plan, list[Slice]], list[SliceRow]]) -> Manifest:
+    """The driver's part of the job, whatever runs the tasks: `archived(plan, slices)`
+    writes the slices and returns their manifest rows (Spark's tasks, or the protocol
+    simulation's in-process calls); `kafka()` opens a client with kafka-python's API
+    (topics, partitions_for_topic, beginning_offsets, close) for what the driver asks."""
     storage.delete(failure_url(plan_url))  # an earlier try's: this one says for itself
     plan = Plan.from_json(storage.get_bytes(plan_url))
     done = read_manifest(storage, config.archive_root, plan.group, plan.run_id)
@@ -63,34 +84,35 @@ def run(sc, config: Config, plan_url: str) -> Manifest:
         log.warning("run %s was archived before: its manifest stands, nothing is read or "
                     "written again", plan.run_id)
         return done
+    if (holder := inflight.holding(storage, config.archive_root, plan.group)) != plan.run_id:
+        # a plan only writes while it is the one in flight: re-executed after its mark was
+        # deleted by hand (or after another plan took over), its files would be nobody's
+        raise PlanNotInFlight(
+            f"run {plan.run_id} of group {plan.group} is not the plan in flight "
+            f"({'run ' + holder + ' is' if holder else 'none is'}): its job writes nothing; "
+            "the group's next run plans what is left to archive")
     to_read = [s for s in plan.slices if s.end > s.start]
     # a topic deleted since the plan was made cannot be read; without this the in-flight
     # plan would fail on every re-run and block the group for good
-    present = _existing_partitions(config, {s.topic for s in to_read})
+    present = _existing_partitions(kafka, {s.topic for s in to_read})
     vanished = [[s.topic, s.partition] for s in to_read if (s.topic, s.partition) not in present]
     to_read = [s for s in to_read if (s.topic, s.partition) in present]
-    rows = _archived(sc, config, plan, to_read)
+    rows = archived(plan, to_read) if to_read else []
     if config.group(plan.group).parsed_table:
-        rows = _agreeing(sc, config, plan, to_read, rows, storage)
-    lost = retention_losses(config, to_read, rows)
+        rows = _agreeing(archived, plan, to_read, rows, storage)
+    lost = retention_losses(kafka, to_read, rows)
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)
+    _drop_earlier_attempts(config, plan, storage, [s for s in to_read
+                                                   if (s.topic, s.partition) in lost_at])
     manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
                           "vanished": vanished, "retention_lost": [dataclasses.asdict(a) for a in lost]}
     write_manifest(storage, config.archive_root, manifest)
     return manifest
 
 
-def _archived(sc, config: Config, plan: Plan, slices: list[Slice]) -> list[SliceRow]:
-    if not slices:
-        return []
-    tasks = task_slices(slices, sc.defaultParallelism)
-    return spark.collected(sc.parallelize(tasks, len(tasks))
-                           .mapPartitions(ArchiveTask(config, plan)), "the archive job")
-
-
-def _agreeing(sc, config: Config, plan: Plan, slices: list[Slice], rows: list[SliceRow],
-              storage: Storage) -> list[SliceRow]:
+def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Plan,
+              slices: list[Slice], rows: list[SliceRow], storage: Storage) -> list[SliceRow]:
     """The parsed shape's new columns are typed by each file's own values; where the files
     of a run disagree on one (a count that is 3 in one Kafka partition, 2.5 in another),
     the column takes the first file's type (by partition and offset) or a wider one that
@@ -127,8 +149,7 @@ def _agreeing(sc, config: Config, plan: Plan, slices: list[Slice], rows: list[Sl
                     for t, c in agreed.items()), len(again))
     fixed = dataclasses.replace(plan, columns={**plan.columns, **{
         t: [[n, k] for n, k in c.items()] for t, c in agreed.items()}})
-    rewritten = _archived(sc, config, fixed, [s for s in slices
-                                              if (s.topic, s.partition, s.start) in again])
+    rewritten = archived(fixed, [s for s in slices if (s.topic, s.partition, s.start) in again])
     kept = {f["url"] for r in rewritten for f in row_files(r)}
     for row in rows:  # a rewritten slice's file may start elsewhere now: the old one goes
         if (row["topic"], row["partition"], row["start"]) in again:
@@ -166,10 +187,10 @@ def task_slices(slices: list[Slice], parallelism: int) -> list[list[Slice]]:
     return tasks
 
 
-def _existing_partitions(config: Config, topics: set[str]) -> set[tuple[str, int]]:
-    from kafka_archive import brokers
-
-    consumer = brokers.consumer(config)
+def _existing_partitions(kafka: Callable[[], object], topics: set[str]) -> set[tuple[str, int]]:
+    if not topics:
+        return set()
+    consumer = kafka()
     try:
         existing = consumer.topics()
         return {(t, p) for t in topics & existing for p in consumer.partitions_for_topic(t) or ()}
@@ -177,7 +198,7 @@ def _existing_partitions(config: Config, topics: set[str]) -> set[tuple[str, int
         consumer.close()
 
 
-def retention_losses(config: Config, slices, rows: list[dict]) -> list[Anomaly]:
+def retention_losses(kafka: Callable[[], object], slices, rows: list[dict]) -> list[Anomaly]:
     """Slices whose first records retention deleted after the plan was made: lost data,
     one anomaly each, from the planned start to Kafka's earliest offset now. Gaps elsewhere
     are Kafka's own (compaction, transaction markers)."""
@@ -189,9 +210,7 @@ def retention_losses(config: Config, slices, rows: list[dict]) -> list[Anomaly]:
         return []
     from kafka import TopicPartition
 
-    from kafka_archive import brokers
-
-    consumer = brokers.consumer(config)
+    consumer = kafka()
     try:
         earliest = consumer.beginning_offsets([TopicPartition(t, p) for t, p in suspects])
     finally:
@@ -217,6 +236,27 @@ def _drop_slices(storage: Storage, rows: list[SliceRow], lost: set[tuple[str, in
         else:
             kept.append(row)
     return kept
+
+
+def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
+                           lost: list[Slice]) -> None:
+    """The files an earlier attempt of the job wrote for slices retention has since
+    eaten into: this attempt, starting at Kafka's earliest offset, wrote (and dropped)
+    other names, so theirs would stay beside the catalog, read by the folders' readers
+    (the slice's messages are the run's loss, recorded). Files with a first offset inside
+    the slice are this plan's own: the originals a rewind replaces were moved aside. A
+    table group's files are under the run's folder (orphans, swept later); an event-time
+    group's are spread over time partitions (not looked for here)."""
+    group = config.group(plan.group)
+    if group.table is not None or group.layout.kind == "event_time":
+        return
+    for s in lost:
+        folder = layout.partition_dir(config.archive_root, plan.group, s.topic, s.partition)
+        for url, _ in storage.list(folder):
+            name = layout.parse_file_name(url.rsplit("/", 1)[1])
+            if (name is not None and name.generation == plan.generation
+                    and name.partition == s.partition and s.start <= name.first_offset < s.end):
+                storage.delete(url)
 
 
 class ArchiveTask:

@@ -27,7 +27,7 @@ from kafka_archive import layout
 from kafka_archive.config import Config, TableSpec
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.formats import columns
-from kafka_archive.manifest import row_files
+from kafka_archive.manifest import not_archived, row_files
 from kafka_archive.plan.planning import Plan
 
 log = logging.getLogger(__name__)
@@ -248,14 +248,15 @@ def commit_tables(tables: Tables, plan: Plan, manifest: dict) -> dict[str, int]:
     event-time group's dead letters go into their table first: once a run is in the
     topic's table, its dead letters are in theirs (a crash between the two leaves the
     run in neither for a reader of the topic's table; the commit's re-run adds it)."""
-    done = {}
+    done, missed = {}, not_archived(manifest)  # what they were to replace stays
     for topic in plan.topics():
         rows = [e for e in manifest["slices"] if e["topic"] == topic]
         offsets = ", ".join(f"{e['partition']}: [{e['start']}, {e['end']})" for e in rows)
         for dead_letters in tables.kinds(plan.group):
             inside = tables.location(plan.group, topic, dead_letters) + "/"
             add = [f for f in manifest_files(manifest, topic) if f["url"].startswith(inside)]
-            remove = [url for url in plan.superseded if url.startswith(inside)]
+            remove = [url for url in plan.superseded if url.startswith(inside)
+                      and not _of_partitions(url, topic, missed)]
             if add or remove:
                 snapshot = commit_run(tables.table(plan.group, topic, dead_letters), plan.run_id,
                                       [f["url"] for f in add], remove, offsets,
@@ -263,6 +264,11 @@ def commit_tables(tables: Tables, plan: Plan, manifest: dict) -> dict[str, int]:
                 if not dead_letters:
                     done[topic] = snapshot.snapshot_id
     return done
+
+
+def _of_partitions(url: str, topic: str, partitions: set[tuple[str, int]]) -> bool:
+    name = layout.parse_file_name(url.rsplit("/", 1)[1])
+    return name is not None and (topic, name.partition) in partitions
 
 
 def new_columns(files: list[dict]) -> dict[str, str]:

@@ -8,8 +8,11 @@ table's reader cannot see, (2) advance each topic's token by compare-and-swap ag
 the version the plan was made from, (3) mark the run committed in its folder
 (`committed.json`, the run folders' truth a rebuild reads), (4) add the run's rows to
 the catalog (by compare-and-swap; the rows the plan's rewind moved aside come out) and
-record the entry's seq in `committed.json` (a rebuild from the run folders replays them
-in the log's order, not by clocks), (5) clear the in-flight mark. A crash anywhere
+record the entry's seq in `committed.json` with `in_catalog` (a rebuild from the run
+folders replays them in the log's order, not by clocks), (5) clear the in-flight mark if
+it names this run (never another's). From `in_catalog` on the run is final: Airflow
+re-executing its commit (a Clear, a late attempt) returns the stored outcome and changes
+nothing, whatever newer runs and rewinds did to tokens and tables since. A crash anywhere
 leaves the plan in flight; the next run finishes it from its stored manifest (the job
 does not run again) and finds tokens already advanced and the catalog already holding
 this run, which count as done. (3) before (4): a rebuild that lists the log before it
@@ -24,7 +27,11 @@ nothing is lost (a file stays accounted for even when Kafka no longer holds its
 messages), nothing is archived twice, and the group never sticks on the old plan. A
 token another run advanced meanwhile (two plans at once: the in-flight mark removed by
 hand) is a lost race: TokenConflictError, as before, and a table group's table gives the
-run's files of that topic back (commit.iceberg.withdraw_run).
+run's files of that topic back (commit.iceberg.withdraw_run). A token naming a run that
+committed before this plan was made (Plan.catalog_seq) is an older copy a person put
+back: left as found too. A slice the job could not archive (retention deleted its head
+after planning, the topic was deleted) replaces nothing: the rows its rewind was to
+archive again stay current, their files come back from `_superseded/`.
 """
 from __future__ import annotations
 
@@ -37,8 +44,8 @@ from kafka_archive.catalog.state import part_key
 from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
-from kafka_archive.manifest import row_files
-from kafka_archive.plan import inflight
+from kafka_archive.manifest import not_archived, row_files
+from kafka_archive.plan import inflight, runs
 from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import Token, TokenConflictError, TokenStore
@@ -105,6 +112,15 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
     """tables: a table group's Iceberg tables (default: opened with the config's catalogs
     and the environment's S3 credentials)."""
     root = config.archive_root
+    committed = layout.run_file(root, plan.group, plan.run_id, "committed.json")
+    if (final := runs.final_outcome(storage, root, plan.group, plan.run_id)) is not None:
+        # a committed run is final: Airflow re-executing its commit (a Clear, a late
+        # attempt) finds the outcome stored and changes nothing; tokens and tables may
+        # have moved on since (newer runs, rewinds) and must stay as they are
+        log.warning("run %s was committed at %s: its outcome stands, nothing is changed",
+                    plan.run_id, final["committed_at"])
+        inflight.clear(storage, root, plan.group, plan.run_id)  # a crash left it marked
+        return {**final, "repeated": True}
     manifest = manifests.read(storage, root, plan.group, plan.run_id)
     if manifest is None:
         raise ManifestMismatchError(
@@ -112,6 +128,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
             "the archive job did not finish, so nothing was committed")
     sizes = storage.sizes([f["url"] for e in manifest.get("slices", ()) for f in row_files(e)])
     ends = verify(plan, manifest, sizes.get)
+    _keep_what_was_not_archived_again(config, plan, manifest, storage, ends)
     # refused before any token moves; the entry it saw orders a rebuild from the runs
     seen = add_to_catalog(config, plan, manifest, storage, now, dry_run=True)
     snapshots = {}  # topic -> its table's snapshot of this run
@@ -133,7 +150,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
             if current and current.run_id == plan.run_id and dict(current.offsets) == offsets:
                 log.info("token %s/%s was already advanced by this run", plan.group, topic)
                 continue
-            if current and current.run_id not in (plan.run_id, plan.token_runs.get(topic)):
+            if (current and current.run_id not in (plan.run_id, plan.token_runs.get(topic))
+                    and _committed_after(storage, root, plan, current.run_id)):
                 if tables is not None:  # the table must not keep what no token covers
                     iceberg.withdraw_run(tables, plan, manifest, topic)
                 raise  # another run committed the topic: this plan is stale
@@ -149,21 +167,66 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                           for t in plan.topics() if t not in left_as_found},
                "tokens_left_as_found": left_as_found, "after_entry": seen,
                "by_topic": by_topic(plan, manifest, root), "table_snapshots": snapshots}
-    committed = layout.run_file(root, plan.group, plan.run_id, "committed.json")
     written = storage.size(committed) is None  # a re-run keeps the first
     if written:
         storage.put_bytes(committed, json.dumps(summary, indent=1).encode())
-    if (entry := add_to_catalog(config, plan, manifest, storage, now)) is not None:
-        # the log's order, for a rebuild from the run folders once the log is cleaned up
-        first = summary if written else json.loads(storage.get_bytes(committed))
-        storage.put_bytes(committed, json.dumps({**first, "entry": entry}, indent=1).encode())
-    inflight.clear(storage, root, plan.group)
+    entry = add_to_catalog(config, plan, manifest, storage, now)
+    # final from here on; `entry`: the log's order, for a rebuild from the run folders
+    # once the log is cleaned up (None: the catalog held the run already)
+    first = summary if written else json.loads(storage.get_bytes(committed))
+    storage.put_bytes(committed, json.dumps(
+        {**first, "in_catalog": True, **({"entry": entry} if entry is not None else {})},
+        indent=1).encode())
+    inflight.clear(storage, root, plan.group, plan.run_id)
     for e in manifest["slices"]:
         if e.get("quarantined"):  # kept, never dropped: but someone must fix the parser
             log.warning("%s partition %d [%d, %d): %d messages quarantined, e.g. %s",
                         e["topic"], e["partition"], e["start"], e["end"], e["quarantined"],
                         "; ".join(f"offset {o}: {why}" for o, why in e.get("errors", ())[:3]))
     return summary
+
+
+def _keep_what_was_not_archived_again(config: Config, plan: Plan, manifest: dict,
+                                      storage: Storage, ends: dict[tuple[str, int], int]) -> None:
+    """A slice the job could not archive replaces nothing: the rows its rewind was to
+    archive again stay current, their files come back from `_superseded/` (where the plan
+    moved them), and its token goes to the end of what they hold, not back below it (that
+    would call archived messages lost to retention). Idempotent."""
+    missed = not_archived(manifest)
+    if not missed or not any((s.topic, s.partition) in missed for s in plan.slices):
+        return
+    cat = catalog.open_catalog(storage, config, plan.group, may_rebuild=True)
+    for s in plan.slices:
+        if (s.topic, s.partition) not in missed:
+            continue
+        position = s.start
+        for row in sorted(cat.rows(s.topic, s.partition, plan.generation, end_after=s.start),
+                          key=lambda r: r["start"]):
+            if not s.start <= row["start"] < s.end:
+                continue
+            for f in row_files(row):
+                aside = layout.superseded(config.archive_root, plan.run_id, f["url"])
+                if storage.size(f["url"]) is None and storage.size(aside) is not None:
+                    storage.move(aside, f["url"])
+            if row["start"] <= position:
+                position = max(position, row["end"])
+        if (s.topic, s.partition) in ends:  # a lost head; a vanished topic's token stays
+            ends[(s.topic, s.partition)] = max(ends[(s.topic, s.partition)], position)
+
+
+def _committed_after(storage: Storage, root: str, plan: Plan, run_id: str) -> bool:
+    """Whether run_id, which wrote a token under the plan, committed after the plan was
+    made (a lost race: two plans at once), rather than before it (an older copy of the
+    token put back by a person, which is left as found). A run not committed yet is
+    committing now: a race."""
+    if plan.catalog_seq is None:
+        return True
+    stored = storage.get_or_none(layout.run_file(root, plan.group, run_id, "committed.json"))
+    if stored is None:
+        return True
+    outcome = json.loads(stored)
+    entry = outcome.get("entry", outcome.get("after_entry", -1) + 1)
+    return entry > plan.catalog_seq
 
 
 def _holds_rows_of(cat: catalog.Catalog, run: str, rows: list[dict]) -> bool:
@@ -225,8 +288,10 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
     def entry(cat: catalog.Catalog) -> dict | None:
         if cat.state.has_run(plan.run_id) or _holds_rows_of(cat, run, rows):
             return None
-        removed = []
+        removed, missed = [], not_archived(manifest)
         for s in plan.slices:  # the rows the plan archives again (rewinds.supersede)
+            if (s.topic, s.partition) in missed:
+                continue  # nothing replaces them: they stay (see _keep_what_was_...)
             topic = cat.state.topics.get(s.topic)
             summary = topic and topic.summaries.get(part_key(s.partition, plan.generation))
             if summary and summary.end is not None and summary.end > s.start:

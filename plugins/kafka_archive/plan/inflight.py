@@ -67,5 +67,11 @@ def mark(storage: Storage, root: str, group: str, run_id: str, plan_url: str) ->
                       json.dumps({"run_id": run_id, "plan": plan_url}).encode())
 
 
-def clear(storage: Storage, root: str, group: str) -> None:
-    storage.delete(layout.inflight_marker(root, group))
+def clear(storage: Storage, root: str, group: str, run_id: str) -> None:
+    """The mark taken off by the run it names, and only by it: a run re-executed after
+    another was planned (a Clear in Airflow, a late attempt) must not release that one's
+    plan, whose files are being written."""
+    url = layout.inflight_marker(root, group)
+    marker = storage.get_or_none(url)
+    if marker is not None and json.loads(marker).get("run_id") == run_id:
+        storage.delete(url)

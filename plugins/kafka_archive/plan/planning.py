@@ -117,6 +117,10 @@ class Plan:
     # an event-time table group's, per topic: its table's [name, type] columns when planned
     # (the job writes them so, and types only the fields none names: formats.columns)
     columns: dict[str, list[list[str]]] = field(default_factory=dict)
+    # the catalog's newest entry when planned: a token that changed under the plan was
+    # advanced by another run if that run's commit came after it, else it is an older
+    # copy a person put back (None: a plan from before this was recorded)
+    catalog_seq: int | None = None
 
     def format_for(self, topic: str) -> dict:
         return self.topic_formats.get(topic, self.format)

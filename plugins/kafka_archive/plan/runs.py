@@ -32,6 +32,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     table_columns, a topic's table's columns (commit.iceberg.Tables.columns), from an
     event-time table group's caller (without it: the declared ones)."""
     group = config.group(group_name)
+    if (own := _planned_before(storage, config, group.name, run_id)) is not None:
+        return own
     plan = inflight.plan(storage, config.archive_root, group.name)
     if plan is not None:
         log.warning("run %s failed before commit; re-executing its plan unchanged%s", plan.run_id,
@@ -63,6 +65,13 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
+    if not dry_run and (cut := _cut_short(storage, config, group.name, reads, cat)):
+        log.warning("run %s advanced tokens but its commit never finished (its in-flight "
+                    "mark was deleted): re-executing its plan unchanged", cut.run_id)
+        inflight.mark(storage, config.archive_root, group.name, cut.run_id,
+                      layout.run_file(config.archive_root, group.name, cut.run_id, "plan.json"))
+        _move_aside(storage, config, cut)
+        return cut
     slices, superseded = rewinds.supersede(cat, config, slices)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
@@ -77,7 +86,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
         finalized=_watermarks(cat, group, topics),
         latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics},
-        columns=_columns(group, topics, table_columns))
+        columns=_columns(group, topics, table_columns), catalog_seq=cat.state.seq)
     if dry_run or not slices:
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
@@ -85,6 +94,73 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
     _move_aside(storage, config, plan)
     return plan
+
+
+class RunFolderTaken(TerminalError):
+    """A run's folder holds what a new plan must not overwrite."""
+
+
+def _planned_before(storage: Storage, config: Config, group: str, run_id: str) -> Plan | None:
+    """The plan this run id stored and committed before (Airflow re-executing the plan
+    task of a committed run: a Clear of the run): it stands, and the run's other tasks
+    find their outcome stored too. None when the run has no plan stored yet, or one that
+    was never archived (a plan task killed before its mark), which a new plan replaces.
+    Refused: a folder another run id maps to (layout.run_folder_name), and an archived
+    plan that is no longer in flight (its mark deleted by hand), whose files a new plan
+    under the same folder would overwrite."""
+    root = config.archive_root
+    stored = storage.get_or_none(layout.run_file(root, group, run_id, "plan.json"))
+    if stored is None:
+        return None
+    plan = Plan.from_json(stored)
+    folder = layout.run_file(root, group, run_id, "")
+    if plan.run_id != run_id:
+        raise RunFolderTaken(
+            f"run ids {run_id!r} and {plan.run_id!r} of group {group} map to the same run "
+            f"folder {folder} (characters other than letters, digits and ._=- become _); "
+            f"run {plan.run_id!r} planned there first: trigger this run under another id")
+    if storage.size(layout.run_file(root, group, run_id, "committed.json")) is not None:
+        log.warning("run %s was planned and committed before: its plan stands, nothing is "
+                    "planned again", run_id)
+        return plan
+    if (manifests.read(storage, root, group, run_id) is not None
+            and inflight.holding(storage, root, group) != run_id):
+        raise RunFolderTaken(
+            f"run {run_id} of group {group} was archived ({folder}manifest.json) but never "
+            "committed, and is no longer in flight (its _inflight.json was deleted by hand, "
+            "and other runs may have archived the same offsets since): its folder is kept as "
+            "it is; trigger a new run")
+    return None
+
+
+def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Versioned],
+               cat: catalog.Catalog) -> Plan | None:
+    """A run named by a token whose commit never finished, though it was no longer in
+    flight: its mark was deleted by hand after the commit advanced tokens. A new plan from
+    those tokens would leave the run's files out of the catalog, under tokens that say
+    they are archived; the run's own plan is finished instead (its commit finds the tokens
+    it advanced, and adds its rows)."""
+    root = config.archive_root
+    for run_id in sorted({r.token.run_id for r in reads.values() if r.token and r.token.run_id}):
+        if cat.state.has_run(run_id):
+            continue
+        stored = storage.get_or_none(layout.run_file(root, group, run_id, "plan.json"))
+        if stored is None or manifests.read(storage, root, group, run_id) is None:
+            continue  # not a run of this group's folders (a token edited by hand)
+        plan = Plan.from_json(stored)
+        if plan.run_id == run_id and final_outcome(storage, root, group, run_id) is None:
+            return plan
+    return None
+
+
+def final_outcome(storage: Storage, root: str, group: str, run_id: str) -> dict | None:
+    """The stored outcome (committed.json) of a run whose commit reached the catalog, so
+    that nothing of it may change again; None: not committed, or cut short before the
+    catalog (the commit must go on). Outcomes from before `in_catalog` say it by the
+    entry they recorded."""
+    stored = storage.get_or_none(layout.run_file(root, group, run_id, "committed.json"))
+    outcome = json.loads(stored) if stored is not None else None
+    return outcome if outcome and ("in_catalog" in outcome or "entry" in outcome) else None
 
 
 def _columns(group: Group, topics: list[str],
@@ -146,18 +222,21 @@ def _move_aside(storage: Storage, config: Config, plan: Plan) -> None:
     own output (a re-archived slice has its predecessor's name), never moved onto the copy.
     Before the job has finished (no manifest) that output is unfinished, or the original
     whose move was cut short between copy and delete: it goes, the job writes it again.
+    Once it has, nothing moves: a plan resumed after a kill moved nothing aside if the
+    files were gone already (an earlier plan, abandoned, had moved them).
     A table group's files stay where they are: the table's current snapshot reads them
     until the run's commit replaces them in one snapshot (older ones keep reading them),
     and the run writes its own under its own folder (layout.table_data_file)."""
     if config.group(plan.group).table is not None:
         return
-    finished = manifests.read(storage, config.archive_root, plan.group, plan.run_id) is not None
+    if manifests.read(storage, config.archive_root, plan.group, plan.run_id) is not None:
+        return  # archived: what is at the old paths is the job's output (or was never there)
     for url in plan.superseded:
         aside = layout.superseded(config.archive_root, plan.run_id, url)
         if storage.size(aside) is None:
             if storage.size(url) is not None:
                 storage.move(url, aside)
-        elif not finished:
+        else:
             storage.delete(url)
 
 

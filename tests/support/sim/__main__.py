@@ -1,0 +1,5 @@
+import sys
+
+from tests.support.sim.explore import main
+
+sys.exit(main())

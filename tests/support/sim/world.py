@@ -1,0 +1,431 @@
+"""One simulated deployment: the real library's plan, job (its slice bodies, in
+process), commit, catalog and operators' tools on a local archive root, against the
+simulated Kafka (sim.kafka), with Airflow's runs and tasks, kills and a clock modelled.
+
+A step is data (a tuple), so a sequence replays exactly; a step that names what does
+not exist (yet) is a no-op, so a shrunk sequence stays runnable. `World.step` runs one,
+`World.check` the invariants, `World.drain` the liveness check.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from kafka_archive import catalog, layout
+from kafka_archive.archive import job
+from kafka_archive.archive.archived_files import DamagedFile, read_archived
+from kafka_archive.commit import protocol as committing
+from kafka_archive.errors import ArchiveError
+from kafka_archive.manifest import row_files
+from kafka_archive.plan import inflight, losses, rewinds, runs
+from kafka_archive.plan.planning import HeldTopicsError, Plan, held
+from kafka_archive.storage import Storage, join as storage_join
+from kafka_archive.tokens import LocalTokenStore, Token, render
+
+from tests.support.local_config import local_config
+from tests.support.sim.kafka import Kafka
+
+GROUP = "backup"
+TOPICS = {"t": 2, "u": 1}
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class Crash(BaseException):
+    """The step's process is killed here (SIGKILL): nothing after runs, no handler sees it."""
+
+
+class Violation(AssertionError):
+    """An invariant broke: `kind` names which, the message says where."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+class Faults:
+    """Counts the writes of the step in progress and kills it at the armed one."""
+
+    def __init__(self):
+        self.crash_at, self.calls = 0, 0
+
+    def arm(self, crash_at: int) -> None:
+        self.crash_at, self.calls = crash_at, 0
+
+    def tick(self, what: str) -> None:
+        if self.crash_at:
+            self.calls += 1
+            if self.calls == self.crash_at:
+                raise Crash(what)
+
+
+class SimStorage(Storage):
+    """Local storage whose every write (put, upload, conditional put, delete; a move is an
+    upload and a delete) may be the one a kill stops before."""
+
+    def __init__(self, faults: Faults):
+        super().__init__()
+        self.faults = faults
+
+    def put_bytes(self, url, data):
+        self.faults.tick(f"write {url}")
+        super().put_bytes(url, data)
+
+    def upload_file(self, source, url, crc32c=None):
+        self.faults.tick(f"upload {url}")
+        super().upload_file(source, url, crc32c)
+
+    def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
+        self.faults.tick(f"conditional write {url}")
+        return super().put_if(url, data, expected_version, content_type)
+
+    def delete(self, url):
+        self.faults.tick(f"delete {url}")
+        super().delete(url)
+
+
+class SimTokens(LocalTokenStore):
+    def __init__(self, root: Path, faults: Faults):
+        super().__init__(root)
+        self.faults = faults
+
+    def write(self, token, expected_version):
+        self.faults.tick(f"token write {token.group}/{token.topic}")
+        return super().write(token, expected_version)
+
+    def delete(self, group, topic):
+        self.faults.tick(f"token delete {group}/{topic}")
+        super().delete(group, topic)
+
+
+@dataclass
+class Run:
+    """An Airflow DAG run: its plan task's result (XCom) feeds its job and commit."""
+    run_id: str
+    plan_url: str | None = None
+    planned: bool = False  # its plan task succeeded (plan_url None: nothing to do)
+
+
+@dataclass
+class Outcome:
+    """What a step did, for the printed sequence."""
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+
+class World:
+    def __init__(self, root: Path):
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        self.config = local_config(root, f"""\
+            {GROUP}:
+              format: {{kind: sequencefile, compression: none}}
+              policy: {{max_records: 6, max_delay: 1m}}
+            """)
+        self.root = root
+        self.faults = Faults()
+        self.storage = SimStorage(self.faults)
+        self.tokens = SimTokens(root / "tokens", self.faults)
+        self.kafka = Kafka()
+        for topic, partitions in TOPICS.items():
+            self.kafka.create(topic, partitions)
+        self.now = START
+        self.runs: dict[str, Run] = {}
+        self.abandoned = False  # an in-flight mark was deleted by hand
+        self.token_copies: dict[str, list[bytes]] = {t: [] for t in TOPICS}
+        # the truth the invariants are checked against
+        self.ever_archived: dict[tuple[str, int], set[int]] = {}
+        self.unarchivable: dict[tuple[str, int], set[int]] = {}  # deleted with no token line
+
+    # --- the steps ----------------------------------------------------------------------
+
+    def step(self, step: tuple) -> Outcome:
+        """Run one step; a kill (Crash) or a task's failure (ArchiveError) ends it as in
+        Airflow. Any other exception is a bug the sequence found."""
+        out = Outcome()
+        kind, *args = step
+        self.now += timedelta(minutes=1)
+        try:
+            getattr(self, "_" + kind)(out, *args)
+        finally:
+            self.faults.arm(0)
+            self._keep_token_copies()
+        return out
+
+    def _produce(self, out: Outcome, topic: str, partition: int, count: int, marker: bool):
+        parts = self.kafka.topics[topic]
+        if partition >= len(parts):
+            return
+        parts[partition].append(count, self._now_ms(), marker)
+
+    def _retention(self, out: Outcome, topic: str, partition: int, count: int):
+        parts = self.kafka.topics[topic]
+        if partition >= len(parts):
+            return
+        p = parts[partition]
+        gone = p.retain_from(p.earliest + count)
+        token = self.tokens.read(GROUP, topic).token
+        if token is None or partition not in token.offsets:
+            self.unarchivable.setdefault((topic, partition), set()).update(gone)
+
+    def _add_partition(self, out: Outcome, topic: str):
+        from tests.support.sim.kafka import Partition
+        self.kafka.topics[topic].append(Partition())
+
+    def _time(self, out: Outcome, minutes: int):
+        self.now += timedelta(minutes=minutes)
+
+    def _run(self, out: Outcome, run_id: str, crash_plan: int, crash_job: int,
+             crash_commit: int):
+        """A new DAG run: plan, archive, commit, each task killed at its Nth write or not;
+        a task that fails or is killed ends the run there (its retries are later steps)."""
+        if run_id in self.runs:
+            return
+        self.runs[run_id] = Run(run_id)
+        for task, crash in (("plan", crash_plan), ("job", crash_job), ("commit", crash_commit)):
+            if not self._task(out, run_id, task, crash):
+                return
+
+    def _task(self, out: Outcome, run_id: str, task: str, crash: int) -> bool:
+        """One task of a run executed (again: a retry, a Clear); whether it succeeded."""
+        run = self.runs.get(run_id)
+        if run is None or (task != "plan" and run.plan_url is None):
+            return False
+        self.faults.arm(crash)
+        try:
+            result = getattr(self, "task_" + task)(run)
+        except Crash as kill:
+            out.add(f"{run_id} {task}: killed before {kill}")
+            return False
+        except ArchiveError as failed:
+            out.add(f"{run_id} {task}: failed: {type(failed).__name__}: {failed}")
+            return False
+        finally:
+            self.faults.arm(0)
+        out.add(f"{run_id} {task}: {result}")
+        return True
+
+    def _clear_run(self, out: Outcome, run_id: str, crash: int):
+        """Airflow's Clear of a whole run: every task again, the plan's result replaced."""
+        if run_id not in self.runs:
+            return
+        self.runs[run_id] = Run(run_id)
+        for task in ("plan", "job", "commit"):
+            if not self._task(out, run_id, task, crash if task == "commit" else 0):
+                return
+
+    def _delete_token(self, out: Outcome, topic: str):
+        self.tokens.delete(GROUP, topic)
+
+    def _delete_line(self, out: Outcome, topic: str, partition: int):
+        read = self.tokens.read(GROUP, topic)
+        if read.token is None or partition not in read.token.offsets:
+            return
+        offsets = {p: o for p, o in read.token.offsets.items() if p != partition}
+        self._write_token_file(topic, render(Token(**{**read.token.__dict__, "offsets": offsets}))
+                               .encode())
+
+    def _restore_token(self, out: Outcome, topic: str, back: int):
+        """A person puts back an older copy of the token file."""
+        copies = self.token_copies[topic]
+        if back < len(copies):
+            self._write_token_file(topic, copies[-1 - back])
+
+    def _rewind(self, out: Outcome, topic: str, partition: int, to_offset: int):
+        try:
+            out.lines += rewinds.rewind(self.config, self.tokens, self.kafka.consumer(), GROUP,
+                                        topic, partition, to_offset, storage=self.storage)
+        except ArchiveError as refused:
+            out.add(f"rewind refused: {refused}")
+
+    def _accept_loss(self, out: Outcome, topic: str):
+        try:
+            for loss in losses.accept(self.config, self.tokens, self.kafka.consumer(),
+                                      self.storage, GROUP, topic, "simulated", "sim",
+                                      self.now.isoformat(timespec="seconds")):
+                out.add(f"accepted {loss.describe()}")
+        except ArchiveError as refused:
+            out.add(f"accept-loss refused: {refused}")
+
+    def _remove_inflight(self, out: Outcome):
+        """A person deletes `_inflight.json` by hand."""
+        if self.in_flight():
+            Storage().delete(layout.inflight_marker(self.config.archive_root, GROUP))
+            self.abandoned = True
+
+    # --- Airflow's task bodies (airflow.tasks without Airflow's connections) ------------
+
+    def task_plan(self, run: Run) -> str:
+        made = runs.start(self.config, GROUP, run.run_id, self.storage, self.tokens,
+                          self.kafka.consumer(), self.now)
+        if not made.slices and held(made.anomalies):
+            raise HeldTopicsError(GROUP, run.run_id, held(made.anomalies))
+        run.planned = True
+        self.abandoned = self.abandoned and not self.in_flight()
+        run.plan_url = (layout.run_file(self.config.archive_root, GROUP, made.run_id, "plan.json")
+                        if made.slices else None)
+        return f"plan {made.run_id}: " + ", ".join(
+            f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices) or "nothing"
+
+    def task_job(self, run: Run) -> str:
+        plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
+        task = job.ArchiveTask(self.config, plan)
+
+        def archived(plan, slices):
+            writer = job.ArchiveTask(self.config, plan) if plan.columns else task
+            return [writer.archive(s, self.kafka.batches(s.topic, s.partition, s.start, s.end),
+                                   self.storage) for s in slices]
+        manifest = job.archive_plan(self.config, run.plan_url, self.storage,
+                                    self.kafka.consumer, archived)
+        return f"archived {sum(r['records'] for r in manifest['slices'])} messages"
+
+    def task_commit(self, run: Run) -> str:
+        plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
+        summary = committing.commit(self.config, plan, self.storage, self.tokens, self.now)
+        return f"committed {plan.run_id}: tokens {summary['tokens']}" + (
+            f", left as found {sorted(summary['tokens_left_as_found'])}"
+            if summary["tokens_left_as_found"] else "")
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self.now.timestamp() * 1000)
+
+    def _write_token_file(self, topic: str, data: bytes) -> None:
+        path = self.tokens._path(GROUP, topic)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+    def _keep_token_copies(self) -> None:
+        for topic, copies in self.token_copies.items():
+            path = self.tokens._path(GROUP, topic)
+            if path.exists() and (not copies or copies[-1] != path.read_bytes()):
+                copies.append(path.read_bytes())
+
+    def plan_in_flight(self) -> Plan | None:
+        return inflight.plan(Storage(), self.config.archive_root, GROUP)
+
+    def in_flight(self) -> bool:
+        return inflight.holding(self.storage, self.config.archive_root, GROUP) is not None
+
+    # --- the invariants -----------------------------------------------------------------
+
+    def check(self, final: bool = False) -> None:
+        """Invariants 1-3 of issue 41 on what the catalog, the files and the tokens say."""
+        try:
+            cat = catalog.open_catalog(Storage(), self.config, GROUP)
+        except catalog.CatalogUnreadable:  # a commit killed before the first entry: as
+            # designed, the next writer rebuilds it; so does the check, as that writer
+            cat = catalog.open_catalog(Storage(), self.config, GROUP, may_rebuild=True)
+        # while a plan is in flight (or was abandoned: its mark deleted by hand, until the
+        # next plan), its files may be moved aside and its tokens ahead of the catalog
+        quiet = final or not (self.in_flight() or self.abandoned)
+        held_now: dict[tuple[str, int], set[int]] = {}
+        for row in cat.rows():
+            where = (row["topic"], row["partition"])
+            claimed = set(range(row["start"], row["end"])) - {
+                o for a, b in row.get("gaps", ()) for o in range(a, b)}
+            mine = held_now.setdefault(where, set())
+            if twice := mine & claimed:
+                raise Violation("duplicate", f"{where[0]}/{where[1]} offsets {_ranges(twice)} "
+                                f"are in two current rows")
+            mine |= claimed
+            if not quiet:
+                continue
+            found = set()
+            for f in row_files(row):
+                try:
+                    for record in read_archived(Storage(), f["url"]):
+                        if record.value != self.kafka.value(*where, record.offset):
+                            raise Violation("wrong bytes", f"{f['url']} offset {record.offset}")
+                        found.add(record.offset)
+                except DamagedFile as exc:
+                    raise Violation("file missing", f"a current row's file: {exc}") from None
+            if found != claimed:
+                raise Violation("file disagrees", f"{row_files(row)[0]['url']} holds "
+                                f"{_ranges(found)}, its row says {_ranges(claimed)}")
+        accepted = {}
+        for a in cat.state.accepted:
+            accepted.setdefault((a["topic"], a["partition"]), set()).update(
+                range(a["lost_from"], a["lost_to"]))
+        for topic in TOPICS if quiet else ():
+            token = self.tokens.read(GROUP, topic).token
+            for partition, next_offset in (token.offsets.items() if token else ()):
+                where = (topic, partition)
+                p = self.kafka.topics[topic][partition]
+                needed = ({o for o in p.produced if o < next_offset}
+                          - held_now.get(where, set()) - accepted.get(where, set())
+                          - self.unarchivable.get(where, set()))
+                if needed:
+                    raise Violation("hole", f"{topic}/{partition}: token at {next_offset} but "
+                                    f"offsets {_ranges(needed)} are in no current row and no "
+                                    "accepted loss")
+        if quiet:
+            current = {f["url"] for row in cat.rows() for f in row_files(row)}
+            tree = storage_join(self.config.archive_root, GROUP)
+            for url, _ in Storage().list(tree):
+                if not url[len(tree) + 1:].startswith("_") and url not in current:
+                    raise Violation("stray file", f"{url} is in the group's tree but in no "
+                                    "current row: a reader of the folders reads it too")
+            for where, offsets in self.ever_archived.items():
+                if gone := offsets - held_now.get(where, set()):
+                    raise Violation("lost", f"{where[0]}/{where[1]} offsets {_ranges(gone)} "
+                                    "were archived and are in no current row now")
+            for where, offsets in held_now.items():
+                self.ever_archived.setdefault(where, set()).update(offsets)
+
+    def drain(self) -> list[str]:
+        """Liveness: only what the run's failures tell a person to do (accept a retention
+        loss), and clean runs: at most 3 runs that advance nothing before every token is
+        at Kafka's end and nothing is in flight."""
+        said, idle = [], 0
+        for n in range(40):
+            before = self._positions()
+            run_id = f"drain__{n}"
+            out = Outcome()
+            self.runs[run_id] = Run(run_id)
+            for task in ("plan", "job", "commit"):
+                if not self._task(out, run_id, task, 0):
+                    break
+            if any("HeldTopicsError" in line or "retention" in line for line in out.lines):
+                for topic in TOPICS:  # what the mail says to do
+                    self._accept_loss(out, topic)
+            said += out.lines
+            if self._at_end() and not self.in_flight():
+                return said
+            idle = 0 if self._positions() != before else idle + 1
+            if idle > 3:
+                break
+        raise Violation("stuck", "clean runs do not bring the tokens to Kafka's end: "
+                        + " | ".join(said[-6:]))
+
+    def _positions(self) -> dict:
+        found = {}
+        for topic in TOPICS:
+            token = self.tokens.read(GROUP, topic).token
+            found[topic] = dict(token.offsets) if token else {}
+        return {"tokens": found, "in_flight": self.in_flight()}
+
+    def _at_end(self) -> bool:
+        for topic, parts in self.kafka.topics.items():
+            token = self.tokens.read(GROUP, topic).token
+            for partition, p in enumerate(parts):
+                if p.end > 0 and (token is None or token.offsets.get(partition) != p.end):
+                    return False
+        return True
+
+
+def _ranges(offsets: set[int]) -> str:
+    """12, 13, 14, 20 -> '[12, 15), [20, 21)'."""
+    out, run = [], None
+    for o in sorted(offsets):
+        if run and o == run[1]:
+            run[1] = o + 1
+        else:
+            run = [o, o + 1]
+            out.append(run)
+    return ", ".join(f"[{a}, {b})" for a, b in out[:6]) + (" ..." if len(out) > 6 else "")
