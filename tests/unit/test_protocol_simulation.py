@@ -4,6 +4,7 @@ on the real library, with the invariants checked after every step and liveness a
 end. A failure prints the sequence shrunk to its minimal form, to replay by seed."""
 
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -18,10 +19,13 @@ def _seeds(first: int, count: int) -> list[str]:
     """Explore count seeds from first; the reports of the failing ones, shrunk."""
     root = explore.scratch()
     failed = []
-    for seed in range(first, first + count):
-        result = explore.explore(seed, root, avoid_open=True)
-        if result.violation:
-            failed.append(explore.report(explore.shrink(result, root)))
+    try:
+        for seed in range(first, first + count):
+            result = explore.explore(seed, root, avoid_open=True)
+            if result.violation:
+                failed.append(explore.report(explore.shrink(result, root)))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     return failed
 
 

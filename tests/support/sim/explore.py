@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -220,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     opts = args.parse_args(argv)
     logging.disable(logging.WARNING)  # the library's warnings are the steps' outcomes here
     root = scratch()
+    try:
+        return _run(opts, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(opts: argparse.Namespace, root: Path) -> int:
     if opts.seed is not None:
         result = explore(opts.seed, root, opts.steps, opts.avoid_open)
         print("\n".join(result.trace))
