@@ -72,6 +72,11 @@ KILLED_ATTEMPTS_FILE_LEFT_AFTER_RETENTION = [  # seed 709
     ("run", "r1", 0, 5, 0), ("retention", "t", 1, 3)]
 
 
+LINE_DELETED_AFTER_RETENTION = [  # seed 238: the unarchived offsets lost without a word
+    ("produce", "u", 0, 1, False), ("run", "r1", 0, 0, 0), ("produce", "u", 0, 9, True),
+    ("retention", "u", 0, 2), ("delete_line", "u", 0)]
+
+
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -79,7 +84,8 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cut short, then its mark deleted": COMMIT_CUT_SHORT_THEN_MARK_DELETED,
          "resumed plan moved its own file aside": RESUMED_PLAN_MOVED_ITS_OWN_FILE_ASIDE,
          "abandoned plan's job wrote files": ABANDONED_PLANS_JOB_WROTE_FILES,
-         "killed attempt's file left after retention": KILLED_ATTEMPTS_FILE_LEFT_AFTER_RETENTION}
+         "killed attempt's file left after retention": KILLED_ATTEMPTS_FILE_LEFT_AFTER_RETENTION,
+         "line deleted after retention": LINE_DELETED_AFTER_RETENTION}
 
 
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())

@@ -25,7 +25,7 @@ from kafka_archive.errors import TerminalError
 from kafka_archive.plan import inflight
 from kafka_archive.plan.rewinds import token_to_move
 from kafka_archive.storage import Storage
-from kafka_archive.tokens import TokenConflictError, TokenStore
+from kafka_archive.tokens import Token, TokenConflictError, TokenStore
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,22 @@ def gaps(token_offsets: dict[int, int], earliest: dict[int, int]) -> dict[int, t
     """Per partition whose token is below Kafka's earliest offset: the lost [from, to). Pure."""
     return {p: (token_offsets[p], first) for p, first in sorted(earliest.items())
             if p in token_offsets and token_offsets[p] < first}
+
+
+def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[int, int]:
+    """Per partition, one past the highest offset the archive accounts for: its current
+    rows and the losses recorded. A partition whose token line is gone (deleted by a
+    person, to archive it again) is checked against this: what Kafka deleted above it
+    was never archived, and is a loss like any retention gap, not a silent skip."""
+    found: dict[int, int] = {}
+    held = cat.state.topics.get(topic)
+    for summary in (held.summaries.values() if held else ()):
+        if summary.generation == generation and summary.end is not None:
+            found[summary.partition] = max(found.get(summary.partition, 0), summary.end)
+    for (name, partition), ranges in catalog.lost_ranges(cat.state).items():
+        if name == topic and ranges:
+            found[partition] = max(found.get(partition, 0), max(b for _, b in ranges))
+    return found
 
 
 def record(storage: Storage, config: Config, loss: AcceptedLoss) -> str:
@@ -59,17 +75,23 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
     config.group(group)  # an unknown group is a config error
     if not reason.strip():
         raise AcceptLossError("say why the loss is acceptable (--reason)")
-    read = token_to_move(config, tokens, group, topic, AcceptLossError,
-                         "nothing was archived, so nothing is lost; its next run starts from "
-                         "start_from")
-    token = read.token
+    read = tokens.read(group, topic)
+    if read.token is not None and read.token.offsets:  # checks its cluster
+        read = token_to_move(config, tokens, group, topic, AcceptLossError, "")
+    token = read.token or Token(group, topic, config.bootstrap_servers, {})
     if run := inflight.holding(storage, config.archive_root, group, topic):
         # its commit would fail on a moved token
         raise AcceptLossError(f"run {run} of group {group} is in flight with topic {topic}: "
                               "let it commit, then accept the loss")
-    chosen = [partition] if partition is not None else sorted(token.offsets)
+    # a partition whose line a person deleted is judged from where the archive ends
+    cat = catalog.open_catalog(storage, config, group, may_rebuild=True)
+    lines = {**archived_through(cat, topic, config.generation), **token.offsets}
+    if not lines:
+        raise AcceptLossError(f"no token for {group}/{topic} and nothing of it archived: "
+                              "nothing is lost; its next run starts from start_from")
+    chosen = [partition] if partition is not None else sorted(lines)
     earliest = consumer.beginning_offsets([TopicPartition(topic, p) for p in chosen])
-    found = gaps(dict(token.offsets), {tp.partition: o for tp, o in earliest.items()})
+    found = gaps(lines, {tp.partition: o for tp, o in earliest.items()})
     if not found:
         where = f"partition {partition}" if partition is not None else "any partition"
         raise AcceptLossError(
@@ -82,7 +104,8 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
         record(storage, config, loss)
     offsets = {**token.offsets, **{p: b for p, (_, b) in found.items()}}
     try:
-        tokens.write(replace(token, offsets=offsets), expected_version=read.version)
+        tokens.write(replace(token, offsets=offsets, bootstrap=config.bootstrap_servers),
+                     expected_version=read.version)
     except TokenConflictError as exc:
         raise AcceptLossError(f"token {group}/{topic} changed meanwhile (a run committed): "
                               f"it was not moved; run accept-loss again ({exc.found})") from None

@@ -49,9 +49,10 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     _refuse_other_clusters(config, group.name, reads)
     states = [s for s in states if s.topic in reads]  # an unreadable token holds its topic
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
+    cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     slices, anomalies, waiting = planning.decide(
-        group, states, offsets, int(now.timestamp() * 1000), planning.oldest_pending_reader(consumer),
-        caps)
+        group, states, _judged(cat, config, states, offsets), int(now.timestamp() * 1000),
+        planning.oldest_pending_reader(consumer), caps)
     anomalies = unreadable + _vanished(group, consumer, reads, {s.topic for s in states}) + anomalies
     if anomalies and not dry_run:
         # recorded even when every topic is held: the lost range must not be forgotten
@@ -64,7 +65,6 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     "on_retention_gap: skip", now.isoformat(timespec="seconds"),
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
-    cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     if not dry_run and (cut := _cut_short(storage, config, group.name, reads, cat)):
         log.warning("run %s advanced tokens but its commit never finished (its in-flight "
                     "mark was deleted): re-executing its plan unchanged", cut.run_id)
@@ -94,6 +94,26 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
     _move_aside(storage, config, plan)
     return plan
+
+
+def _judged(cat: catalog.Catalog, config: Config, states: list[planning.PartitionState],
+            offsets: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+    """The token lines the plan decides from: each topic's, and for a partition without a
+    line (deleted by a person, to archive it again from start_from) whose archive ends
+    below Kafka's earliest offset, that end: the messages between were deleted before they
+    were archived, a retention gap like any other (held or skipped, recorded, mailed), not
+    a silent skip. Where Kafka still holds the end, the line stays absent: a rewind."""
+    judged = {t: dict(lines) for t, lines in offsets.items()}
+    ends: dict[str, dict[int, int]] = {}
+    for s in states:
+        if s.partition in judged.get(s.topic, {}):
+            continue
+        if s.topic not in ends:
+            ends[s.topic] = losses.archived_through(cat, s.topic, config.generation)
+        end = ends[s.topic].get(s.partition)
+        if end is not None and end < s.earliest:
+            judged.setdefault(s.topic, {})[s.partition] = end
+    return judged
 
 
 class RunFolderTaken(TerminalError):

@@ -15,6 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafka_archive import catalog
+from kafka_archive.plan import losses
+from kafka_archive.storage import Storage
+
 from tests.support.sim.world import TOPICS, Violation, World
 
 STEPS = 30  # per sequence
@@ -39,9 +43,10 @@ def scratch() -> Path:
 # which a step shows it. `--all` draws those steps too; the suite's run (avoid_open) does
 # not, so that it fails on anything else. Remove an entry with its fix.
 OPEN_DEFECTS = {
-    "hole": "a token line deleted while retention has deleted offsets above it that were "
-            "never archived: the next plan starts at Kafka's earliest offset and no loss is "
-            "recorded or mailed",
+    "hole": "a token line deleted, of a partition the archive holds no row of (its line "
+            "only remembered a spot, start_from: latest or an emptied partition), while "
+            "retention has deleted offsets above the line: nothing else records the spot, so "
+            "the next plan starts at Kafka's earliest offset and no loss is recorded",
     "file missing, stray file": "_inflight.json deleted by hand before the plan's commit "
         "moved a token (the plan is abandoned): the files its plan moved aside stay under "
         "_superseded/ while the catalog lists them, and what its job wrote stays beside the "
@@ -53,8 +58,11 @@ def shows_open_defect(step: tuple, world: World) -> bool:
     kind = step[0]
     if kind in ("delete_token", "delete_line"):  # "hole"
         token = world.tokens.read("backup", step[1]).token
-        lines = token.offsets if token else {}
-        return any(o < world.kafka.topics[step[1]][p].earliest for p, o in lines.items()
+        archived = losses.archived_through(
+            catalog.open_catalog(Storage(), world.config, "backup", may_rebuild=True),
+            step[1], world.config.generation)
+        return any(o < world.kafka.topics[step[1]][p].earliest and p not in archived
+                   for p, o in (token.offsets.items() if token else ())
                    if kind == "delete_token" or p == step[2])
     if kind == "remove_inflight":  # "file missing, stray file"
         plan = world.plan_in_flight()
