@@ -133,7 +133,9 @@ class SparkSettings:
 class Config:
     path: Path
     bootstrap_servers: str
-    kafka_properties: dict[str, str]  # extra Kafka client properties (security), Java names
+    # extra Kafka client properties (security), Java names: a SASL password from a
+    # connection among them, so never in a repr (a log line, an error, a task's XCom)
+    kafka_properties: dict[str, str] = field(repr=False)
     archive_root: str                 # file:///abs/path or s3://bucket/prefix
     token_root: str
     s3_conn_id: str

@@ -116,3 +116,14 @@ spark:
 def test_spark_section_errors_name_the_key(tmp_path, section, message):
     with pytest.raises(ConfigError, match=message):
         config.load(write(tmp_path, MINIMAL + section + "\n"))
+
+
+def test_the_repr_shows_no_kafka_property_value(tmp_path):
+    """A SASL password among the Kafka properties (from ${ENV} or a connection) must not
+    reach a log line or an error through repr (issue 41)."""
+    loaded = config.load(write(tmp_path, MINIMAL.replace("  bootstrap_servers: broker-1:9092", (
+        "  bootstrap_servers: broker-1:9092\n  properties:\n    sasl.jaas.config: >-\n"
+        "      org.apache.kafka.common.security.scram.ScramLoginModule required\n"
+        "      username=\"u\" password=\"s3cret-value\";"))))
+    assert "s3cret-value" in loaded.kafka_properties["sasl.jaas.config"]
+    assert "s3cret-value" not in repr(loaded)
