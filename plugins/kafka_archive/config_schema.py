@@ -355,6 +355,23 @@ class Document(Section):
         return self
 
     @model_validator(mode="after")
+    def _tables_have_one_group(self) -> Document:
+        """Two table groups in one catalog namespace would share a topic's table: each
+        would commit the other's offsets out of it (issue 41)."""
+        owner: dict[tuple[str, str], str] = {}
+        for name, group in self.groups.items():
+            if group.table is None:
+                continue
+            where = (group.table.catalog, group.table.namespace)
+            if where in owner:
+                raise problem(f"{where[1]!r} in catalog {where[0]!r} is group {owner[where]}'s "
+                              "namespace already: two table groups would share their topics' "
+                              "tables; give each its own namespace",
+                              key=f"groups.{name}.table.namespace")
+            owner[where] = name
+        return self
+
+    @model_validator(mode="after")
     def _audited_groups_exist(self) -> Document:
         unknown = [g for g in self.audit.groups if g not in self.groups]
         if unknown:

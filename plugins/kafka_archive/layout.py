@@ -112,6 +112,7 @@ QUARANTINE = "_quarantine"
 LATE = "_late"
 TABLE_DATA = "data"  # a table group's files, as Iceberg writers lay a table out
 DEAD_LETTERS = "_dlq"  # an event-time table group's dead-letter tables
+DEAD_LETTER_SUFFIX = "_dlq"  # ... each named <namespace>.<topic>_dlq in the catalog
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,15 @@ def test_a_table_group_writes_parquet_into_a_named_catalog(tmp_path):
 def test_a_table_group_that_cannot_be_built_is_refused_by_name(tmp_path, group_yaml, message):
     with pytest.raises(ConfigError, match=message):
         load(tmp_path, group_yaml)
+
+
+def test_two_table_groups_may_not_share_a_namespace(tmp_path):
+    """They would share a topic's table, each commit taking the other's rows out."""
+    path = tmp_path / "kafka-archive.yaml"
+    table = "format: {kind: parquet}\n    table: {namespace: raw}\n"
+    path.write_text(HEAD + "    " + table + "  h:\n    " + table)
+    with pytest.raises(ConfigError, match=r"groups\.h\.table\.namespace: 'raw' in catalog "
+                                          r"'local' is group g's namespace already"):
+        config.load(path)
+    path.write_text(HEAD + "    " + table + "  h:\n    " + table.replace("raw", "other"))
+    assert config.load(path).group("h").table.namespace == "other"

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 RUN_ID = "kafka-archive.run-id"      # snapshot summary: the run the snapshot commits
 OFFSETS = "kafka-archive.offsets"    # snapshot summary: the offset ranges it adds
 ATTEMPTS = 5                         # lost compare-and-swap races before giving up
-DEAD_LETTER_SUFFIX = "_dlq"          # an event-time group's topic's dead letters: <topic>_dlq
+DEAD_LETTER_SUFFIX = layout.DEAD_LETTER_SUFFIX  # an event-time group's topic's dead letters
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2",
                     # one metadata file per commit: keep the last 20, not a year of them
                     "write.metadata.delete-after-commit.enabled": "true",

@@ -57,7 +57,7 @@ class Anomaly:
     """Something wrong with one topic. Unless its action is `skipped` (loss accepted by
     `on_retention_gap: skip`), the topic is `held`: left out of the run, while the group's
     other topics are archived; the run then ends failed, naming it."""
-    kind: str       # retention_gap | token_ahead | vanished | malformed_token
+    kind: str       # retention_gap | token_ahead | vanished | malformed_token | name_taken
     topic: str
     partition: int  # -1: the whole topic
     lost_from: int  # retention_gap: the lost range; token_ahead: token and Kafka's latest
@@ -85,6 +85,9 @@ class Anomaly:
         if self.kind == "retention_gap":
             return (f"kafka-archive accept-loss --group {group} --topic {self.topic} "
                     f"--partition {self.partition} --reason \"...\"")
+        if self.kind == "name_taken":
+            return (f"exclude {self.topic} from group {group} (topics.exclude in the config), "
+                    "or archive it in a group of its own")
         if self.kind == "vanished":
             return f"delete the token {group}/{self.topic} if the topic was deleted on purpose"
         return f"fix or delete the token {group}/{self.topic}"

@@ -48,12 +48,14 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                                      sorted({s.topic for s in states} | with_tokens))
     _refuse_other_clusters(config, group.name, reads)
     states = [s for s in states if s.topic in reads]  # an unreadable token holds its topic
+    taken = _names_taken(group, {s.topic for s in states})
+    states = [s for s in states if s.topic not in {a.topic for a in taken}]
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     slices, anomalies, waiting = planning.decide(
         group, states, _judged(cat, config, states, offsets), int(now.timestamp() * 1000),
         planning.oldest_pending_reader(consumer), caps)
-    anomalies = unreadable + _vanished(group, consumer, reads, {s.topic for s in states}) + anomalies
+    anomalies = unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states}) + anomalies
     if anomalies and not dry_run:
         # recorded even when every topic is held: the lost range must not be forgotten
         storage.put_bytes(layout.run_file(config.archive_root, group.name, run_id, "anomalies.json"),
@@ -210,6 +212,19 @@ def _read_tokens(tokens: TokenStore, group: str, topics: list[str]
             unreadable.append(Anomaly("malformed_token", topic, -1, exc.line, exc.line, "failed",
                                       str(exc)))
     return reads, unreadable
+
+
+def _names_taken(group: Group, topics: set[str]) -> list[Anomaly]:
+    """Topics of a parsed table group named like another topic's dead-letter table
+    (`<topic>_dlq`): both would be one table, and its rows of two shapes fail every commit.
+    The topic so named is held, named in the anomaly; the group's other topics go on."""
+    if not group.parsed_table:
+        return []
+    suffix = layout.DEAD_LETTER_SUFFIX
+    return [Anomaly("name_taken", t, -1, 0, 0, "failed",
+                    f"its table would be the dead-letter table of topic "
+                    f"{t.removesuffix(suffix)} in group {group.name} ({t})")
+            for t in sorted(topics) if t.endswith(suffix) and t.removesuffix(suffix) in topics]
 
 
 def _vanished(group: Group, consumer, reads: dict[str, Versioned], observed: set[str]

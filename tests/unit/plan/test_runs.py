@@ -1,6 +1,9 @@
 """A token that cannot be applied holds its topic, not the whole group."""
 
-from kafka_archive.config import FormatSpec, Group, Policy
+from dataclasses import replace
+
+from kafka_archive.config import FormatSpec, Group, Policy, TableSpec
+from kafka_archive.layout import LayoutSpec
 from kafka_archive.plan import runs
 from kafka_archive.tokens import LocalTokenStore, Token
 
@@ -36,3 +39,15 @@ def test_a_topic_gone_from_kafka_with_a_token_is_vanished(tmp_path):
     found = runs._vanished(GROUP, Kafka({"kept"}), reads, {"kept"})
     assert [(a.kind, a.topic) for a in found] == [("vanished", "gone")]
     assert "Kafka has no such topic" in found[0].describe()
+
+
+def test_a_topic_named_like_a_dead_letter_table_is_held():
+    """Issue 41: topic X_dlq and topic X's dead-letter table would be one table, and every
+    plan of the group failed; now X_dlq alone is held, named."""
+    parsed = replace(GROUP, format=FormatSpec("parquet"), layout=LayoutSpec("event_time"),
+                     table=TableSpec())
+    found = runs._names_taken(parsed, {"clicks", "clicks_dlq", "orders_dlq"})
+    assert [(a.kind, a.topic, a.action) for a in found] == [("name_taken", "clicks_dlq", "failed")]
+    assert "the dead-letter table of topic clicks" in found[0].describe()
+    assert "exclude clicks_dlq from group backup" in found[0].remedy("backup")
+    assert runs._names_taken(GROUP, {"clicks", "clicks_dlq"}) == []  # no dead-letter tables
