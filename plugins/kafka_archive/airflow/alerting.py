@@ -102,9 +102,11 @@ def page_link(dag: str) -> str:
 def on_plan(cfg: Config, plan: Plan, run_id: str) -> None:
     """Mail a new plan's anomalies: ranges lost to retention (held or skipped) and topics
     held for other reasons. Each anomaly is mailed once, however many runs see it again (a
-    plan re-executed from an earlier run was mailed about then)."""
-    if not plan.anomalies or plan.run_id != run_id:
+    plan re-executed from an earlier run was mailed about then), and again when it comes
+    back after a plan without it."""
+    if plan.run_id != run_id:
         return
+    # also with none: what it no longer sees is over, and mailed again if it comes back
     _mail_once(cfg, plan.group, run_id, plan.anomalies, forget_unseen=True)
 
 
@@ -170,7 +172,8 @@ def on_task_failure(context) -> None:
     text, kind = _error_text(error), (type(error).__name__ if error is not None else None)
     storage = connections.storage(cfg.s3_conn_id)
     state_url = layout.failures_mailed(cfg.archive_root, group)
-    key, now_s = failure_key(ti.task_id, kind, text, run_id), time.time()
+    plan = _plan_of(cfg, ti)
+    key, now_s = failure_key(ti.task_id, kind, text, (run_id, plan and plan.run_id)), time.time()
     try:
         mailed = json.loads(storage.get_or_none(state_url) or b"{}")
     except Exception:  # S3 may be what failed: the mail matters more than its dedup
@@ -182,7 +185,7 @@ def on_task_failure(context) -> None:
         return
     first = (mailed or {}).get(key, {}).get("first_run")
     send(cfg.alerts, task_failed(group, run_id, ti.task_id, ti.try_number, text, _terminal(error),
-                                 _plan_of(cfg, ti), link, ti.log_url, kind, first), context)
+                                 plan, link, ti.log_url, kind, first), context)
     if mailed is not None:
         mailed[key] = {"run_id": run_id, "first_run": first or run_id, "mailed_at_s": now_s}
         try:

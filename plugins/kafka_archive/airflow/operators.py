@@ -93,11 +93,14 @@ class ArchiveOperator(BaseOperator):
             files=",".join(submit.files), name=self.job_name, env_vars=env_vars,
             deploy_mode=submit.deploy_mode,
             application_args=["--config", str(cfg.path), *self.job_args()])
+        # a failure record belongs to one attempt: an earlier one's must not be taken for
+        # this one's when spark-submit fails before the job starts
+        connections.storage(self.s3_conn_id).delete(job.failure_url(self.plan_url))
         try:
             self.hook.submit(str(self.job), **popen)
         except AirflowException as exc:
-            # the job's own classified error, where its driver recorded one (each job
-            # clears an earlier try's): a terminal one fails the task at once (no retry),
+            # the job's own classified error, where its driver recorded one (this
+            # attempt's: cleared above): a terminal one fails the task at once (no retry),
             # and the mail shows what it said
             recorded = connections.storage(self.s3_conn_id).get_or_none(
                 job.failure_url(self.plan_url))

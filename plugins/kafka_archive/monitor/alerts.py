@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 from urllib.parse import quote
 
+from kafka_archive import layout
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.audit.reconcile import format_window
 from kafka_archive.audit.reporting import describe
@@ -105,10 +106,15 @@ def remedy(error_class: str | None, terminal: bool | None, group: str) -> str:
     return "Read the error and the task's log: this failure is not one kafka-archive knows."
 
 
-def failure_key(task_id: str, error_class: str | None, error: str, run_id: str) -> str:
-    """The same failure in consecutive runs has the same key: the task, the error's class
-    and its text, with the failing run's own id taken out."""
-    return f"{task_id} {error_class} {error.replace(run_id, '<run>')}"
+def failure_key(task_id: str, error_class: str | None, error: str,
+                run_ids: Iterable[str | None]) -> str:
+    """The same failure in consecutive runs has the same key: what failed (the task, the
+    error's class) and why (its text), with every run id taken out, the failing run's and
+    its plan's, as ids and as run folder names: an incident is one key whichever runs
+    meet it."""
+    for run_id in sorted({r for r in run_ids if r}, key=len, reverse=True):
+        error = error.replace(run_id, "<run>").replace(layout.run_folder_name(run_id), "<run>")
+    return f"{task_id} {error_class} {error}"
 
 
 def failure_due(mailed: dict[str, dict], key: str, now_s: float) -> bool:

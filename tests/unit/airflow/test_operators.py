@@ -45,7 +45,7 @@ def submitted(monkeypatch, tmp_path):
         path = tmp_path / "kafka-archive.yaml"
         path.write_text("kafka: {bootstrap_servers: b:9092}\narchive_root: s3://bucket/p\n"
                         + spark_section)
-        operator(task_id="archive", plan_url="s3://bucket/p/plan.json",
+        operator(task_id="archive", plan_url=f"file://{tmp_path}/p/plan.json",
                  config_path=str(path), s3_conn_id="kafka_archive_s3",
                  conn_id="kafka_archive_spark").execute(context or {})
         return RecordingHook.made[-1]
@@ -78,14 +78,15 @@ def test_a_config_master_that_disagrees_with_the_connection_fails(submitted):
         submitted("local[2]", "spark: {master: 'spark://elsewhere:7077'}\n")
 
 
-def test_the_replay_job_is_launched_like_the_archive_job_with_the_runs_rate(submitted):
+def test_the_replay_job_is_launched_like_the_archive_job_with_the_runs_rate(submitted, tmp_path):
     hook = submitted("spark://127.0.0.1:7077", "", ReplayOperator, {"params": {"max_rate": 50}})
     assert hook.submitted[0] == str(spark.REPLAY_APPLICATION)
-    assert hook.kwargs["application_args"][2:] == ["--replay", "s3://bucket/p/plan.json",
+    assert hook.kwargs["application_args"][2:] == ["--replay", f"file://{tmp_path}/p/plan.json",
                                                    "--max-rate", "50"]
     assert hook.kwargs["env_vars"]["AWS_SECRET_ACCESS_KEY"] == SECRET
     unlimited = submitted("local[2]", "", ReplayOperator, {"params": {"max_rate": None}})
-    assert unlimited.kwargs["application_args"][2:] == ["--replay", "s3://bucket/p/plan.json"]
+    assert unlimited.kwargs["application_args"][2:] == ["--replay",
+                                                         f"file://{tmp_path}/p/plan.json"]
 
 
 @pytest.mark.parametrize("conn_type, host, port, master", [
@@ -110,16 +111,18 @@ def test_the_jobs_classified_failure_decides_whether_airflow_retries(submitted, 
     from kafka_archive.archive import job
     from kafka_archive.errors import TerminalError, TransientError
 
-    def fails(self, application, **popen):
+    recorded = {"class": "ManifestMismatchError" if terminal else "TransientError",
+                "terminal": terminal, "message": "run r1 cannot commit: what the job said"}
+
+    def fails(self, application, **popen):  # the job records its error, then exits 1
+        if recorded:
+            (tmp_path / "run" / "job_failure.json").write_text(json.dumps(recorded))
         raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
 
     submitted("local[2]")  # the connections and the recording hook are in place
     monkeypatch.setattr(RecordingHook, "submit", fails)
     plan_url = f"file://{tmp_path}/run/plan.json"
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "job_failure.json").write_text(json.dumps(
-        {"class": "ManifestMismatchError" if terminal else "TransientError",
-         "terminal": terminal, "message": "run r1 cannot commit: what the job said"}))
     assert job.failure_url(plan_url) == f"file://{tmp_path}/run/job_failure.json"
     operator = ArchiveOperator(task_id="archive", plan_url=plan_url,
                                config_path=str(tmp_path / "kafka-archive.yaml"),
@@ -129,6 +132,9 @@ def test_the_jobs_classified_failure_decides_whether_airflow_retries(submitted, 
         operator.execute({})
     if terminal:
         assert isinstance(failed.value.__cause__, TerminalError)
-    (tmp_path / "run" / "job_failure.json").unlink()  # a job that recorded nothing
+    # spark-submit failing before the job starts records nothing: the earlier attempt's
+    # record is not raised again as this one's (issue 41)
+    recorded.clear()
     with pytest.raises(AirflowException, match="Error code is: 1"):
         operator.execute({})
+    assert not (tmp_path / "run" / "job_failure.json").exists()

@@ -183,11 +183,11 @@ def test_audit_mismatch_says_what_where_what_to_do_and_links_that_open():
 
 def test_the_same_failure_in_consecutive_runs_is_one_key_and_mailed_daily():
     first = alerts.failure_key("commit", "ManifestMismatchError",
-                               "run old-run cannot commit: f is None bytes", "manual__1")
+                               "run old-run cannot commit: f is None bytes", ["manual__1"])
     again = alerts.failure_key("commit", "ManifestMismatchError",
-                               "run old-run cannot commit: f is None bytes", "manual__2")
+                               "run old-run cannot commit: f is None bytes", ["manual__2"])
     assert first == again  # the plan re-executed is old-run's in both runs
-    other = alerts.failure_key("plan", "ConfigError", "manual__2: bad key x", "manual__2")
+    other = alerts.failure_key("plan", "ConfigError", "manual__2: bad key x", ["manual__2"])
     assert other != first and "<run>" in other  # the failing run's own id is taken out
     mailed = {first: {"run_id": "manual__1", "first_run": "manual__1", "mailed_at_s": 1000.0}}
     assert alerts.failure_due({}, first, 1000.0)
@@ -205,3 +205,15 @@ def test_a_failure_mail_says_what_to_do_and_whether_it_is_a_reminder():
     fresh = alerts.task_failed("backup", "r1", "plan", 1, "TransientError: x", False, None,
                                LINK, None, "TransientError")
     assert "the next run tries again" in fresh.html and "not mailed again" in fresh.html
+
+
+def test_a_failure_is_one_key_whichever_runs_and_plans_meet_it():
+    """Issue 41: each run's own plan failing the same way was a new key (the plan's run id
+    and its folder name stayed in the text), so a persistent failure was mailed each run."""
+    def key(run_id):
+        folder = run_id.replace(":", "_").replace("+", "_")
+        return alerts.failure_key(
+            "commit", "ManifestMismatchError", f"run {run_id} cannot commit: no s3://b/a/_runs/"
+            f"backup/{folder}/manifest.json; the archive job did not finish", [run_id, run_id])
+    assert key("scheduled__2026-01-01T00:15:00+00:00") == key("scheduled__2026-01-01T00:30:00+00:00")
+    assert "<run>/manifest.json" in key("manual__x:1")
