@@ -23,8 +23,9 @@ def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:
     """Snapshots older than keep_ms go (never the current one), and with them the files
     only they read: the ones a rewind (or a withdrawn run) took out, kept until then for
     time travel. Files go first, snapshots after, so a crash in between leaves snapshots
-    past their time reading missing files (expired by the next call), never a file no
-    snapshot names: an orphan nobody would ever delete. Reads only the manifests of the
+    past their time reading missing files (expired by the next call, for which a file
+    already gone counts as deleted), never a file no snapshot names: an orphan nobody
+    would ever delete. Reads only the manifests of the
     snapshots that removed files, so a call costs little when no rewind happened."""
     table.refresh()
     current = table.current_snapshot()
@@ -39,7 +40,10 @@ def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:
             and s.summary.operation.value in ("overwrite", "delete")
             for path in removed_by(table, s)]
     for path in gone:
-        table.io.delete(path)
+        try:
+            table.io.delete(path)
+        except FileNotFoundError:  # an expiry killed after deleting it: deleted is deleted
+            log.info("table %s: %s was deleted already", name(table), path)
     table.maintenance.expire_snapshots().by_ids(sorted(old)).commit()
     log.info("table %s: %d snapshots expired, %d replaced files deleted", name(table),
              len(old), len(gone))

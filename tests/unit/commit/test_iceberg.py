@@ -115,3 +115,17 @@ def test_expiry_deletes_the_files_only_expired_snapshots_read(table, tmp_path):
                                     + [(1, o, f"value {o}".encode()) for o in range(10)])
     assert table_maintenance.expire(table, keep_ms=0, now_ms=now + 10_000) == {"snapshots": 0, "files": 0}
     assert first.snapshot_id not in {s.snapshot_id for s in table.metadata.snapshots}
+
+
+def test_an_expiry_killed_after_deleting_files_is_finished_by_the_next(table, tmp_path):
+    """Issue 41: killed between deleting the replaced files and expiring the snapshots, the
+    next expiry met the missing file and failed, run after run."""
+    old = [parquet(table, tmp_path, 0, 0, 10)]
+    iceberg.commit_run(table, "run-1", old)
+    second = iceberg.commit_run(table, "run-2", [parquet(table, tmp_path, 0, 0, 10, tag="a-")],
+                                remove=old)
+    (tmp_path / old[0].rsplit("/", 1)[-1]).unlink()  # what the killed expiry got done
+    now = second.timestamp_ms + 1000
+    assert table_maintenance.expire(table, keep_ms=0, now_ms=now) == {"snapshots": 1, "files": 1}
+    assert [s.snapshot_id for s in table.refresh().metadata.snapshots] == [second.snapshot_id]
+    assert offsets(table) == [(0, o, f"a-value {o}".encode()) for o in range(10)]
