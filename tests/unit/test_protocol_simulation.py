@@ -9,6 +9,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from kafka_archive.storage import Storage
+from kafka_archive.tools import verify
+
 from tests.support.sim import explore
 from tests.support.sim.world import Violation, World
 
@@ -104,3 +107,7 @@ def test_the_checks_can_fail(tmp_path):
     (tmp_path / "world" / "archive" / "backup" / url.split("/backup/", 1)[1]).unlink()
     with pytest.raises(Violation, match="file missing"):
         world.check()
+    # and verify, reading the files, says so too (invariant 5)
+    report = verify.verify_group(world.config, "backup", Storage(), world.tokens, files=True)
+    assert [e.message for e in report.errors()] == [f"{url}: unreadable: cannot read archived "
+                                                    f"file {url}: it is not there"]

@@ -23,6 +23,7 @@ from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight, losses, rewinds, runs
 from kafka_archive.plan.planning import HeldTopicsError, Plan, held
 from kafka_archive.storage import Storage, join as storage_join
+from kafka_archive.tools import verify
 from kafka_archive.tokens import LocalTokenStore, Token, render
 
 from tests.support.local_config import local_config
@@ -377,6 +378,15 @@ class World:
                                     "were archived and are in no current row now")
             for where, offsets in held_now.items():
                 self.ever_archived.setdefault(where, set()).update(offsets)
+            # invariant 5: verify finds no error where the invariants hold (the full walk,
+            # which reads every file, at the end only: it would double the run's time)
+            for full in (False, True) if final else (False,):
+                report = verify.verify_group(self.config, GROUP, Storage(), self.tokens,
+                                             full=full)
+                if report.errors():
+                    raise Violation("verify disagrees", f"verify{' --full' if full else ''} "
+                                    "reports errors the invariants do not see: "
+                                    + "; ".join(e.message for e in report.errors()[:3]))
 
     def drain(self) -> list[str]:
         """Liveness: only what the run's failures tell a person to do (accept a retention

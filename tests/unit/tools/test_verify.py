@@ -173,3 +173,15 @@ def test_plain_verify_reads_the_catalogs_summaries_not_the_files(tmp_path):
     assert len(report.errors()) == 1 and "known loss: t partition 0: offsets [20, 30)" in \
         report.render()
     assert json_module.loads(json_module.dumps(report.to_json()))["files"] == 3
+
+
+def test_a_slice_starting_at_a_transaction_marker_names_its_file_by_the_slice():
+    """Found by the protocol simulation (issue 41): a slice whose first offset is a marker
+    holds its first record one later; verify --full called every such file misnamed."""
+    named_at_marker = _file(7, 12, name_offset=6)
+    assert _levels(check_partition([_file(0, 5), named_at_marker], 13, [(6, 7)]), ERROR) == []
+    url = named_at_marker.url
+    assert (f"{url}: first record has offset 7, but the file name says 6"
+            in _levels(check_partition([_file(0, 5), named_at_marker], 13, []), ERROR))
+    assert _levels(check_partition([_file(5, 12, name_offset=6)], 13, [(6, 7)]), ERROR)[0] == (
+        f"{url}: first record has offset 5, but the file name says 6")
