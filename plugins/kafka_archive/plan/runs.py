@@ -163,9 +163,16 @@ def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Ve
     they are archived; the run's own plan is finished instead (its commit finds the tokens
     it advanced, and adds its rows)."""
     root = config.archive_root
-    for run_id in sorted({r.token.run_id for r in reads.values() if r.token and r.token.run_id}):
-        if cat.state.has_run(run_id):
-            continue
+    named = {}  # run id -> a topic whose token names it
+    for topic, read in reads.items():
+        if read.token and read.token.run_id:
+            named.setdefault(read.token.run_id, topic)
+    for run_id, topic in sorted(named.items()):
+        held = cat.state.topics.get(topic)
+        folder = layout.run_folder_name(run_id)
+        if cat.state.has_run(run_id) or (held and any(
+                s.last_run == folder for s in held.summaries.values())):
+            continue  # in the catalog: no storage read for the tokens of idle topics
         stored = storage.get_or_none(layout.run_file(root, group, run_id, "plan.json"))
         if stored is None or manifests.read(storage, root, group, run_id) is None:
             continue  # not a run of this group's folders (a token edited by hand)
