@@ -55,10 +55,13 @@ def finalized_asset(config: Config, group: str, topic: str) -> Asset:
                  name=f"kafka_archive/{group}/{topic}/finalized")
 
 
-def finalize_events(config: Config, group: str, run_id: str,
-                    finalized: dict[str, list[str]]) -> list[tuple[Asset, dict]]:
+def finalize_events(config: Config, group: str, run_id: str, finalized: dict[str, list[str]],
+                    again: dict[str, list[str]] | None = None) -> list[tuple[Asset, dict]]:
     """(asset, extra) per time partition finalized: its path below the topic, its folder,
-    and its time range [start, end) in ms and ISO form (UTC)."""
+    its time range [start, end) in ms and ISO form (UTC), and `replaces`: whether it was
+    final before (`again`: a rewind archived its offsets again), so a loader replaces
+    what it loaded of it rather than adding it as new."""
+    again = again or {}
     spec = config.group(group).layout
     events = []
     for topic, paths in sorted(finalized.items()):
@@ -68,7 +71,8 @@ def finalize_events(config: Config, group: str, run_id: str,
                 "group": group, "topic": topic, "run_id": run_id, "partition": path,
                 "url": layout.time_partition_dir(config.archive_root, group, topic, path),
                 "start_ms": start_ms, "end_ms": end_ms,
-                "start": _iso(start_ms), "end": _iso(end_ms)}))
+                "start": _iso(start_ms), "end": _iso(end_ms),
+                "replaces": path in again.get(topic, ())}))
     return events
 
 

@@ -8,7 +8,7 @@ import json
 import logging
 from dataclasses import asdict
 
-from kafka_archive import brokers, config as config_module, layout
+from kafka_archive import brokers, catalog, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
@@ -124,17 +124,25 @@ def commit(plan_url: str) -> dict:
     return summary
 
 
-def finalize(group: str) -> dict[str, list[str]]:
-    """After commit: `_SUCCESS` into the time partitions that can receive no more data."""
+def finalize(group: str) -> dict[str, dict[str, list[str]]]:
+    """After commit: `_SUCCESS` into the time partitions that can receive no more data;
+    `paths` per topic, and of them the ones final before (`again`: a rewind archived
+    their offsets again, and they replace what a reader loaded)."""
     cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     tokens = connections.token_store(cfg)
+    spec = cfg.group(group)
+    before = {t: state.finalized_through_ms for t, state in
+              catalog.open_catalog(storage, cfg, group, may_rebuild=True).state.topics.items()}
     consumer = brokers.consumer(cfg)
     try:
         now_ms = int(runs.now_utc().timestamp() * 1000)
-        return finalizing.finalize(cfg, cfg.group(group), storage, tokens, consumer, now_ms)
+        done = finalizing.finalize(cfg, spec, storage, tokens, consumer, now_ms)
     finally:
         consumer.close()
+    return {"paths": done, "again": {
+        topic: [p for p in paths if finalizing.again(cfg, spec, topic, p, before.get(topic))]
+        for topic, paths in done.items()}}
 
 
 def expire_snapshots(group: str) -> dict[str, dict[str, int]]:

@@ -37,7 +37,9 @@ def watermark(through_ms: int | None, lateness_s: int) -> int | None:
 def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore, consumer,
              now_ms: int) -> dict[str, list[str]]:
     """Write `_SUCCESS` into every time partition that has become final, and each
-    topic's watermark; topic -> the time partitions finalized now."""
+    topic's watermark; topic -> the time partitions finalized now. A partition final
+    before (below the watermark: a rewind archived its offsets again) is finalized again
+    and listed like the others; `again` tells them apart."""
     if group.layout.kind != "event_time":
         return {}
     through = archived_through(config, group, tokens, consumer, now_ms)
@@ -80,6 +82,15 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
                               json.dumps({"through_ms": state["through_ms"]}).encode())
         return {topic: state["paths"] for topic, state in entry.items()}  # what this one did
     return {}
+
+
+def again(config: Config, group: Group, topic: str, path: str, watermark_ms: int | None
+          ) -> bool:
+    """Whether a time partition finalized now had been final before: a rewind archived
+    its offsets again and it replaces what readers loaded (watermark_ms: the topic's
+    watermark before this finalize)."""
+    return (watermark_ms is not None
+            and layout.time_partition_range(path, group.layout)[1] <= watermark_ms)
 
 
 def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kafka_archive import config
 from kafka_archive.airflow import assets
+from kafka_archive.commit import finalizing
 
 
 def load(tmp_path, group: str):
@@ -47,4 +48,18 @@ def test_a_finalize_adds_an_event_per_time_partition_with_its_range(tmp_path):
         "group": "g", "topic": "orders", "run_id": "run-7", "partition": "dt=2026-11-25/hr=10",
         "url": "s3://bucket/archive/g/orders/dt=2026-11-25/hr=10",
         "start_ms": 1795600800000, "end_ms": 1795604400000,
-        "start": "2026-11-25T10:00:00Z", "end": "2026-11-25T11:00:00Z"}
+        "start": "2026-11-25T10:00:00Z", "end": "2026-11-25T11:00:00Z", "replaces": False}
+
+
+def test_an_hour_finalized_again_after_a_rewind_says_it_replaces_the_first(tmp_path):
+    """Issue 41: a rewind's re-archive finalized the hour again with nothing telling a
+    loader that it replaced what it had loaded."""
+    cfg = load(tmp_path, "{layout: {kind: event_time, granularity: hour}}")
+    hours = ["dt=2026-11-25/hr=09", "dt=2026-11-25/hr=10"]
+    group = cfg.group("g")
+    before = 1795600800000  # the watermark before: the end of hour 09
+    again = [h for h in hours if finalizing.again(cfg, group, "orders", h, before)]
+    assert again == ["dt=2026-11-25/hr=09"]
+    assert not finalizing.again(cfg, group, "orders", hours[0], None)  # nothing was final
+    events = assets.finalize_events(cfg, "g", "run-8", {"orders": hours}, {"orders": again})
+    assert [extra["replaces"] for _, extra in events] == [True, False]
