@@ -52,10 +52,18 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     states = [s for s in states if s.topic not in {a.topic for a in taken}]
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
+    if not dry_run and (cut := _cut_short(storage, config, group.name, reads, cat)):
+        log.warning("run %s advanced tokens but its commit never finished (its in-flight "
+                    "mark was deleted): re-executing its plan unchanged", cut.run_id)
+        inflight.mark(storage, config.archive_root, group.name, cut.run_id,
+                      layout.run_file(config.archive_root, group.name, cut.run_id, "plan.json"))
+        _move_aside(storage, config, cut)
+        return cut
     slices, anomalies, waiting = planning.decide(
         group, states, _judged(cat, config, states, offsets), int(now.timestamp() * 1000),
         planning.oldest_pending_reader(consumer), caps)
-    anomalies = unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states}) + anomalies
+    anomalies = (unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states})
+                 + anomalies)
     if anomalies and not dry_run:
         # recorded even when every topic is held: the lost range must not be forgotten
         storage.put_bytes(layout.run_file(config.archive_root, group.name, run_id, "anomalies.json"),
@@ -67,13 +75,6 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     "on_retention_gap: skip", now.isoformat(timespec="seconds"),
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
-    if not dry_run and (cut := _cut_short(storage, config, group.name, reads, cat)):
-        log.warning("run %s advanced tokens but its commit never finished (its in-flight "
-                    "mark was deleted): re-executing its plan unchanged", cut.run_id)
-        inflight.mark(storage, config.archive_root, group.name, cut.run_id,
-                      layout.run_file(config.archive_root, group.name, cut.run_id, "plan.json"))
-        _move_aside(storage, config, cut)
-        return cut
     slices, superseded = rewinds.supersede(cat, config, slices)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
