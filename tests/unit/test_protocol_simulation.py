@@ -80,6 +80,12 @@ LINE_DELETED_AFTER_RETENTION = [  # seed 238: the unarchived offsets lost withou
     ("retention", "u", 0, 2), ("delete_line", "u", 0)]
 
 
+REBUILD_AFTER_A_REWIND_MET_RETENTION = [  # seed 5353: the rebuild took the kept row out
+    ("run", "r0", 0, 0, 0), ("produce", "u", 0, 4, False), ("run", "r1", 0, 0, 0),
+    ("delete_line", "u", 0), ("task", "r0", "plan", 0), ("retention", "u", 0, 6),
+    ("run", "r2", 0, 0, 0), ("rebuild", 0)]
+
+
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -88,7 +94,8 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "resumed plan moved its own file aside": RESUMED_PLAN_MOVED_ITS_OWN_FILE_ASIDE,
          "abandoned plan's job wrote files": ABANDONED_PLANS_JOB_WROTE_FILES,
          "killed attempt's file left after retention": KILLED_ATTEMPTS_FILE_LEFT_AFTER_RETENTION,
-         "line deleted after retention": LINE_DELETED_AFTER_RETENTION}
+         "line deleted after retention": LINE_DELETED_AFTER_RETENTION,
+         "rebuild after a rewind met retention": REBUILD_AFTER_A_REWIND_MET_RETENTION}
 
 
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())

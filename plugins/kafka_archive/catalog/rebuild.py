@@ -30,7 +30,7 @@ from kafka_archive.catalog.store import (Catalog, entry_url, folder, latest_url,
                                          _load_json)
 from kafka_archive.catalog.lease import one_at_a_time
 from kafka_archive.errors import TerminalError, VersionConflict
-from kafka_archive.manifest import row_files
+from kafka_archive.manifest import not_archived, row_files
 from kafka_archive.storage import Storage, join
 
 log = logging.getLogger(__name__)
@@ -175,8 +175,10 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
         for (at, run, kind, doc), fetched in zip(events, _ahead(pool, documents, events)):
             if kind == "commit":
                 plan, manifest = fetched
+                missed = not_archived(manifest)  # what they were to replace stays
                 gone = [rows[key] for key in {key_of[u] for u in plan.get("superseded", ())
-                                              if u in key_of}]
+                                              if u in key_of}
+                        if (rows[key]["topic"], rows[key]["partition"]) not in missed]
                 added = [catalog_row(r, run, plan, spec, root, group) for r in manifest["slices"]]
                 state.apply({"kind": "commit", "seq": 0, "run_id": plan.get("run_id"), "at": at,
                              "run": run_summary(plan, manifest, doc),

@@ -112,8 +112,12 @@ def _draw(rng: random.Random, world: World) -> tuple:
         return ("restore_token", topic, rng.randint(0, 3))
     if r < 0.93:
         return ("rewind", topic, partition, rng.randint(0, 30))
-    if r < 0.97:
+    if r < 0.96:
         return ("accept_loss", topic)
+    if r < 0.97:
+        return ("rebuild", crash())
+    if r < 0.98:
+        return ("damage_catalog", rng.randrange(100))
     return ("remove_inflight",)
 
 
@@ -172,7 +176,7 @@ def shrink(result: Result, root: Path) -> Result:
                 break
             chunks = min(len(best.steps), chunks * 2)
     for i, step in enumerate(list(best.steps)):
-        if step[0] in ("run", "task", "clear_run") and any(isinstance(a, int) and a for a in
+        if step[0] in ("run", "task", "clear_run", "rebuild") and any(isinstance(a, int) and a for a in
                                                             step[-3:]):
             calm = step[:2] + tuple(0 if isinstance(a, int) else a for a in step[2:])
             attempt(best.steps[:i] + [calm] + best.steps[i + 1:])
@@ -208,6 +212,10 @@ def describe(step: tuple) -> str:
         return f"kafka-archive accept-loss --topic {a[0]}"
     if kind == "remove_inflight":
         return "a person deletes _runs/backup/_inflight.json"
+    if kind == "rebuild":
+        return f"kafka-archive catalog --group backup --rebuild{kill(a[0])}"
+    if kind == "damage_catalog":
+        return f"a catalog snapshot or row chunk is damaged (the {a[0]}th file)"
     return repr(step)
 
 

@@ -252,6 +252,26 @@ class World:
         except ArchiveError as refused:
             out.add(f"accept-loss refused: {refused}")
 
+    def _rebuild(self, out: Outcome, crash: int):
+        """kafka-archive catalog --rebuild: the catalog again from the run folders."""
+        self.faults.arm(crash)
+        try:
+            catalog.rebuild(self.storage, self.config, GROUP)
+        except Crash as kill:
+            out.add(f"rebuild: killed before {kill}")
+        except ArchiveError as failed:
+            out.add(f"rebuild: failed: {type(failed).__name__}: {failed}")
+
+    def _damage_catalog(self, out: Outcome, which: int):
+        """A snapshot or row chunk of the catalog damaged (a bad copy, a partial write)."""
+        folder = self.root / "archive" / "_catalog" / GROUP
+        damaged = sorted(p for p in folder.rglob("*") if p.is_file()
+                         and ("snapshots" in p.parts or "rows" in p.parts))
+        if damaged:
+            victim = damaged[which % len(damaged)]
+            victim.write_bytes(b"not json")
+            out.add(f"damaged {victim.relative_to(folder)}")
+
     def _remove_inflight(self, out: Outcome):
         """A person deletes `_inflight.json` by hand."""
         if self.in_flight():
@@ -319,14 +339,17 @@ class World:
         """Invariants 1-3 of issue 41 on what the catalog, the files and the tokens say."""
         try:
             cat = catalog.open_catalog(Storage(), self.config, GROUP)
-        except catalog.CatalogUnreadable:  # a commit killed before the first entry: as
-            # designed, the next writer rebuilds it; so does the check, as that writer
+            rows = cat.rows()
+        except catalog.CatalogUnreadable:  # damaged, or a commit killed before the first
+            # entry: as designed, a reader fails and the next writer rebuilds it; so does
+            # the check, as that writer
             cat = catalog.open_catalog(Storage(), self.config, GROUP, may_rebuild=True)
+            rows = cat.rows()
         # while a plan is in flight (or was abandoned: its mark deleted by hand, until the
         # next plan), its files may be moved aside and its tokens ahead of the catalog
         quiet = final or not (self.in_flight() or self.abandoned)
         held_now: dict[tuple[str, int], set[int]] = {}
-        for row in cat.rows():
+        for row in rows:
             where = (row["topic"], row["partition"])
             claimed = set(range(row["start"], row["end"])) - {
                 o for a, b in row.get("gaps", ()) for o in range(a, b)}
@@ -366,7 +389,7 @@ class World:
                                     f"offsets {_ranges(needed)} are in no current row and no "
                                     "accepted loss")
         if quiet:
-            current = {f["url"] for row in cat.rows() for f in row_files(row)}
+            current = {f["url"] for row in rows for f in row_files(row)}
             tree = storage_join(self.config.archive_root, GROUP)
             for url, _ in Storage().list(tree):
                 if not url[len(tree) + 1:].startswith("_") and url not in current:
