@@ -150,6 +150,22 @@ def explore(seed: int, root: Path, length: int = STEPS, avoid_open: bool = False
     return run_steps([], root, seed, random.Random(seed), length, avoid_open)
 
 
+def explore_many(first: int, count: int) -> list[str]:
+    """Explore seeds first..first+count-1 (avoiding the open defects) in a scratch folder
+    of this process; the report of each failing one, shrunk."""
+    logging.disable(logging.WARNING)
+    root = scratch()
+    failed = []
+    try:
+        for seed in range(first, first + count):
+            result = explore(seed, root, avoid_open=True)
+            if result.violation:
+                failed.append(report(shrink(result, root)))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return failed
+
+
 def shrink(result: Result, root: Path) -> Result:
     """The shortest sequence found that breaks the same invariant (delta debugging by
     chunks, then each kill point cleared where the failure does not need it)."""
