@@ -108,8 +108,10 @@ def check_authentication(config: Config, bootstrap: str | None = None,
         raise AuthenticationFailed(
             f"Kafka at {settings['bootstrap_servers']}: authentication failed for SASL user "
             f"{settings['sasl_plain_username']!r} ({settings.get('sasl_mechanism', 'PLAIN')}): "
-            "check the password in kafka.properties.sasl.jaas.config (or its ${...} "
-            "variable); retrying will not help")
+            + (f"check the password of the Airflow connection {config.kafka_conn_id!r}"
+               if config.kafka_conn_id else
+               "check the password in kafka.properties.sasl.jaas.config (or its ${...} "
+               "variable)") + "; retrying will not help")
 
 
 def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:

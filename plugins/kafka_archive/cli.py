@@ -391,8 +391,13 @@ def _tokens(config: Config) -> TokenStore:
 
 def _connections():
     """kafka_archive.airflow.connections: Airflow is imported only when a credential is
-    looked up (S3, Kafka's or a catalog's connection), its logs sent to stderr."""
+    looked up (S3, Kafka's or a catalog's connection), its logs sent to stderr. The
+    lookups search as Airflow's own CLI does (`airflow connections get`): the environment,
+    the configured secrets backends, then Airflow's metadata database. Outside a task,
+    Airflow 3's SDK leaves the database out unless the process says it runs on Airflow's
+    side (a connection made in the UI was not found)."""
     _airflow_logs_to_stderr()
+    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
     from kafka_archive.airflow import connections
 
     return connections

@@ -8,6 +8,8 @@ mail; a login with a wrong password is refused by the broker."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -85,9 +87,10 @@ def test_archives_with_the_credentials_of_an_airflow_connection(
              "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
              "sasl.username": user, "sasl.password": password, "group.id": "other-operators"}
     env = {k: v for k, v in airflow_env.items() if k != "KAFKA_ARCHIVE_KAFKA_PASSWORD"}
-    if kept_in == "metadata database":
-        airflow(env, "connections", "add", conn_id, "--conn-type", "kafka",
-                "--conn-extra", json.dumps(extra))
+    if kept_in == "metadata database":  # the password in its field, masked and encrypted
+        fields = {k: v for k, v in extra.items() if k not in ("sasl.username", "sasl.password")}
+        airflow(env, "connections", "add", conn_id, "--conn-type", "kafka", "--conn-login", user,
+                "--conn-password", password, "--conn-extra", json.dumps(fields))
     else:
         env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps({"conn_type": "kafka", "extra": extra})
     pipeline = Pipeline(env, kafka, s3, f"conn{unique}", tmp_path, policy="max_records: 4",
@@ -101,6 +104,12 @@ def test_archives_with_the_credentials_of_an_airflow_connection(
     assert pipeline.token_offsets() == {topic: {0: 4, 1: 4}}
     assert sorted((p, o, v) for _, p, o, _, v, _, _ in pipeline.archived_records()) == sorted(
         (i % 2, i // 2, f"m{i}".encode()) for i in range(10) if i // 2 < 4)
+    # the CLI finds the connection where Airflow keeps it, the database too (issue 41)
+    status = subprocess.run([str(Path(sys.executable).parent / "kafka-archive"), "status",
+                             "--group", "backup"], env=pipeline.env, capture_output=True,
+                            text=True, timeout=300)
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert topic in status.stdout and password not in status.stdout + status.stderr
     logs = Path(env["AIRFLOW_HOME"]) / "logs"
     for where, text in {"dags test output": pipeline.dag_output,
                         **{str(p): p.read_text(errors="replace")

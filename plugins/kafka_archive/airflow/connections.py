@@ -27,10 +27,19 @@ def load_config(path: str | Path | None = None) -> Config:
 
 
 def kafka_extra(conn_id: str) -> dict:
-    """The Kafka connection's client properties (its extra), wherever Airflow keeps it."""
+    """The Kafka connection's client properties (its extra), wherever Airflow keeps it,
+    with its login and password fields as sasl.username and sasl.password unless the
+    extra has them: Airflow masks and encrypts the password field, not an extra's keys
+    (`airflow connections add --conn-extra` logs the extra whole in its own log table)."""
     from airflow.sdk import BaseHook
 
-    return BaseHook.get_connection(conn_id).extra_dejson
+    conn = BaseHook.get_connection(conn_id)
+    extra = dict(conn.extra_dejson)
+    if conn.password and "sasl.password" not in extra:
+        extra["sasl.password"] = conn.password
+    if conn.login and "sasl.username" not in extra:
+        extra["sasl.username"] = conn.login
+    return extra
 
 
 def kafka_environment(config: Config) -> dict[str, str]:

@@ -1,0 +1,28 @@
+"""The Kafka connection as the tasks and the CLI read it (an AIRFLOW_CONN_ variable here)."""
+
+import json
+
+from kafka_archive import kafka_connection
+from kafka_archive.airflow import connections
+
+
+def test_the_password_field_is_the_sasl_password(monkeypatch):
+    """Issue 41 §4: Airflow masks and encrypts a connection's password field, not its
+    extra; the password goes there, the extra keeps the other properties."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_FIELDS", json.dumps({
+        "conn_type": "kafka", "login": "archiver", "password": "pw-from-the-field",
+        "extra": {"bootstrap.servers": "b:9094", "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "SCRAM-SHA-512"}}))
+    extra = connections.kafka_extra("kafka_fields")
+    assert (extra["sasl.username"], extra["sasl.password"]) == ("archiver", "pw-from-the-field")
+    bootstrap, properties = kafka_connection.from_extra("kafka_fields", extra)
+    assert bootstrap == "b:9094"
+    assert 'username="archiver" password="pw-from-the-field"' in properties["sasl.jaas.config"]
+
+
+def test_an_extra_that_names_the_credentials_keeps_them(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_EXTRA", json.dumps({
+        "conn_type": "kafka", "password": "ignored",
+        "extra": {"bootstrap.servers": "b:9094", "sasl.username": "u", "sasl.password": "p"}}))
+    extra = connections.kafka_extra("kafka_extra")
+    assert (extra["sasl.username"], extra["sasl.password"]) == ("u", "p")
