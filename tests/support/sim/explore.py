@@ -199,40 +199,36 @@ def shrink(result: Result, root: Path) -> Result:
     return best
 
 
+def _kill(n: int) -> str:
+    return f" (killed before its write #{n})" if n else ""
+
+
+# each step kind as a person reads it, from the step's arguments
+_SAID = {
+    "produce": lambda t, p, n, marker: f"produce {n} messages to {t}/{p}"
+                                       + (" and a marker" if marker else ""),
+    "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",
+    "add_partition": lambda t: f"a partition is added to {t}",
+    "time": lambda minutes: f"{minutes} minutes pass",
+    "run": lambda run, plan, job, commit: f"DAG run {run}: plan{_kill(plan)}, "
+                                          f"archive{_kill(job)}, commit{_kill(commit)}",
+    "task": lambda run, task, n: f"Clear task {task} of run {run}{_kill(n)}",
+    "clear_run": lambda run, n: f"Clear the whole run {run}{_kill(n)}",
+    "delete_token": lambda t: f"a person deletes token {t}",
+    "delete_line": lambda t, p: f"a person deletes the line of partition {p} from token {t}",
+    "restore_token": lambda t, back: f"a person restores token {t} from its copy {back} "
+                                     "versions back",
+    "rewind": lambda t, p, o: f"kafka-archive rewind --topic {t} --partition {p} --to-offset {o}",
+    "accept_loss": lambda t: f"kafka-archive accept-loss --topic {t}",
+    "remove_inflight": lambda: "a person deletes _runs/backup/_inflight.json",
+    "rebuild": lambda n: f"kafka-archive catalog --group backup --rebuild{_kill(n)}",
+    "damage_catalog": lambda n: f"a catalog snapshot or row chunk is damaged (file #{n})",
+}
+
+
 def describe(step: tuple) -> str:
-    kind, *a = step
-    kill = lambda n: f" (killed before its write #{n})" if n else ""  # noqa: E731
-    if kind == "produce":
-        return f"produce {a[2]} messages to {a[0]}/{a[1]}" + (" and a marker" if a[3] else "")
-    if kind == "retention":
-        return f"retention deletes the {a[2]} oldest offsets of {a[0]}/{a[1]}"
-    if kind == "add_partition":
-        return f"a partition is added to {a[0]}"
-    if kind == "time":
-        return f"{a[0]} minutes pass"
-    if kind == "run":
-        return (f"DAG run {a[0]}: plan{kill(a[1])}, archive{kill(a[2])}, commit{kill(a[3])}")
-    if kind == "task":
-        return f"Clear task {a[1]} of run {a[0]}{kill(a[2])}"
-    if kind == "clear_run":
-        return f"Clear the whole run {a[0]}{kill(a[1])}"
-    if kind == "delete_token":
-        return f"a person deletes token {a[0]}"
-    if kind == "delete_line":
-        return f"a person deletes the line of partition {a[1]} from token {a[0]}"
-    if kind == "restore_token":
-        return f"a person restores token {a[0]} from its copy {a[1]} versions back"
-    if kind == "rewind":
-        return f"kafka-archive rewind --topic {a[0]} --partition {a[1]} --to-offset {a[2]}"
-    if kind == "accept_loss":
-        return f"kafka-archive accept-loss --topic {a[0]}"
-    if kind == "remove_inflight":
-        return "a person deletes _runs/backup/_inflight.json"
-    if kind == "rebuild":
-        return f"kafka-archive catalog --group backup --rebuild{kill(a[0])}"
-    if kind == "damage_catalog":
-        return f"a catalog snapshot or row chunk is damaged (the {a[0]}th file)"
-    return repr(step)
+    kind, *args = step
+    return _SAID[kind](*args) if kind in _SAID else repr(step)
 
 
 def report(result: Result) -> str:

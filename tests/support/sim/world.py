@@ -289,8 +289,8 @@ class World:
         self.abandoned = self.abandoned and not self.in_flight()
         run.plan_url = (layout.run_file(self.config.archive_root, GROUP, made.run_id, "plan.json")
                         if made.slices else None)
-        return f"plan {made.run_id}: " + ", ".join(
-            f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices) or "nothing"
+        return f"plan {made.run_id}: " + (", ".join(
+            f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices) or "nothing")
 
     def task_job(self, run: Run) -> str:
         plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
