@@ -73,6 +73,12 @@ REBUILD_AFTER_A_REWIND_MET_RETENTION = [  # seed 5353: the rebuild took the kept
     ("run", "r2", 0, 0, 0), ("rebuild", 0)]
 
 
+TOKEN_DELETED_AFTER_A_KILLED_COMMIT = [  # seed 107: the re-executed commit wrote it back
+    ("produce", "t", 0, 2, True), ("run", "r1", 0, 0, 7), ("delete_token", "t")]
+TOKEN_DELETED_WHILE_BEING_CREATED = [  # seed 197: killed before recording the creation
+    ("produce", "t", 0, 4, False), ("run", "r1", 0, 0, 4), ("delete_token", "t")]
+
+
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -82,7 +88,9 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "abandoned plan's job wrote files": ABANDONED_PLANS_JOB_WROTE_FILES,
          "killed attempt's file left after retention": KILLED_ATTEMPTS_FILE_LEFT_AFTER_RETENTION,
          "line deleted after retention": LINE_DELETED_AFTER_RETENTION,
-         "rebuild after a rewind met retention": REBUILD_AFTER_A_REWIND_MET_RETENTION}
+         "rebuild after a rewind met retention": REBUILD_AFTER_A_REWIND_MET_RETENTION,
+         "token deleted after a killed commit": TOKEN_DELETED_AFTER_A_KILLED_COMMIT,
+         "token deleted while being created": TOKEN_DELETED_WHILE_BEING_CREATED}
 
 
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())

@@ -137,26 +137,9 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
     else:  # before the tokens: see the top
         tables = tables or iceberg.Tables(config)
         snapshots = iceberg.commit_tables(tables, plan, manifest)
-    left_as_found = {}  # topic -> why its token was not written
-    for topic in plan.topics():
-        offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
-        offsets.update({p: end for (t, p), end in ends.items() if t == topic})
-        token = Token(group=plan.group, topic=topic, bootstrap=plan.bootstrap, offsets=offsets,
-                      committed_at=now.isoformat(timespec="seconds"), run_id=plan.run_id)
-        try:
-            tokens.write(token, expected_version=plan.token_versions[topic])
-        except TokenConflictError as conflict:
-            current = tokens.read(plan.group, topic).token
-            if current and current.run_id == plan.run_id and dict(current.offsets) == offsets:
-                log.info("token %s/%s was already advanced by this run", plan.group, topic)
-                continue
-            if (current and current.run_id not in (plan.run_id, plan.token_runs.get(topic))
-                    and _committed_after(storage, root, plan, current.run_id)):
-                if tables is not None:  # the table must not keep what no token covers
-                    iceberg.withdraw_run(tables, plan, manifest, topic)
-                raise  # another run committed the topic: this plan is stale
-            left_as_found[topic] = changed_by_a_person(plan, topic, current, conflict)
-            log.warning("%s", left_as_found[topic])
+    left_as_found = _advance_tokens(config, plan, storage, tokens, now, ends, committed,
+                                    lambda topic: iceberg.withdraw_run(
+                                        tables, plan, manifest, topic) if tables else None)
     summary = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds"),
                "records": sum(e["records"] for e in manifest["slices"]),
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
@@ -212,6 +195,60 @@ def _keep_what_was_not_archived_again(config: Config, plan: Plan, manifest: dict
                 position = max(position, row["end"])
         if (s.topic, s.partition) in ends:  # a lost head; a vanished topic's token stays
             ends[(s.topic, s.partition)] = max(ends[(s.topic, s.partition)], position)
+
+
+def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenStore,
+                    now: datetime, ends: dict[tuple[str, int], int], committed: str,
+                    withdraw) -> dict[str, str]:
+    """Each topic's token by compare-and-swap; topic -> why its token was left as found.
+    Tokens move in one attempt's token step only: once committed.json exists the step is
+    done and its outcome stands. A token the plan saw absent is created by compare-and-
+    swap too, which cannot tell this run's earlier attempt from a person who deleted what
+    it created: so each creation is recorded before it is tried (`tokens.json`), and a
+    later attempt that finds such a token absent leaves it so: a person deleted it, or the
+    attempt was killed before it (either way, writing it now could undo a person's
+    delete; left absent, the next plan archives the topic again, nothing is lost)."""
+    if (stored := storage.get_or_none(committed)) is not None:
+        return json.loads(stored)["tokens_left_as_found"]
+    record_url = layout.run_file(config.archive_root, plan.group, plan.run_id, "tokens.json")
+    creating = json.loads(storage.get_or_none(record_url) or b'{"creating": []}')["creating"]
+    left_as_found = {}
+    for topic in plan.topics():
+        offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
+        offsets.update({p: end for (t, p), end in ends.items() if t == topic})
+        token = Token(group=plan.group, topic=topic, bootstrap=plan.bootstrap, offsets=offsets,
+                      committed_at=now.isoformat(timespec="seconds"), run_id=plan.run_id)
+        if topic in creating and tokens.read(plan.group, topic).token is None:
+            left_as_found[topic] = absent_again(plan, topic)
+            log.warning("%s", left_as_found[topic])
+            continue
+        if plan.token_versions[topic] is None:
+            creating.append(topic)
+            storage.put_bytes(record_url, json.dumps({"creating": creating}).encode())
+        try:
+            tokens.write(token, expected_version=plan.token_versions[topic])
+        except TokenConflictError as conflict:
+            current = tokens.read(plan.group, topic).token
+            if current and current.run_id == plan.run_id and dict(current.offsets) == offsets:
+                log.info("token %s/%s was already advanced by this run", plan.group, topic)
+                continue
+            if (current and current.run_id not in (plan.run_id, plan.token_runs.get(topic))
+                    and _committed_after(storage, config.archive_root, plan, current.run_id)):
+                withdraw(topic)  # the table must not keep what no token covers
+                raise  # another run committed the topic: this plan is stale
+            left_as_found[topic] = changed_by_a_person(plan, topic, current, conflict)
+            log.warning("%s", left_as_found[topic])
+    return left_as_found
+
+
+def absent_again(plan: Plan, topic: str) -> str:
+    """Why a token this run was creating, found absent by a later attempt, stays absent."""
+    return (f"token {plan.group}/{topic} did not exist when run {plan.run_id} was planned, an "
+            "earlier attempt of its commit was creating it, and it is absent now: a person "
+            "deleted it since, or that attempt was killed before it wrote it. It is left "
+            f"absent (writing it could undo a person's delete): what the run archived of "
+            f"{topic} is kept in the catalog, and the next run archives {topic} again from "
+            "start_from, moving aside what it replaces")
 
 
 def _committed_after(storage: Storage, root: str, plan: Plan, run_id: str) -> bool:

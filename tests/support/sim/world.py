@@ -137,6 +137,7 @@ class World:
         self.now = START
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
+        self.deleted_under: dict[str, set[str]] = {}  # topic -> run folders planned before
         self.token_copies: dict[str, list[bytes]] = {t: [] for t in TOPICS}
         # the truth the invariants are checked against
         self.ever_archived: dict[tuple[str, int], set[int]] = {}
@@ -220,7 +221,12 @@ class World:
                 return
 
     def _delete_token(self, out: Outcome, topic: str):
+        if self.tokens.read(GROUP, topic).token is None:
+            return  # nothing to delete, nothing a commit could undo
         self.tokens.delete(GROUP, topic)
+        # a person's delete is never undone by a commit of a plan made before it
+        self.deleted_under[topic] = {p.parent.name for p in
+                                     (self.root / "archive" / "_runs" / GROUP).glob("*/plan.json")}
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
         read = self.tokens.read(GROUP, topic)
@@ -317,6 +323,7 @@ class World:
         return int(self.now.timestamp() * 1000)
 
     def _write_token_file(self, topic: str, data: bytes) -> None:
+        self.deleted_under.pop(topic, None)  # the person's newer change
         path = self.tokens._path(GROUP, topic)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -376,6 +383,11 @@ class World:
         for a in cat.state.accepted:
             accepted.setdefault((a["topic"], a["partition"]), set()).update(
                 range(a["lost_from"], a["lost_to"]))
+        for topic, before in self.deleted_under.items():
+            token = self.tokens.read(GROUP, topic).token
+            if token and token.run_id and layout.run_folder_name(token.run_id) in before:
+                raise Violation("delete undone", f"token {topic}, deleted by a person, was "
+                                f"written again by run {token.run_id}, planned before the delete")
         for topic in TOPICS if quiet else ():
             token = self.tokens.read(GROUP, topic).token
             for partition, next_offset in (token.offsets.items() if token else ()):

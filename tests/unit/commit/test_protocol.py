@@ -146,11 +146,14 @@ def test_a_commit_cut_short_after_a_token_finishes_on_the_next_try(run):
                 raise SystemExit("killed")
             return tokens.write(token, expected_version)
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit):  # killed creating u's token (the plan saw none)
         commit_now(run, DiesAfterFirstToken())
     summary = commit_now(run)
-    assert summary["tokens_left_as_found"] == {}
+    # u may have been created and deleted by a person since: it stays absent (issue 41)
+    assert list(summary["tokens_left_as_found"]) == ["u"]
+    assert "earlier attempt of its commit was creating it" in summary["tokens_left_as_found"]["u"]
     assert tokens.read("backup", "t").token.offsets == {0: 8}
+    assert tokens.read("backup", "u").token is None
     assert catalog.open_catalog(storage, cfg, "backup").state.has_run("r1")
 
 
