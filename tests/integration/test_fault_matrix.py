@@ -290,9 +290,9 @@ def test_a_spark_task_s_failure_reaches_the_driver_as_the_class_it_raised(faults
     plan_url = faults.pipeline.plan("task-failure")
     assert plan_url is not None
     statuses = bench["statuses"]
-    # requests 1-3 are the driver's: clearing an earlier try's failure record, reading
-    # plan.json, looking for a manifest (none: the job runs)
-    statuses.arm(503, 4, 100_000)
+    # requests 1-4 are the driver's: clearing an earlier try's failure record, reading
+    # plan.json, looking for a manifest (none: the job runs), reading the in-flight mark
+    statuses.arm(503, 5, 100_000)
     faults.through(statuses.endpoint)
     cfg = config_module.load(faults.pipeline.config_path)
     try:

@@ -19,7 +19,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
-from kafka_archive import config, formats, spark
+from kafka_archive import config, formats, layout, spark
 from kafka_archive.airflow import tasks
 from kafka_archive.archive import job as archive_job
 from kafka_archive.airflow.operators import submit_environment
@@ -201,11 +201,17 @@ def objects(s3, root_key: str, below: str = "") -> dict[str, bytes]:
 
 
 def forget_job(s3, plan_url: str, root_key: str, data_files: Iterable[str]) -> None:
-    """Delete a run's manifest and its data files (paths below root_key), so that running
-    its job again writes every file anew: a job whose manifest exists does nothing."""
-    manifest = plan_url.removeprefix(f"s3://{s3.bucket}/").replace("plan.json", "manifest.json")
+    """Delete a run's manifest and its data files (paths below root_key), and mark its plan
+    in flight again, so that running its job again writes every file anew: a job whose
+    manifest exists does nothing, and one whose plan is not in flight writes nothing."""
+    plan_key = plan_url.removeprefix(f"s3://{s3.bucket}/")
+    manifest = plan_key.replace("plan.json", "manifest.json")
     for key in [manifest, *(f"{root_key}/{path}" for path in data_files)]:
         s3.client.delete_object(Bucket=s3.bucket, Key=key)
+    plan = json.loads(s3.client.get_object(Bucket=s3.bucket, Key=plan_key)["Body"].read())
+    marker = layout.inflight_marker(f"s3://{s3.bucket}/{root_key}", plan["group"])
+    s3.client.put_object(Bucket=s3.bucket, Key=marker.removeprefix(f"s3://{s3.bucket}/"),
+                         Body=json.dumps({"run_id": plan["run_id"], "plan": plan_url}).encode())
 
 
 def lose_to_retention(kafka: str, topic: str, restore: bool = False) -> int:

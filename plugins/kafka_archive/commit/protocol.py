@@ -211,7 +211,8 @@ def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenS
     if (stored := storage.get_or_none(committed)) is not None:
         return json.loads(stored)["tokens_left_as_found"]
     record_url = layout.run_file(config.archive_root, plan.group, plan.run_id, "tokens.json")
-    creating = json.loads(storage.get_or_none(record_url) or b'{"creating": []}')["creating"]
+    creating = (json.loads(storage.get_or_none(record_url) or b'{"creating": []}')["creating"]
+                if None in plan.token_versions.values() else [])  # read only where it matters
     left_as_found = {}
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
