@@ -137,7 +137,8 @@ class World:
         self.now = START
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
-        self.deleted_under: dict[str, set[str]] = {}  # topic -> run folders planned before
+        # topic -> the plans (run folder -> plan.json) made before a person deleted its token
+        self.deleted_under: dict[str, dict[str, bytes]] = {}
         self.token_copies: dict[str, list[bytes]] = {t: [] for t in TOPICS}
         # the truth the invariants are checked against
         self.ever_archived: dict[tuple[str, int], set[int]] = {}
@@ -225,7 +226,7 @@ class World:
             return  # nothing to delete, nothing a commit could undo
         self.tokens.delete(GROUP, topic)
         # a person's delete is never undone by a commit of a plan made before it
-        self.deleted_under[topic] = {p.parent.name for p in
+        self.deleted_under[topic] = {p.parent.name: p.read_bytes() for p in
                                      (self.root / "archive" / "_runs" / GROUP).glob("*/plan.json")}
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
@@ -385,7 +386,9 @@ class World:
                 range(a["lost_from"], a["lost_to"]))
         for topic, before in self.deleted_under.items():
             token = self.tokens.read(GROUP, topic).token
-            if token and token.run_id and layout.run_folder_name(token.run_id) in before:
+            folder = token and token.run_id and layout.run_folder_name(token.run_id)
+            plan = self.root / "archive" / "_runs" / GROUP / str(folder) / "plan.json"
+            if folder in before and plan.exists() and plan.read_bytes() == before[folder]:
                 raise Violation("delete undone", f"token {topic}, deleted by a person, was "
                                 f"written again by run {token.run_id}, planned before the delete")
         for topic in TOPICS if quiet else ():
