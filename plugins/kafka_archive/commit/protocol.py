@@ -113,7 +113,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
     and the environment's S3 credentials)."""
     root = config.archive_root
     committed = layout.run_file(root, plan.group, plan.run_id, "committed.json")
-    if (final := runs.final_outcome(storage, root, plan.group, plan.run_id)) is not None:
+    stored = runs.stored_outcome(storage, root, plan.group, plan.run_id)  # read once
+    if runs.is_final(final := stored):
         # a committed run is final: Airflow re-executing its commit (a Clear, a late
         # attempt) finds the outcome stored and changes nothing; tokens and tables may
         # have moved on since (newer runs, rewinds) and must stay as they are
@@ -137,9 +138,10 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
     else:  # before the tokens: see the top
         tables = tables or iceberg.Tables(config)
         snapshots = iceberg.commit_tables(tables, plan, manifest)
-    left_as_found = _advance_tokens(config, plan, storage, tokens, now, ends, committed,
-                                    lambda topic: iceberg.withdraw_run(
-                                        tables, plan, manifest, topic) if tables else None)
+    left_as_found = (stored["tokens_left_as_found"] if stored is not None  # the step is done
+                     else _advance_tokens(config, plan, storage, tokens, now, ends,
+                                          lambda topic: iceberg.withdraw_run(
+                                              tables, plan, manifest, topic) if tables else None))
     summary = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds"),
                "records": sum(e["records"] for e in manifest["slices"]),
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
@@ -150,13 +152,12 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                           for t in plan.topics() if t not in left_as_found},
                "tokens_left_as_found": left_as_found, "after_entry": seen,
                "by_topic": by_topic(plan, manifest, root), "table_snapshots": snapshots}
-    written = storage.size(committed) is None  # a re-run keeps the first
-    if written:
+    if stored is None:  # a re-run keeps the first
         storage.put_bytes(committed, json.dumps(summary, indent=1).encode())
     entry = add_to_catalog(config, plan, manifest, storage, now)
     # final from here on; `entry`: the log's order, for a rebuild from the run folders
     # once the log is cleaned up (None: the catalog held the run already)
-    first = summary if written else json.loads(storage.get_bytes(committed))
+    first = summary if stored is None else stored
     storage.put_bytes(committed, json.dumps(
         {**first, "in_catalog": True, **({"entry": entry} if entry is not None else {})},
         indent=1).encode())
@@ -198,18 +199,16 @@ def _keep_what_was_not_archived_again(config: Config, plan: Plan, manifest: dict
 
 
 def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenStore,
-                    now: datetime, ends: dict[tuple[str, int], int], committed: str,
-                    withdraw) -> dict[str, str]:
+                    now: datetime, ends: dict[tuple[str, int], int], withdraw) -> dict[str, str]:
     """Each topic's token by compare-and-swap; topic -> why its token was left as found.
-    Tokens move in one attempt's token step only: once committed.json exists the step is
-    done and its outcome stands. A token the plan saw absent is created by compare-and-
-    swap too, which cannot tell this run's earlier attempt from a person who deleted what
-    it created: so each creation is recorded before it is tried (`tokens.json`), and a
+    Tokens move in one attempt's token step only (once committed.json exists the step is
+    done and its outcome stands: the caller does not call this). A token the plan saw
+    absent is created by compare-and-swap too, which cannot tell this run's earlier
+    attempt from a person who deleted what it created: so each creation is recorded
+    before it is tried (`tokens.json`), and a
     later attempt that finds such a token absent leaves it so: a person deleted it, or the
     attempt was killed before it (either way, writing it now could undo a person's
     delete; left absent, the next plan archives the topic again, nothing is lost)."""
-    if (stored := storage.get_or_none(committed)) is not None:
-        return json.loads(stored)["tokens_left_as_found"]
     record_url = layout.run_file(config.archive_root, plan.group, plan.run_id, "tokens.json")
     creating = (json.loads(storage.get_or_none(record_url) or b'{"creating": []}')["creating"]
                 if None in plan.token_versions.values() else [])  # read only where it matters

@@ -178,19 +178,23 @@ def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Ve
         if stored is None or manifests.read(storage, root, group, run_id) is None:
             continue  # not a run of this group's folders (a token edited by hand)
         plan = Plan.from_json(stored)
-        if plan.run_id == run_id and final_outcome(storage, root, group, run_id) is None:
+        if plan.run_id == run_id and not is_final(stored_outcome(storage, root, group,
+                                                                 run_id)):
             return plan
     return None
 
 
-def final_outcome(storage: Storage, root: str, group: str, run_id: str) -> dict | None:
-    """The stored outcome (committed.json) of a run whose commit reached the catalog, so
-    that nothing of it may change again; None: not committed, or cut short before the
-    catalog (the commit must go on). Outcomes from before `in_catalog` say it by the
-    entry they recorded."""
+def stored_outcome(storage: Storage, root: str, group: str, run_id: str) -> dict | None:
+    """The run's committed.json, as its commit stored it (None: none yet)."""
     stored = storage.get_or_none(layout.run_file(root, group, run_id, "committed.json"))
-    outcome = json.loads(stored) if stored is not None else None
-    return outcome if outcome and ("in_catalog" in outcome or "entry" in outcome) else None
+    return json.loads(stored) if stored is not None else None
+
+
+def is_final(outcome: dict | None) -> bool:
+    """Whether a stored outcome is of a commit that reached the catalog, so that nothing
+    of the run may change again (not: cut short before it, the commit must go on).
+    Outcomes from before `in_catalog` say it by the entry they recorded."""
+    return bool(outcome) and ("in_catalog" in outcome or "entry" in outcome)
 
 
 def _columns(group: Group, topics: list[str],
