@@ -99,24 +99,21 @@ def commit(plan_url: str) -> dict:
     tokens = connections.token_store(cfg)
     summary = committing.commit(cfg, made, storage, tokens, runs.now_utc(),
                                 connections.iceberg_tables(cfg))
+    late = [Anomaly(**a) for a in summary.pop("retention_lost")]
     if summary.get("repeated"):  # a committed run's commit again: mailed and announced once
         log.warning("run %s was committed at %s; nothing changed, nothing is mailed again",
                     made.run_id, summary["committed_at"])
-        late = summary.pop("retention_lost", [])
-        summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
-            Anomaly(**a).describe() for a in late]
-        return summary
-    log.info("committed run %s: %d records in %d files; tokens of %s advanced", made.run_id,
-             summary["records"], summary["files"], ", ".join(summary["tokens"]) or "no topic")
-    offsets = {}
-    for topic in made.topics():
-        token = tokens.read(made.group, topic).token
-        offsets[topic] = dict(token.offsets) if token else {}
-    mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
-    alerting.on_tokens_left(cfg, made.group, made.run_id, summary["tokens_left_as_found"])
-    alerting.on_commit(cfg, made.group)
-    late = [Anomaly(**a) for a in summary.pop("retention_lost")]
-    alerting.on_late_loss(cfg, made.group, made.run_id, late)
+    else:
+        log.info("committed run %s: %d records in %d files; tokens of %s advanced", made.run_id,
+                 summary["records"], summary["files"], ", ".join(summary["tokens"]) or "no topic")
+        offsets = {}
+        for topic in made.topics():
+            token = tokens.read(made.group, topic).token
+            offsets[topic] = dict(token.offsets) if token else {}
+        mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
+        alerting.on_tokens_left(cfg, made.group, made.run_id, summary["tokens_left_as_found"])
+        alerting.on_commit(cfg, made.group)
+        alerting.on_late_loss(cfg, made.group, made.run_id, late)
     # ranges retention deleted before they were archived: the freshness task fails on them
     summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
         f"{a.describe()} (after this run was planned; the topic waits for the loss to be "
