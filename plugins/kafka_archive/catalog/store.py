@@ -27,7 +27,7 @@ import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from kafka_archive.catalog.state import OverlapError, State, part_key, row_key
 from kafka_archive.errors import TerminalError, VersionConflict
@@ -64,6 +64,21 @@ def latest_url(root: str, group: str) -> str:
 
 def chunk_url(root: str, group: str, topic: str, seq: int, n: str) -> str:
     return join(folder(root, group), "rows", topic, f"{seq:020d}-{n}.json.gz")
+
+
+class StoredRow(NamedTuple):
+    """A row as a chunk holds it: its JSON text, and what the chunk's index needs."""
+    topic: str
+    partition: int
+    generation: int
+    start: int
+    end: int
+    text: str
+
+    @classmethod
+    def of(cls, row: dict) -> StoredRow:
+        return cls(row["topic"], row["partition"], row["_generation"], row["start"], row["end"],
+                   json.dumps(row, separators=(",", ":")))
 
 
 @dataclass
@@ -194,10 +209,20 @@ class Catalog:
                     rows[row_key(row)] = row
                 else:
                     rows.pop(row_key(row), None)
-            ordered = [rows[key] for key in sorted(rows)]
-            written = [self._write_chunk(topic, seq, f"{n}{tag}", ordered[i:i + CHUNK_ROWS])
-                       for n, i in enumerate(range(0, len(ordered), CHUNK_ROWS))]
-            chunks[topic] = kept + written
+            chunks[topic] = kept + self._write_chunks(
+                seq, tag, (StoredRow.of(rows[key]) for key in sorted(rows)))[topic]
+        self._write_state(chunks, url)
+
+    def write_whole(self, rows: Iterable[StoredRow], url: str, tag: str) -> None:
+        """A snapshot of every current row (catalog.rebuild's), the rows streamed in
+        (topic, partition, generation, start) order: a chunk in memory at a time. The
+        state is written after the rows, so it may be completed while they are read."""
+        chunks = self._write_chunks(self.state.seq, tag, rows)
+        self.tail = []
+        self._write_state(chunks, url)
+
+    def _write_state(self, chunks: dict[str, list[Chunk]], url: str | None) -> None:
+        seq = self.state.seq
         snapshot = {"format": FORMAT, "group": self.group, "state": self.state.to_json(),
                     "chunks": {t: [c.__dict__ for c in cs] for t, cs in sorted(chunks.items())}}
         data = json.dumps(snapshot, separators=(",", ":")).encode()
@@ -208,16 +233,35 @@ class Catalog:
         self.storage.put_bytes(snapshot_url(self.root, self.group, seq), data)
         self.storage.put_bytes(latest_url(self.root, self.group), json.dumps({"seq": seq}).encode())
 
-    def _write_chunk(self, topic: str, seq: int, n: str, rows: list[dict]) -> Chunk:
+    def _write_chunks(self, seq: int, tag: str, rows: Iterable[StoredRow]
+                      ) -> dict[str, list[Chunk]]:
+        """Sorted rows in chunks of CHUNK_ROWS per topic; topic -> its new chunks."""
+        written: dict[str, list[Chunk]] = defaultdict(list)
+        batch: list[StoredRow] = []
+
+        def flush() -> None:
+            if batch:
+                topic = batch[0].topic
+                written[topic].append(self._write_chunk(topic, seq,
+                                                         f"{len(written[topic])}{tag}", batch))
+                batch.clear()
+
+        for row in rows:
+            if len(batch) >= CHUNK_ROWS or (batch and batch[0].topic != row.topic):
+                flush()
+            batch.append(row)
+        flush()
+        return written
+
+    def _write_chunk(self, topic: str, seq: int, n: str, rows: list[StoredRow]) -> Chunk:
         parts: dict[str, list[int]] = {}
         for r in rows:
-            low, high, count = parts.get(part_key(r["partition"], r["_generation"]),
-                                         [r["start"], r["end"], 0])
-            parts[part_key(r["partition"], r["_generation"])] = [
-                min(low, r["start"]), max(high, r["end"]), count + 1]
+            key = part_key(r.partition, r.generation)
+            low, high, count = parts.get(key, [r.start, r.end, 0])
+            parts[key] = [min(low, r.start), max(high, r.end), count + 1]
         url = chunk_url(self.root, self.group, topic, seq, n)
-        self.storage.put_bytes(url, gzip.compress(
-            json.dumps({"rows": rows}, separators=(",", ":")).encode(), compresslevel=3))
+        text = '{"rows":[' + ",".join(r.text for r in rows) + "]}"
+        self.storage.put_bytes(url, gzip.compress(text.encode(), compresslevel=3))
         return Chunk(url, len(rows), parts)
 
 

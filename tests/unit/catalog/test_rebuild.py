@@ -62,7 +62,7 @@ class Archive:
 
     def current(self):
         state, rows = from_run_folders(self.storage, self.root, GROUP, layout.LayoutSpec())
-        return Contents(rows, {}, lost_ranges(state),
+        return Contents([json.loads(r.text) for r in rows], {}, lost_ranges(state),
                         tuple(AcceptedLoss(**a) for a in state.accepted))
 
     def spans(self) -> list[tuple[int, int, int, str]]:
@@ -101,6 +101,22 @@ def test_rewound_twice(archive):
     archive.run("r3", "2026-01-01T02:00:00+00:00", [archive.row(0, 0, 12)],
                 superseded=[archive.url(0, 0)])
     assert archive.spans() == [(0, 0, 12, "r3")]
+
+
+def test_a_rewind_changes_only_its_partitions_and_names_that_do_not_parse_still_count(archive):
+    """The rebuild folds each partition on its own (Spill): a file moved aside reaches
+    its partition's rows by its name, and one whose name is not the layout's by trying
+    every partition."""
+    odd = {**archive.row(1, 5, 10), "url": "elsewhere/odd-name"}
+    archive.run("r1", "2026-01-01T00:00:00+00:00",
+                [archive.row(0, 0, 10), archive.row(1, 0, 5), odd, archive.row(2, 0, 10)])
+    archive.run("r2", "2026-01-01T01:00:00+00:00",
+                [archive.row(0, 5, 12), archive.row(1, 0, 12)],
+                superseded=[archive.url(0, 0), archive.url(1, 0), "elsewhere/odd-name"])
+    assert archive.spans() == [(0, 5, 12, "r2"), (1, 0, 12, "r2"), (2, 0, 10, "r1")]
+    state, _ = from_run_folders(archive.storage, archive.root, GROUP, layout.LayoutSpec())
+    covered = {k: s.covered for k, s in state.topics["t"].summaries.items()}
+    assert covered == {"0:1": [[5, 12]], "1:1": [[0, 12]], "2:1": [[0, 10]]}
 
 
 def test_a_run_still_in_flight_counts_for_nothing(archive):
