@@ -76,3 +76,30 @@ def test_an_idle_producer_reports_closed_windows_without_flush(kafka, unique):
             "svc-b", data, 1, 1000)
     finally:
         producer.close()
+
+
+def test_counts_by_the_timestamp_the_broker_stored_and_heads_a_relayed_message(kafka, unique):
+    """What the archive counts each message by, the stored timestamp's window and the
+    first source header, is what the producer counted it by: on a LogAppendTime topic
+    (the broker replaces the timestamp) and for a relay passing on the original
+    message's source header."""
+    data, monitoring = f"lat-{unique}", f"_mon-lat-{unique}"
+    make_topics(kafka, (data, {"message.timestamp.type": "LogAppendTime"}), (monitoring, {}))
+    long_ago = (int(time.time() * 1000) // MIN - 60) * MIN  # an hour before the broker's
+    with AuditedProducer(source="relay", monitoring_topic=monitoring, bootstrap_servers=kafka,
+                         acks="all") as producer:
+        for i in range(5):
+            producer.send(data, value=b"v", timestamp_ms=long_ago + i,
+                          headers=[("kafka-archive-source", b"origin"), ("trace", b"t")])
+    stored = read_all(kafka, data, at_least=5)
+    assert all(m.timestamp >= long_ago + 30 * MIN for m in stored)  # the broker's time
+    archived: dict[int, int] = {}
+    for m in stored:
+        archived[m.timestamp // MIN * MIN] = archived.get(m.timestamp // MIN * MIN, 0) + 1
+    counted: dict[int, int] = {}
+    for e in (json.loads(m.value) for m in read_all(kafka, monitoring)):
+        counted[e["window_start_ms"]] = counted.get(e["window_start_ms"], 0) + e["count"]
+    assert counted == archived and sum(counted.values()) == 5
+    assert [m.headers for m in stored] == [[("kafka-archive-source", b"relay"),
+                                            ("kafka-archive-source", b"origin"),
+                                            ("trace", b"t")]] * 5

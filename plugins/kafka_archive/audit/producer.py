@@ -1,8 +1,9 @@
 """AuditedProducer: kafka-python's KafkaProducer with the Kafka paper's audit counts.
 
-Same send API. Every message gets a source header (`kafka-archive-source` by default)
-and an explicit timestamp; once the broker acknowledges it, it counts towards its
-(topic, window). Counts of closed windows are published to the monitoring topic as
+Same send API. Every message gets a source header (`kafka-archive-source` by default,
+before the caller's headers) and an explicit timestamp; once the broker acknowledges it,
+it counts towards its (topic, window) by the timestamp the broker stored (its own, on a
+LogAppendTime topic), the one the archive counts by. Counts of closed windows are published to the monitoring topic as
 MonitoringEvents on the next send and by a background thread once per window (so an idle
 producer still reports), and every count (closed or not) on flush() and close(). Events are deltas with a per-producer sequence number, so a window whose late
 acknowledgements arrive after it was reported gets a second event, and a retried event
@@ -60,11 +61,15 @@ class AuditedProducer:
     def send(self, topic: str, value=None, key=None, headers=None, partition=None,
              timestamp_ms=None):
         timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        # its own source header first: the archive counts by the first one, and a relay's
+        # caller may pass on the original message's (kept, after it)
         future = self._producer.send(topic, value=value, key=key, partition=partition,
                                      timestamp_ms=timestamp_ms,
-                                     headers=[*(headers or ()), self._header])
-        window = (topic, window_start(timestamp_ms, self.window_ms))
-        future.add_callback(lambda _metadata: self._count(window))
+                                     headers=[self._header, *(headers or ())])
+        # counted in the window of the timestamp the broker stored, as the archive will
+        # count it: the broker's own on a topic with message.timestamp.type=LogAppendTime
+        future.add_callback(lambda metadata: self._count(
+            (topic, window_start(metadata.timestamp, self.window_ms))))
         self._publish(closed_before=window_start(int(time.time() * 1000), self.window_ms))
         return future
 
