@@ -76,7 +76,8 @@ class Checkpoint:
     seen: dict[str, list[list[int]]] = field(default_factory=dict)
     expected: dict[Key, tuple[int, int]] = field(default_factory=dict)  # -> (width, count)
     archived: dict[Key, int] = field(default_factory=dict)  # per archive window
-    windows: dict[Key, tuple[int, str, int | None, int]] = field(default_factory=dict)
+    # -> (width, status, expected, archived[, the catalog's count when a rescan judged it])
+    windows: dict[Key, tuple] = field(default_factory=dict)
     alarms: dict[Key, Alarm] = field(default_factory=dict)
     retired_before_ms: int | None = None
     version: str | None = None  # the stored version this was read from; not stored
@@ -125,28 +126,34 @@ class Checkpoint:
             added += 1
         return added
 
-    def judge(self, verdicts: list[Verdict], run_id: str, at: str,
-              rescan: bool = False) -> tuple[list[Verdict], list[Verdict], list[Alarm]]:
+    def judge(self, verdicts: list[Verdict], run_id: str, at: str, rescan: bool = False,
+              basis: dict[Key, int] | None = None
+              ) -> tuple[list[Verdict], list[Verdict], list[Alarm]]:
         """Record this audit's verdicts; returns (every window's verdict, the ones judged
         now, i.e. not a final verdict kept from before, and the alarms resolved).
 
         A window judged final before keeps its verdict while its counts are unchanged,
-        unless `rescan`. A mismatch becomes an alarm (a new one if its counts differ from
-        the open alarm's); an alarm is resolved once its window is judged anything but
-        PENDING, MISSING or EXCESS."""
+        unless `rescan`. A rescan judges by the files and gives `basis`, the catalog's
+        count of each window then: a later plain audit, which counts by the catalog,
+        compares with that, so a window the files lack stays judged so until a rescan
+        finds it whole or the catalog's count changes (a rewind re-archived it).
+        A mismatch becomes an alarm (a new one if its counts differ from the open
+        alarm's); an alarm is resolved once its window is judged anything but PENDING,
+        MISSING or EXCESS."""
         every, judged, resolved = [], [], []
         for v in verdicts:
             key = (v.topic, v.source, v.window_start_ms)
             before = self.windows.get(key)
             if (not rescan and before is not None and before[1] != "PENDING"
-                    and (before[2], before[3]) == (v.expected, v.archived)):
+                    and (before[2], _catalog_count(before)) == (v.expected, v.archived)):
                 if v.status != before[1]:  # e.g. PENDING while a rewound topic catches up
                     v = v._replace(status=before[1], window_ms=before[0])
                 every.append(v)
                 continue
             every.append(v)
             judged.append(v)
-            self.windows[key] = (v.window_ms, v.status, v.expected, v.archived)
+            self.windows[key] = (v.window_ms, v.status, v.expected, v.archived,
+                                 *((basis.get(key, 0),) if basis is not None else ()))
             alarm = self.alarms.get(key)
             if v.status in ("MISSING", "EXCESS"):
                 if alarm is None or not alarm.same_finding(v):
@@ -189,6 +196,12 @@ class Checkpoint:
                     a.window_start_ms <= at_ms < a.window_start_ms + a.window_ms:
                 return a
         return None
+
+
+def _catalog_count(window: tuple) -> int:
+    """What the catalog counted of a judged window: a rescan's record keeps it apart from
+    what the files held."""
+    return window[4] if len(window) > 4 else window[3]
 
 
 def _claim(ranges: list[list[int]], seq: int) -> bool:

@@ -74,10 +74,17 @@ def audit(config: Config, storage: Storage, group: str, run_id: str, at: str,
         if dropped := cp.drop_retired():
             log.info("audit of %s: %d counts of windows retired before %d ignored", group,
                      dropped, cp.retired_before_ms)
-        archived = gather.archived_by_rescan(config, storage, group, track) if rescan else cp.archived
-        verdicts = reconcile.reconcile(cp.expected, archived, config.audit.window_s * 1000,
+        def verdicts_of(archived: dict) -> list[Verdict]:
+            return reconcile.reconcile(cp.expected, archived, config.audit.window_s * 1000,
                                        through, config.audit.grace_s * 1000)
-        every, judged, resolved = cp.judge(verdicts, run_id, at, rescan)
+
+        basis = None
+        if rescan:  # judged by the files; what the catalog counts is kept beside
+            basis = {(v.topic, v.source, v.window_start_ms): v.archived
+                     for v in verdicts_of(cp.archived)}
+        verdicts = verdicts_of(gather.archived_by_rescan(config, storage, group, track)
+                               if rescan else cp.archived)
+        every, judged, resolved = cp.judge(verdicts, run_id, at, rescan, basis)
         cp.retire(int(datetime.fromisoformat(at).timestamp() * 1000) - config.audit.retire_s * 1000)
         return Audit(every, judged, sorted(cp.alarms.values(), key=lambda a: a.key), resolved,
                      bad, new_runs, recounted)

@@ -163,6 +163,30 @@ def test_rescan_counts_again_and_keeps_acknowledgements(env):
     assert [a.state for a in done.alarms] == ["new"]  # a different finding than acknowledged
 
 
+def test_a_window_a_rescan_found_missing_stays_so_until_the_files_or_the_catalog_change(env):
+    """The files are gone (none exist here) while the catalog still counts them: plain
+    audits count by the catalog, and must neither resolve what the rescan found nor,
+    alternating with rescans, make it a new incident each time."""
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
+    env.events(10)
+    assert statuses(env.audit()) == {0: ("OK", 10, 10)}
+    rescanned = env.audit(rescan=True)
+    assert statuses(rescanned) == {0: ("MISSING", 10, 0)}
+    [alarm] = rescanned.alarms
+    after = env.audit()  # by the catalog's counts, unchanged since the rescan
+    assert (after.resolved, [a.key for a in after.alarms]) == ([], [alarm.key])
+    assert statuses(after)[0][0] == "MISSING"
+    incremental.mark_mailed(env.storage, env.cfg, "backup", [alarm.key], AT)
+    env.audit(rescan=True)
+    assert [a.state for a in env.audit().alarms] == ["open"]  # mailed once, not again
+    # a rewind archives the window again: the catalog's count changes, judged anew
+    env.run("r2", "2026-01-01T01:00:00+00:00", [env.row(0, 0, 10)], superseded=[env.url(0, 0)])
+    env.events(1)
+    env.run("r3", "2026-01-01T02:00:00+00:00", [env.row(0, 10, 11)])
+    done = env.audit()
+    assert statuses(done) == {0: ("OK", 11, 11)} and [a.key for a in done.resolved] == [alarm.key]
+
+
 def test_a_lost_race_reads_again_and_a_checkpoint_write_is_compare_and_swap(env):
     env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
     env.events(10)
