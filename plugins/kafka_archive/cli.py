@@ -373,8 +373,9 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     failed = storage.get_or_none(failure_url)
     failure = json.loads(failed) if failed else {"error": f"spark-submit exited {code}",
                                                  "repeats": False}
-    advice = ("nothing more landed; change what it says, then run the same command again"
-              if failure["repeats"] else "run the same command again to resume it")
+    advice = ("change what it says, then run the same command again: it resumes where the "
+              "target's messages end" if failure["repeats"]
+              else "run the same command again to resume it")
     print(f"kafka-archive: replay {request.replay_id()} failed: {failure['error']}\n{advice}"
           + ("" if args.verbose else f" (Spark's output: {log.name}; -v shows it)"),
           file=sys.stderr)

@@ -200,9 +200,45 @@ def test_a_refusal_that_repeats_names_offset_timestamp_and_setting(archived, kaf
     first = min(m[2] for m in original[0])
     when = datetime.fromtimestamp(first / 1000, timezone.utc).isoformat(
         timespec="milliseconds").replace("+00:00", "Z")
-    assert f"the target refuses archived offset 0, whose record timestamp {when} is" in out
-    assert "message.timestamp.before.max.ms is 60000" in out
+    assert f"stopped before archived offset 0: its record timestamp {when} is" in out
+    assert "message.timestamp.before.max.ms 60000" in out
+    assert "nothing of this replay is in the target" in out
     assert "This refusal repeats on every retry" in out and "LogAppendTime" in out
     assert "run the same command again to resume it" not in out
     assert "Traceback" not in out and "at org.apache" not in out  # no stack trace without -v
     assert end_offsets(kafka, strict) == 0
+
+
+def test_a_refused_message_stops_its_partition_with_a_prefix_landed_and_the_command_resumes(
+        airflow_env, kafka, s3, unique, tmp_path):
+    """A message of 2040 in the middle of the source, a target with Kafka 4's default
+    message.timestamp.after.max.ms (1 h): the replay stops before it, the target holds
+    exactly the messages before it, the error says so and names the setting; once the
+    setting is raised, the same command resumes and the target holds the whole source, in
+    order, each message once."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    pipeline = Pipeline(airflow_env, kafka, s3, f"rf{unique}", tmp_path)
+    source = pipeline.create_topic("src", 1, **{"message.timestamp.after.max.ms": 2**62})
+    future_ms = int(datetime(2040, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    pipeline.produce((source, 0, f"k{i}".encode(), f"v{i}".encode(), [("h", b"x")],
+                      future_ms if i == 33 else BASE_MS + i * 1000) for i in range(60))
+    pipeline.run_dag()
+    original = in_order(kafka, source)[0]
+    target = new_topic(kafka, f"rf-target{unique}", 1)
+
+    job = cli(pipeline, "--topic", source, "--to-topic", target)
+    out, _ = job.communicate(timeout=600)
+    assert job.returncode == 1, out[-3000:]
+    assert "stopped before archived offset 33" in out, out[-3000:]
+    assert "message.timestamp.after.max.ms 3600000" in out, out[-3000:]
+    assert "33 messages of this replay are in the target (archived offsets 0 up to" in out
+    assert "run the same command again: it resumes at offset 33" in out
+    assert in_order(kafka, target)[0] == original[:33]
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, target, configs={
+        "message.timestamp.after.max.ms": str(2**62)})])
+    admin.close()
+    finished(cli(pipeline, "--topic", source, "--to-topic", target))
+    assert in_order(kafka, target)[0] == original

@@ -19,6 +19,7 @@ progress file says was acknowledged: at least once for what was sent after that.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import datetime, timezone
 from functools import partial
@@ -31,7 +32,10 @@ from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.formats.records import Record
 from kafka_archive.storage import Storage
 
+log = logging.getLogger(__name__)
+
 PROGRESS_EVERY = 20_000  # messages between progress records (each waits for every ack)
+POLL_EVERY = 1_000  # messages between looks at the delivery reports (a refusal stops there)
 PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "linger.ms": 20,
                      # by key, as Java clients partition (librdkafka's default differs)
                      "partitioner": "murmur2_random",
@@ -149,11 +153,19 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
     if progress.state["done"] and skip == progress.state["acked"]:  # finished before
         return {"partition": source, "target_partition": target, "messages": skip, "sent": 0,
                 "skipped": skip, "bytes": 0, "seconds": round(time.monotonic() - started, 3)}
+    try:
+        settings = target_settings(config, plan["target_bootstrap"], topic)
+    except Exception as exc:  # not allowed to describe configs: the broker judges alone
+        log.warning("%s: the target topic's settings are not readable (%r); a refused message "
+                    "stops the partition at the next look at the delivery reports", where, exc)
+        settings = {}
     producer = brokers.producer(config, plan["target_bootstrap"], **PRODUCER_SETTINGS)
     sent = index = size = 0
     deliveries = Deliveries()
+    first = None  # the first archived offset of this replay's sequence
     for r in records(storage, part["files"], request["since_ms"], request["until_ms"]):
         index += 1
+        first = r.offset if first is None else first
         if index <= skip:
             if index == skip and last is not None and not same_message(r, last):
                 raise ReplayError(
@@ -162,9 +174,26 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
                     "another producer writes to the target partition; stop it, or replay "
                     "into a new topic")
             continue
+        if (why := refused_by(settings, r, int(time.time() * 1000))) is not None:
+            # stopped before it: the target holds a prefix of the sequence, and the same
+            # command resumes here once the setting is changed
+            _acknowledged(producer, deliveries, where, config, plan["target_bootstrap"], topic)
+            progress.save(acked=index - 1, last_offset=r.offset - 1)
+            landed_note = (f"{index - 1} messages of this replay are in the target (archived "
+                           f"offsets {first} up to the one before {r.offset})" if index > 1
+                           else "nothing of this replay is in the target")
+            raise RefusedForGood(f"{where}: stopped before archived offset {r.offset}: {why}; "
+                                 f"{landed_note}. This refusal repeats on every retry: change "
+                                 "the setting, then run the same command again: it resumes at "
+                                 f"offset {r.offset}")
         _send(producer, topic, target, r, deliveries)
         sent += 1
         size += len(r.key or b"") + len(r.value or b"")
+        if sent % POLL_EVERY == 0:
+            producer.poll(0)  # serve delivery reports: a refusal stops the partition now
+            if deliveries.refused is not None:
+                _acknowledged(producer, deliveries, where, config, plan["target_bootstrap"],
+                              topic)
         if deliveries.pending >= PROGRESS_EVERY:
             _acknowledged(producer, deliveries, where, config, plan["target_bootstrap"], topic)
             progress.save(acked=index, last_offset=r.offset)
@@ -225,6 +254,26 @@ TIMESTAMP_SETTINGS = ("message.timestamp.type", "message.timestamp.after.max.ms"
                       "message.timestamp.before.max.ms")
 
 
+def refused_by(settings: dict[str, str], r: Record, now_ms: int) -> str | None:
+    """Why the target topic (its settings, target_settings') will refuse this message,
+    as its broker checks it: a CreateTime timestamp too far ahead of or behind the clock;
+    None when it will not. Checked before the message is sent, so that a refusal leaves
+    the target a prefix of the sequence (other refusals stop the partition at the next
+    look at the delivery reports)."""
+    if settings.get("message.timestamp.type", "CreateTime") == "CreateTime":
+        for name, off_by in (("message.timestamp.after.max.ms", r.timestamp_ms - now_ms),
+                             ("message.timestamp.before.max.ms", now_ms - r.timestamp_ms)):
+            if name in settings and off_by > int(settings[name]):
+                when = datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc).isoformat(
+                    timespec="milliseconds").replace("+00:00", "Z")
+                return (f"its record timestamp {when} is {off_by // 1000} s "
+                        f"{'ahead of' if name.endswith('after.max.ms') else 'behind'} the clock, "
+                        f"beyond the target topic's {name} {settings[name]} (message.timestamp"
+                        f".type CreateTime; raise {name} above {off_by}, or set the type to "
+                        "LogAppendTime: the messages then get the time they land)")
+    return None  # size is the broker's to judge: compression and batching change it
+
+
 def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str]:
     """The target topic's timestamp settings, as the broker applies them."""
     from kafka.admin import ConfigResource, ConfigResourceType
@@ -232,8 +281,10 @@ def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str
     from kafka_archive import brokers
 
     admin = brokers.admin_client(brokers.python_client_settings(config, bootstrap), 30000)
-    try:  # kafka-python 3: {"topic": {name: {config: {"value": ...}}}}
-        entries = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    try:  # kafka-python 3: {"topic": {name: {config: {"value": ...}}}}; its default
+        # filter returns only settings changed from the broker's defaults: "all" here
+        entries = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
+                                         config_filter="all")
         return {name: entry["value"] for name, entry in entries["topic"][topic].items()
                 if name in TIMESTAMP_SETTINGS}
     finally:
