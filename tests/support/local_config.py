@@ -7,12 +7,14 @@ from pathlib import Path
 from kafka_archive import config
 
 
-def local_config(tmp_path: Path, groups: str) -> config.Config:
+def local_config(tmp_path: Path, groups: str, iceberg_catalog: bool = False) -> config.Config:
+    """iceberg_catalog: the `local` Iceberg catalog on SQLite under tmp_path too."""
     path = tmp_path / "kafka-archive.yaml"
+    catalog = (f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{tmp_path}/catalog.db'}}}}\n"
+               if iceberg_catalog else "")
     path.write_text(textwrap.dedent(f"""\
         kafka: {{bootstrap_servers: "127.0.0.1:9"}}
         archive_root: file://{tmp_path}/archive
         token_root: {tmp_path}/tokens
-        groups:
-        """) + textwrap.indent(textwrap.dedent(groups), "  "))
+        """) + catalog + "groups:\n" + textwrap.indent(textwrap.dedent(groups), "  "))
     return config.load(path)

@@ -16,15 +16,28 @@ from tests.support.sim import explore
 from tests.support.sim.world import Violation, World
 
 SEQUENCES = 2000  # issue 41: at least 2,000 in CI, in under 3 minutes (2 processes)
+TABLE_SEQUENCES = 100  # of a table group's world: ~1 s each (pyiceberg's commits)
+
+
+def explored(sequences: int, tables: bool = False) -> list[str]:
+    """Seeds 0..sequences-1 over two processes; the reports of those that failed."""
+    workers = min(2, os.cpu_count() or 1)
+    share = sequences // workers
+    # spawned, not forked: the suite's process may hold threads by now
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return [r for found in pool.map(explore.explore_many, range(0, sequences, share),
+                                        [share] * workers, [tables] * workers) for r in found]
 
 
 def test_no_sequence_breaks_an_invariant():
-    workers = min(2, os.cpu_count() or 1)
-    share = SEQUENCES // workers
-    # spawned, not forked: the suite's process may hold threads by now
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        reports = [r for found in pool.map(explore.explore_many, range(0, SEQUENCES, share),
-                                           [share] * workers) for r in found]
+    reports = explored(SEQUENCES)
+    assert not reports, "\n\n".join(reports[:3])
+
+
+def test_no_sequence_breaks_an_invariant_of_a_table_group():
+    """The same steps on Iceberg tables, with kills inside their commits and maintenance:
+    also each table reads exactly the catalog's current files."""
+    reports = explored(TABLE_SEQUENCES, tables=True)
     assert not reports, "\n\n".join(reports[:3])
 
 
@@ -93,9 +106,25 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "token deleted while being created": TOKEN_DELETED_WHILE_BEING_CREATED}
 
 
+# in a table group's world (--tables seed 2, red with a committed run's commit not final)
+COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE = [
+    ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 0), ("produce", "t", 0, 6, True),
+    ("run", "scheduled__2026-01-02T02:10:00+00:00", 0, 0, 0), ("produce", "t", 1, 3, False),
+    ("clear_run", "scheduled__2026-01-01T00:03:00+00:00", 0), ("maintain", 4),
+    ("task", "scheduled__2026-01-02T02:10:00+00:00", "commit", 0)]
+FOUND_IN_TABLES = {"committed run's commit added again to its table":
+                   COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE}
+
+
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())
 def test_a_found_sequence_now_keeps_every_invariant(steps, tmp_path):
     result = explore.run_steps(steps, tmp_path / "world")
+    assert result.violation is None, explore.report(result)
+
+
+@pytest.mark.parametrize("steps", FOUND_IN_TABLES.values(), ids=FOUND_IN_TABLES.keys())
+def test_a_found_table_sequence_now_keeps_every_invariant(steps, tmp_path):
+    result = explore.run_steps(steps, tmp_path / "world", tables=True)
     assert result.violation is None, explore.report(result)
 
 
@@ -113,3 +142,19 @@ def test_the_checks_can_fail(tmp_path):
     report = verify.verify_group(world.config, "backup", Storage(), world.tokens, files=True)
     assert [e.message for e in report.errors()] == [f"{url}: unreadable: cannot read archived "
                                                     f"file {url}: it is not there"]
+
+
+def test_the_table_check_can_fail(tmp_path):
+    """A table group's world sees a table that no longer reads a file the catalog names
+    current (taken out of the table behind the archive's back)."""
+    from kafka_archive.commit import iceberg
+
+    world = World(tmp_path / "world", tables=True)
+    world.step(("produce", "t", 0, 3, False))
+    world.step(("run", "r1", 0, 0, 0))
+    world.check()
+    table = world.tables.table("tables", "t")
+    [current] = [task.file.file_path for task in table.scan().plan_files()]
+    iceberg.commit_run(table, "by-hand", add=[], remove=[current])
+    with pytest.raises(Violation, match="table disagrees"):
+        world.check()

@@ -30,6 +30,7 @@ class Result:
     steps: list[tuple]
     violation: Violation | None = None
     trace: list[str] = field(default_factory=list)
+    tables: bool = False  # a table group's world
 
 
 def scratch() -> Path:
@@ -57,9 +58,9 @@ OPEN_DEFECTS = {
 def shows_open_defect(step: tuple, world: World) -> bool:
     kind = step[0]
     if kind in ("delete_token", "delete_line"):  # "hole"
-        token = world.tokens.read("backup", step[1]).token
+        token = world.tokens.read(world.group, step[1]).token
         archived = losses.archived_through(
-            catalog.open_catalog(Storage(), world.config, "backup", may_rebuild=True),
+            catalog.open_catalog(Storage(), world.config, world.group, may_rebuild=True),
             step[1], world.config.generation)
         return any(o < world.kafka.topics[step[1]][p].earliest and p not in archived
                    for p, o in (token.offsets.items() if token else ())
@@ -67,7 +68,7 @@ def shows_open_defect(step: tuple, world: World) -> bool:
     if kind == "remove_inflight":  # "file missing, stray file"
         plan = world.plan_in_flight()
         return plan is not None and not any(
-            (token := world.tokens.read("backup", t).token) and token.run_id == plan.run_id
+            (token := world.tokens.read(world.group, t).token) and token.run_id == plan.run_id
             for t in plan.topics())
     return False
 
@@ -118,16 +119,18 @@ def _draw(rng: random.Random, world: World) -> tuple:
         return ("rebuild", crash())
     if r < 0.98:
         return ("damage_catalog", rng.randrange(100))
-    return ("remove_inflight",)
+    if r < 0.99 or world.tables is None:
+        return ("remove_inflight",)
+    return ("maintain", crash())
 
 
 def run_steps(steps: list[tuple], root: Path, seed: int | None = None,
               rng: random.Random | None = None, length: int = 0,
-              avoid_open: bool = False) -> Result:
+              avoid_open: bool = False, tables: bool = False) -> Result:
     """The steps given, or (rng) `length` steps drawn as the world goes; invariants after
-    each, liveness at the end."""
-    world = World(root)
-    result = Result(seed, [])
+    each, liveness at the end. tables: in a table group's world."""
+    world = World(root, tables)
+    result = Result(seed, [], tables=tables)
     try:
         for i in range(length if rng else len(steps)):
             step = next_step(rng, world, avoid_open) if rng else steps[i]
@@ -146,11 +149,12 @@ def run_steps(steps: list[tuple], root: Path, seed: int | None = None,
     return result
 
 
-def explore(seed: int, root: Path, length: int = STEPS, avoid_open: bool = False) -> Result:
-    return run_steps([], root, seed, random.Random(seed), length, avoid_open)
+def explore(seed: int, root: Path, length: int = STEPS, avoid_open: bool = False,
+            tables: bool = False) -> Result:
+    return run_steps([], root, seed, random.Random(seed), length, avoid_open, tables)
 
 
-def explore_many(first: int, count: int) -> list[str]:
+def explore_many(first: int, count: int, tables: bool = False) -> list[str]:
     """Explore seeds first..first+count-1 (avoiding the open defects) in a scratch folder
     of this process; the report of each failing one, shrunk."""
     logging.disable(logging.WARNING)
@@ -158,7 +162,7 @@ def explore_many(first: int, count: int) -> list[str]:
     failed = []
     try:
         for seed in range(first, first + count):
-            result = explore(seed, root, avoid_open=True)
+            result = explore(seed, root, avoid_open=True, tables=tables)
             if result.violation:
                 failed.append(report(shrink(result, root)))
     finally:
@@ -174,7 +178,7 @@ def shrink(result: Result, root: Path) -> Result:
 
     def attempt(steps: list[tuple]) -> bool:
         nonlocal best
-        tried = run_steps(steps, root, result.seed)
+        tried = run_steps(steps, root, result.seed, tables=result.tables)
         if tried.violation is not None and tried.violation.kind == kind:
             best = tried
             return True
@@ -192,7 +196,7 @@ def shrink(result: Result, root: Path) -> Result:
                 break
             chunks = min(len(best.steps), chunks * 2)
     for i, step in enumerate(list(best.steps)):
-        if step[0] in ("run", "task", "clear_run", "rebuild") and any(isinstance(a, int) and a for a in
+        if step[0] in ("run", "task", "clear_run", "rebuild", "maintain") and any(isinstance(a, int) and a for a in
                                                             step[-3:]):
             calm = step[:2] + tuple(0 if isinstance(a, int) else a for a in step[2:])
             attempt(best.steps[:i] + [calm] + best.steps[i + 1:])
@@ -220,9 +224,10 @@ _SAID = {
                                      "versions back",
     "rewind": lambda t, p, o: f"kafka-archive rewind --topic {t} --partition {p} --to-offset {o}",
     "accept_loss": lambda t: f"kafka-archive accept-loss --topic {t}",
-    "remove_inflight": lambda: "a person deletes _runs/backup/_inflight.json",
-    "rebuild": lambda n: f"kafka-archive catalog --group backup --rebuild{_kill(n)}",
+    "remove_inflight": lambda: "a person deletes the group's _runs/<group>/_inflight.json",
+    "rebuild": lambda n: f"kafka-archive catalog --rebuild{_kill(n)}",
     "damage_catalog": lambda n: f"a catalog snapshot or row chunk is damaged (file #{n})",
+    "maintain": lambda n: f"a day later, the tables' maintenance (expiry, orphans){_kill(n)}",
 }
 
 
@@ -232,7 +237,8 @@ def describe(step: tuple) -> str:
 
 
 def report(result: Result) -> str:
-    return "\n".join([f"seed {result.seed}: {result.violation}", *result.trace])
+    return "\n".join([f"seed {result.seed}{' (--tables)' if result.tables else ''}: "
+                      f"{result.violation}", *result.trace])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--no-shrink", action="store_true")
     args.add_argument("--avoid-open", action="store_true",
                       help="draw no step that shows a known open defect (OPEN_DEFECTS)")
+    args.add_argument("--tables", action="store_true",
+                      help="a table group's world (Iceberg tables, maintenance) instead of a "
+                           "file group's")
     opts = args.parse_args(argv)
     logging.disable(logging.WARNING)  # the library's warnings are the steps' outcomes here
     root = scratch()
@@ -257,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(opts: argparse.Namespace, root: Path) -> int:
     if opts.seed is not None:
-        result = explore(opts.seed, root, opts.steps, opts.avoid_open)
+        result = explore(opts.seed, root, opts.steps, opts.avoid_open, opts.tables)
         print("\n".join(result.trace))
         print(result.violation or "no invariant broken")
         return 1 if result.violation else 0
@@ -268,7 +277,7 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
             break
         if opts.soak is not None and time.monotonic() - started > opts.soak * 60:
             break
-        result = explore(seed, root, opts.steps, opts.avoid_open)
+        result = explore(seed, root, opts.steps, opts.avoid_open, opts.tables)
         steps += len(result.steps)
         if result.violation:
             found[result.violation.kind] += 1

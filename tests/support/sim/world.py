@@ -10,14 +10,17 @@ not exist (yet) is a no-op, so a shrunk sequence stays runnable. `World.step` ru
 from __future__ import annotations
 
 import shutil
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from unittest.mock import patch
 
 from kafka_archive import catalog, layout
 from kafka_archive.archive import job
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
-from kafka_archive.commit import protocol as committing
+from kafka_archive.commit import iceberg, protocol as committing, table_maintenance
 from kafka_archive.errors import ArchiveError
 from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight, losses, rewinds, runs
@@ -29,7 +32,6 @@ from kafka_archive.tokens import LocalTokenStore, Token, render
 from tests.support.local_config import local_config
 from tests.support.sim.kafka import Kafka
 
-GROUP = "backup"
 TOPICS = {"t": 2, "u": 1}
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -119,16 +121,21 @@ class Outcome:
 
 
 class World:
-    def __init__(self, root: Path):
+    """tables: a table group (key_value Parquet files, each topic an Iceberg table in a
+    SQLite catalog, maintenance a step), else a file group (SequenceFiles)."""
+
+    def __init__(self, root: Path, tables: bool = False):
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        self.config = local_config(root, f"""\
-            {GROUP}:
-              format: {{kind: sequencefile, compression: none}}
-              policy: {{max_records: 6, max_delay: 1m}}
-            """)
+        self.group = "tables" if tables else "backup"
+        layout_of = ("format: {kind: parquet}, table: {namespace: sim}" if tables
+                     else "format: {kind: sequencefile, compression: none}")
+        self.config = local_config(root, f"{self.group}: {{{layout_of}, "
+                                         "policy: {max_records: 6, max_delay: 1m}}\n",
+                                   iceberg_catalog=tables)
         self.root = root
         self.faults = Faults()
+        self.tables = iceberg.Tables(self.config) if tables else None
         self.storage = SimStorage(self.faults)
         self.tokens = SimTokens(root / "tokens", self.faults)
         self.kafka = Kafka()
@@ -153,11 +160,36 @@ class World:
         kind, *args = step
         self.now += timedelta(minutes=1)
         try:
-            getattr(self, "_" + kind)(out, *args)
+            with self._table_writes_may_be_killed():
+                getattr(self, "_" + kind)(out, *args)
         finally:
             self.faults.arm(0)
             self._keep_token_copies()
         return out
+
+    @contextmanager
+    def _table_writes_may_be_killed(self):
+        """pyiceberg writes through its own FileIO (manifests, metadata, deletes of
+        expired files): each such write may be the one a kill stops before too."""
+        if self.tables is None:
+            yield
+            return
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        new_output, delete = PyArrowFileIO.new_output, PyArrowFileIO.delete
+        faults = self.faults
+
+        def ticking_output(io, location):
+            faults.tick(f"table write {location}")
+            return new_output(io, location)
+
+        def ticking_delete(io, location):
+            faults.tick(f"table delete {location}")
+            return delete(io, location)
+
+        with patch.object(PyArrowFileIO, "new_output", ticking_output), \
+                patch.object(PyArrowFileIO, "delete", ticking_delete):
+            yield
 
     def _produce(self, out: Outcome, topic: str, partition: int, count: int, marker: bool):
         parts = self.kafka.topics[topic]
@@ -171,7 +203,7 @@ class World:
             return
         p = parts[partition]
         gone = p.retain_from(p.earliest + count)
-        token = self.tokens.read(GROUP, topic).token
+        token = self.tokens.read(self.group, topic).token
         if token is None or partition not in token.offsets:
             self.unarchivable.setdefault((topic, partition), set()).update(gone)
 
@@ -222,15 +254,15 @@ class World:
                 return
 
     def _delete_token(self, out: Outcome, topic: str):
-        if self.tokens.read(GROUP, topic).token is None:
+        if self.tokens.read(self.group, topic).token is None:
             return  # nothing to delete, nothing a commit could undo
-        self.tokens.delete(GROUP, topic)
+        self.tokens.delete(self.group, topic)
         # a person's delete is never undone by a commit of a plan made before it
         self.deleted_under[topic] = {p.parent.name: p.read_bytes() for p in
-                                     (self.root / "archive" / "_runs" / GROUP).glob("*/plan.json")}
+                                     (self.root / "archive" / "_runs" / self.group).glob("*/plan.json")}
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
-        read = self.tokens.read(GROUP, topic)
+        read = self.tokens.read(self.group, topic)
         if read.token is None or partition not in read.token.offsets:
             return
         offsets = {p: o for p, o in read.token.offsets.items() if p != partition}
@@ -245,7 +277,7 @@ class World:
 
     def _rewind(self, out: Outcome, topic: str, partition: int, to_offset: int):
         try:
-            out.lines += rewinds.rewind(self.config, self.tokens, self.kafka.consumer(), GROUP,
+            out.lines += rewinds.rewind(self.config, self.tokens, self.kafka.consumer(), self.group,
                                         topic, partition, to_offset, storage=self.storage)
         except ArchiveError as refused:
             out.add(f"rewind refused: {refused}")
@@ -253,7 +285,7 @@ class World:
     def _accept_loss(self, out: Outcome, topic: str):
         try:
             for loss in losses.accept(self.config, self.tokens, self.kafka.consumer(),
-                                      self.storage, GROUP, topic, "simulated", "sim",
+                                      self.storage, self.group, topic, "simulated", "sim",
                                       self.now.isoformat(timespec="seconds")):
                 out.add(f"accepted {loss.describe()}")
         except ArchiveError as refused:
@@ -263,7 +295,7 @@ class World:
         """kafka-archive catalog --rebuild: the catalog again from the run folders."""
         self.faults.arm(crash)
         try:
-            catalog.rebuild(self.storage, self.config, GROUP)
+            catalog.rebuild(self.storage, self.config, self.group)
         except Crash as kill:
             out.add(f"rebuild: killed before {kill}")
         except ArchiveError as failed:
@@ -271,7 +303,7 @@ class World:
 
     def _damage_catalog(self, out: Outcome, which: int):
         """A snapshot or row chunk of the catalog damaged (a bad copy, a partial write)."""
-        folder = self.root / "archive" / "_catalog" / GROUP
+        folder = self.root / "archive" / "_catalog" / self.group
         damaged = sorted(p for p in folder.rglob("*") if p.is_file()
                          and ("snapshots" in p.parts or "rows" in p.parts))
         if damaged:
@@ -279,22 +311,45 @@ class World:
             victim.write_bytes(b"not json")
             out.add(f"damaged {victim.relative_to(folder)}")
 
+    def _maintain(self, out: Outcome, crash: int):
+        """A table group's maintenance task (airflow.tasks.expire_snapshots), a day
+        later: every snapshot but the current one expires (their replaced files deleted),
+        and files of runs that never committed are swept."""
+        if self.tables is None:
+            return
+        self.now += timedelta(days=1)
+        self.faults.arm(crash)
+        try:
+            for topic in sorted(TOPICS):
+                table = self.tables.find(self.group, topic)
+                if table is not None:
+                    # snapshots carry the wall clock's time, the plans the simulated one
+                    done = table_maintenance.expire(table, 0, int(time.time() * 1000) + 1)
+                    swept = table_maintenance.remove_orphans(
+                        table, self.storage, self.config.archive_root, self.group, 0,
+                        self._now_ms())
+                    out.add(f"maintenance of {topic}: {done}, {swept} orphans")
+        except Crash as kill:
+            out.add(f"maintenance: killed before {kill}")
+        except ArchiveError as failed:
+            out.add(f"maintenance: failed: {type(failed).__name__}: {failed}")
+
     def _remove_inflight(self, out: Outcome):
         """A person deletes `_inflight.json` by hand."""
         if self.in_flight():
-            Storage().delete(layout.inflight_marker(self.config.archive_root, GROUP))
+            Storage().delete(layout.inflight_marker(self.config.archive_root, self.group))
             self.abandoned = True
 
     # --- Airflow's task bodies (airflow.tasks without Airflow's connections) ------------
 
     def task_plan(self, run: Run) -> str:
-        made = runs.start(self.config, GROUP, run.run_id, self.storage, self.tokens,
+        made = runs.start(self.config, self.group, run.run_id, self.storage, self.tokens,
                           self.kafka.consumer(), self.now)
         if not made.slices and held(made.anomalies):
-            raise HeldTopicsError(GROUP, run.run_id, held(made.anomalies))
+            raise HeldTopicsError(self.group, run.run_id, held(made.anomalies))
         run.planned = True
         self.abandoned = self.abandoned and not self.in_flight()
-        run.plan_url = (layout.run_file(self.config.archive_root, GROUP, made.run_id, "plan.json")
+        run.plan_url = (layout.run_file(self.config.archive_root, self.group, made.run_id, "plan.json")
                         if made.slices else None)
         return f"plan {made.run_id}: " + (", ".join(
             f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices) or "nothing")
@@ -313,7 +368,8 @@ class World:
 
     def task_commit(self, run: Run) -> str:
         plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
-        summary = committing.commit(self.config, plan, self.storage, self.tokens, self.now)
+        summary = committing.commit(self.config, plan, self.storage, self.tokens, self.now,
+                                    self.tables)
         return f"committed {plan.run_id}: tokens {summary['tokens']}" + (
             f", left as found {sorted(summary['tokens_left_as_found'])}"
             if summary["tokens_left_as_found"] else "")
@@ -325,33 +381,33 @@ class World:
 
     def _write_token_file(self, topic: str, data: bytes) -> None:
         self.deleted_under.pop(topic, None)  # the person's newer change
-        path = self.tokens._path(GROUP, topic)
+        path = self.tokens._path(self.group, topic)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
 
     def _keep_token_copies(self) -> None:
         for topic, copies in self.token_copies.items():
-            path = self.tokens._path(GROUP, topic)
+            path = self.tokens._path(self.group, topic)
             if path.exists() and (not copies or copies[-1] != path.read_bytes()):
                 copies.append(path.read_bytes())
 
     def plan_in_flight(self) -> Plan | None:
-        return inflight.plan(Storage(), self.config.archive_root, GROUP)
+        return inflight.plan(Storage(), self.config.archive_root, self.group)
 
     def in_flight(self) -> bool:
-        return inflight.holding(self.storage, self.config.archive_root, GROUP) is not None
+        return inflight.holding(self.storage, self.config.archive_root, self.group) is not None
 
     # --- the invariants -----------------------------------------------------------------
 
     def check(self, final: bool = False) -> None:
         """Invariants 1-3 of issue 41 on what the catalog, the files and the tokens say."""
         try:
-            cat = catalog.open_catalog(Storage(), self.config, GROUP)
+            cat = catalog.open_catalog(Storage(), self.config, self.group)
             rows = cat.rows()
         except catalog.CatalogUnreadable:  # damaged, or a commit killed before the first
             # entry: as designed, a reader fails and the next writer rebuilds it; so does
             # the check, as that writer
-            cat = catalog.open_catalog(Storage(), self.config, GROUP, may_rebuild=True)
+            cat = catalog.open_catalog(Storage(), self.config, self.group, may_rebuild=True)
             rows = cat.rows()
         # while a plan is in flight (or was abandoned: its mark deleted by hand, until the
         # next plan), its files may be moved aside and its tokens ahead of the catalog
@@ -385,14 +441,14 @@ class World:
             accepted.setdefault((a["topic"], a["partition"]), set()).update(
                 range(a["lost_from"], a["lost_to"]))
         for topic, before in self.deleted_under.items():
-            token = self.tokens.read(GROUP, topic).token
+            token = self.tokens.read(self.group, topic).token
             folder = token and token.run_id and layout.run_folder_name(token.run_id)
-            plan = self.root / "archive" / "_runs" / GROUP / str(folder) / "plan.json"
+            plan = self.root / "archive" / "_runs" / self.group / str(folder) / "plan.json"
             if folder in before and plan.exists() and plan.read_bytes() == before[folder]:
                 raise Violation("delete undone", f"token {topic}, deleted by a person, was "
                                 f"written again by run {token.run_id}, planned before the delete")
         for topic in TOPICS if quiet else ():
-            token = self.tokens.read(GROUP, topic).token
+            token = self.tokens.read(self.group, topic).token
             for partition, next_offset in (token.offsets.items() if token else ()):
                 where = (topic, partition)
                 p = self.kafka.topics[topic][partition]
@@ -403,13 +459,16 @@ class World:
                     raise Violation("hole", f"{topic}/{partition}: token at {next_offset} but "
                                     f"offsets {_ranges(needed)} are in no current row and no "
                                     "accepted loss")
-        if quiet:
+        if quiet and self.tables is not None:
+            self._check_tables(rows)
+        elif quiet:
             current = {f["url"] for row in rows for f in row_files(row)}
-            tree = storage_join(self.config.archive_root, GROUP)
+            tree = storage_join(self.config.archive_root, self.group)
             for url, _ in Storage().list(tree):
                 if not url[len(tree) + 1:].startswith("_") and url not in current:
                     raise Violation("stray file", f"{url} is in the group's tree but in no "
                                     "current row: a reader of the folders reads it too")
+        if quiet:
             for where, offsets in self.ever_archived.items():
                 if gone := offsets - held_now.get(where, set()):
                     raise Violation("lost", f"{where[0]}/{where[1]} offsets {_ranges(gone)} "
@@ -419,12 +478,30 @@ class World:
             # invariant 5: verify finds no error where the invariants hold (the full walk,
             # which reads every file, at the end only: it would double the run's time)
             for full in (False, True) if final else (False,):
-                report = verify.verify_group(self.config, GROUP, Storage(), self.tokens,
-                                             full=full)
+                report = verify.verify_group(self.config, self.group, Storage(), self.tokens,
+                                             full=full, tables=self.tables)
                 if report.errors():
                     raise Violation("verify disagrees", f"verify{' --full' if full else ''} "
                                     "reports errors the invariants do not see: "
                                     + "; ".join(e.message for e in report.errors()[:3]))
+
+    def _check_tables(self, rows: list[dict]) -> None:
+        """Invariant 2 for tables: each topic's table reads exactly the files of the
+        catalog's current rows (a reader of the table sees what the catalog says)."""
+        for topic in sorted(TOPICS):
+            in_catalog = {f["url"] for row in rows if row["topic"] == topic
+                          for f in row_files(row)}
+            table = self.tables.find(self.group, topic)
+            read = [] if table is None or table.current_snapshot() is None else [
+                task.file.file_path for task in table.scan().plan_files()]
+            in_table = set(read)
+            if len(read) != len(in_table):
+                twice = sorted(_names({f for f in in_table if read.count(f) > 1}))
+                raise Violation("duplicate", f"table {topic} reads {twice} twice")
+            if in_table != in_catalog:
+                raise Violation("table disagrees", f"table {topic} reads "
+                                f"{sorted(_names(in_table - in_catalog))} beyond the catalog's "
+                                f"current files and lacks {sorted(_names(in_catalog - in_table))}")
 
     def drain(self) -> list[str]:
         """Liveness: only what the run's failures tell a person to do (accept a retention
@@ -454,17 +531,21 @@ class World:
     def _positions(self) -> dict:
         found = {}
         for topic in TOPICS:
-            token = self.tokens.read(GROUP, topic).token
+            token = self.tokens.read(self.group, topic).token
             found[topic] = dict(token.offsets) if token else {}
         return {"tokens": found, "in_flight": self.in_flight()}
 
     def _at_end(self) -> bool:
         for topic, parts in self.kafka.topics.items():
-            token = self.tokens.read(GROUP, topic).token
+            token = self.tokens.read(self.group, topic).token
             for partition, p in enumerate(parts):
                 if p.end > 0 and (token is None or token.offsets.get(partition) != p.end):
                     return False
         return True
+
+
+def _names(urls: set[str]) -> list[str]:
+    return [url.rsplit("/", 3)[-3] + "/" + url.rsplit("/", 1)[-1] for url in urls]
 
 
 def _ranges(offsets: set[int]) -> str:
