@@ -91,6 +91,11 @@ TOKEN_DELETED_AFTER_A_KILLED_COMMIT = [  # seed 107: the re-executed commit wrot
 TOKEN_DELETED_WHILE_BEING_CREATED = [  # seed 197: killed before recording the creation
     ("produce", "t", 0, 4, False), ("run", "r1", 0, 0, 4), ("delete_token", "t")]
 
+TOOLS_TOKEN_TAKEN_FOR_A_RUNS = [  # soak seed 1004511: a token accept-loss wrote (no run id)
+    ("produce", "u", 0, 7, False), ("run", "manual__x_1", 0, 0, 0),
+    ("produce", "t", 0, 4, False), ("run", "r1", 0, 0, 3), ("retention", "u", 0, 8),
+    ("delete_token", "u"), ("remove_inflight",), ("accept_loss", "u")]
+
 
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
@@ -103,7 +108,8 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "line deleted after retention": LINE_DELETED_AFTER_RETENTION,
          "rebuild after a rewind met retention": REBUILD_AFTER_A_REWIND_MET_RETENTION,
          "token deleted after a killed commit": TOKEN_DELETED_AFTER_A_KILLED_COMMIT,
-         "token deleted while being created": TOKEN_DELETED_WHILE_BEING_CREATED}
+         "token deleted while being created": TOKEN_DELETED_WHILE_BEING_CREATED,
+         "a tool's token taken for a run's": TOOLS_TOKEN_TAKEN_FOR_A_RUNS}
 
 
 # in a table group's world (--tables seed 2, red with a committed run's commit not final)

@@ -232,7 +232,9 @@ def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenS
             if current and current.run_id == plan.run_id and dict(current.offsets) == offsets:
                 log.info("token %s/%s was already advanced by this run", plan.group, topic)
                 continue
-            if (current and current.run_id not in (plan.run_id, plan.token_runs.get(topic))
+            # a token no run wrote (accept-loss, rewind: the tools write none) is a person's
+            if (current and current.run_id is not None
+                    and current.run_id not in (plan.run_id, plan.token_runs.get(topic))
                     and _committed_after(storage, config.archive_root, plan, current.run_id)):
                 withdraw(topic)  # the table must not keep what no token covers
                 raise  # another run committed the topic: this plan is stale
