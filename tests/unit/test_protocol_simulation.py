@@ -96,6 +96,16 @@ TOOLS_TOKEN_TAKEN_FOR_A_RUNS = [  # soak seed 1004511: a token accept-loss wrote
     ("produce", "t", 0, 4, False), ("run", "r1", 0, 0, 3), ("retention", "u", 0, 8),
     ("delete_token", "u"), ("remove_inflight",), ("accept_loss", "u")]
 
+ABANDONED_COMMITS_FILE_LEFT_BY_A_RESTORE = [  # soak seed 1000656: read twice from the folder
+    ("produce", "u", 0, 9, True), ("run", "r1", 0, 0, 0), ("run", "r2", 0, 0, 0),
+    ("produce", "u", 0, 6, False), ("run", "r3", 0, 0, 3), ("remove_inflight",),
+    ("restore_token", "u", 2)]
+
+CUT_SHORT_RUNS_TOKEN_PUT_BACK_AFTER_OTHERS = [  # from the soak's seed 1000656, shrunk
+    ("produce", "u", 0, 9, True), ("run", "r1", 0, 0, 0), ("run", "r2", 0, 0, 0),
+    ("produce", "u", 0, 6, False), ("run", "r3", 0, 0, 3), ("remove_inflight",),
+    ("restore_token", "u", 2), ("run", "r4", 0, 0, 0), ("restore_token", "u", 2)]
+
 
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
@@ -109,7 +119,10 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "rebuild after a rewind met retention": REBUILD_AFTER_A_REWIND_MET_RETENTION,
          "token deleted after a killed commit": TOKEN_DELETED_AFTER_A_KILLED_COMMIT,
          "token deleted while being created": TOKEN_DELETED_WHILE_BEING_CREATED,
-         "a tool's token taken for a run's": TOOLS_TOKEN_TAKEN_FOR_A_RUNS}
+         "a tool's token taken for a run's": TOOLS_TOKEN_TAKEN_FOR_A_RUNS,
+         "abandoned commit's file left by a restore": ABANDONED_COMMITS_FILE_LEFT_BY_A_RESTORE,
+         "cut-short run's token put back after others":
+             CUT_SHORT_RUNS_TOKEN_PUT_BACK_AFTER_OTHERS}
 
 
 # in a table group's world (--tables seed 2, red with a committed run's commit not final)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from kafka_archive import catalog, layout, manifest as manifests
+from kafka_archive.catalog.state import part_key
+from kafka_archive.manifest import row_files
 from kafka_archive.plan import losses
 from kafka_archive.config import Config, Group
 from kafka_archive.errors import TerminalError
@@ -52,13 +54,22 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     states = [s for s in states if s.topic not in {a.topic for a in taken}]
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
-    if not dry_run and (cut := _cut_short(storage, config, group.name, reads, cat)):
+    cut, stale = _cut_short(storage, config, group.name, reads, cat)
+    if not dry_run and cut:
         log.warning("run %s advanced tokens but its commit never finished (its in-flight "
                     "mark was deleted): re-executing its plan unchanged", cut.run_id)
         inflight.mark(storage, config.archive_root, group.name, cut.run_id,
                       layout.run_file(config.archive_root, group.name, cut.run_id, "plan.json"))
         _move_aside(storage, config, cut)
         return cut
+    for topic in stale:  # its lines claim what no current row holds: archived again
+        archived = losses.archived_through(cat, topic, config.generation)
+        offsets[topic] = {p: min(o, archived[p]) for p, o in offsets[topic].items()
+                          if p in archived}
+        log.warning("token %s/%s names run %s, which never reached the catalog and was planned "
+                    "before runs that did (a copy of the token put back by hand): its lines "
+                    "count only as far as the catalog holds, %s", group.name, topic,
+                    reads[topic].token.run_id, offsets[topic])
     slices, anomalies, waiting = planning.decide(
         group, states, _judged(cat, config, states, offsets), int(now.timestamp() * 1000),
         planning.oldest_pending_reader(consumer), caps)
@@ -76,6 +87,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
     slices, superseded = rewinds.supersede(cat, config, slices)
+    superseded += _strays(storage, config, group, cat, slices, superseded)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
         group=group.name, run_id=run_id, created_at=now.isoformat(timespec="seconds"),
@@ -157,18 +169,22 @@ def _planned_before(storage: Storage, config: Config, group: str, run_id: str) -
 
 
 def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Versioned],
-               cat: catalog.Catalog) -> Plan | None:
+               cat: catalog.Catalog) -> tuple[Plan | None, list[str]]:
     """A run named by a token whose commit never finished, though it was no longer in
     flight: its mark was deleted by hand after the commit advanced tokens. A new plan from
     those tokens would leave the run's files out of the catalog, under tokens that say
     they are archived; the run's own plan is finished instead (its commit finds the tokens
-    it advanced, and adds its rows)."""
+    it advanced, and adds its rows). Unless the catalog holds some of its offsets by now
+    (its token was put back by hand after other runs went on): then finishing it would put
+    them in the catalog twice; the topics whose tokens name such a run come back second."""
     root = config.archive_root
-    named = {}  # run id -> a topic whose token names it
+    named: dict[str, list[str]] = {}  # run id -> the topics whose tokens name it
     for topic, read in reads.items():
         if read.token and read.token.run_id:
-            named.setdefault(read.token.run_id, topic)
-    for run_id, topic in sorted(named.items()):
+            named.setdefault(read.token.run_id, []).append(topic)
+    resume, stale = None, []
+    for run_id, topics in sorted(named.items()):
+        topic = topics[0]
         held = cat.state.topics.get(topic)
         folder = layout.run_folder_name(run_id)
         if cat.state.has_run(run_id) or (held and any(
@@ -178,10 +194,25 @@ def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Ve
         if stored is None or manifests.read(storage, root, group, run_id) is None:
             continue  # not a run of this group's folders (a token edited by hand)
         plan = Plan.from_json(stored)
-        if plan.run_id == run_id and not is_final(stored_outcome(storage, root, group,
-                                                                 run_id)):
-            return plan
-    return None
+        if plan.run_id != run_id or is_final(stored_outcome(storage, root, group, run_id)):
+            continue
+        if any(_held_since(cat, config, plan, s) for s in plan.slices):
+            stale += topics
+        elif resume is None:
+            resume = plan
+    return resume, stale
+
+
+def _held_since(cat: catalog.Catalog, config: Config, plan: Plan, s: planning.Slice) -> bool:
+    """Whether the catalog holds offsets of the plan's slice in a row the plan did not
+    move aside: runs went on after it."""
+    if s.end <= s.start:
+        return False
+    aside = set(plan.superseded)
+    return any(f["url"] not in aside
+               for r in cat.rows(s.topic, s.partition, config.generation, end_after=s.start,
+                                 start_before=s.end)
+               for f in row_files(r))
 
 
 def stored_outcome(storage: Storage, root: str, group: str, run_id: str) -> dict | None:
@@ -261,6 +292,38 @@ def _refuse_other_clusters(config: Config, group: str, reads: dict) -> None:
                 f"token {group}/{topic} was written for Kafka at {read.token.bootstrap}, "
                 f"but the config says {config.bootstrap_servers}: refusing to apply offsets of "
                 f"another cluster. Delete the token to start over.")
+
+
+def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
+            slices: list[planning.Slice], superseded: list[str]) -> list[str]:
+    """Files in the folder of a partition this plan rewinds (a slice starting below what
+    the catalog holds), at or beyond the slice's start, that no current row names: an
+    abandoned plan's (its commit cut short, its in-flight mark deleted and its token put
+    back by hand). They go aside with what the rewind replaces, or a reader of the folder
+    would read their messages twice. One listing per rewound partition, from the slice's
+    first name on; the backup layout's folders only (a table's reader reads its snapshot,
+    an event-time group's files are spread over time partitions)."""
+    if group.table is not None or group.layout.kind == "event_time":
+        return []
+    found, aside = [], set(superseded)
+    for s in slices:
+        topic = cat.state.topics.get(s.topic)
+        summary = topic and topic.summaries.get(part_key(s.partition, config.generation))
+        if not summary or summary.end is None or s.start >= summary.end:
+            continue  # not a rewind: the plan's files take the names an earlier attempt's had
+        current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
+                                              end_after=s.start) for f in row_files(r)}
+        folder = layout.partition_dir(config.archive_root, group.name, s.topic, s.partition)
+        first = f"{folder}/{config.generation}_{s.partition}_{s.start:020d}"
+        for url, _ in storage.list(folder, start_after=first):
+            name = layout.parse_file_name(url.rsplit("/", 1)[1])
+            if (name is not None and (name.generation, name.partition) == (
+                    config.generation, s.partition) and name.first_offset >= s.start
+                    and url not in current and url not in aside):
+                log.warning("%s is in no current row of the catalog (a plan given up before its "
+                            "commit wrote it): moved aside with what the rewind replaces", url)
+                found.append(url)
+    return found
 
 
 def _move_aside(storage: Storage, config: Config, plan: Plan) -> None:

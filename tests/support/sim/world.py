@@ -274,6 +274,13 @@ class World:
         copies = self.token_copies[topic]
         if back < len(copies):
             self._write_token_file(topic, copies[-1 - back])
+            # a copy a commit wrote that never reached the catalog (cut short, its mark
+            # deleted) claims what no row holds: the next plan repairs that, as it does
+            # after the mark's delete itself
+            run_id = self.tokens.read(self.group, topic).token.run_id
+            if run_id and not runs.is_final(runs.stored_outcome(
+                    Storage(), self.config.archive_root, self.group, run_id)):
+                self.abandoned = True
 
     def _rewind(self, out: Outcome, topic: str, partition: int, to_offset: int):
         try:
