@@ -107,8 +107,10 @@ def _draw(rng: random.Random, world: World) -> tuple:
         return ("clear_run", rng.choice(runs), crash())
     if r < 0.82:
         return ("delete_token", topic)
-    if r < 0.85:
+    if r < 0.84:
         return ("delete_line", topic, partition)
+    if r < 0.85:
+        return ("edit_line", topic, partition, rng.randint(0, 30))
     if r < 0.88:
         return ("restore_token", topic, rng.randint(0, 3))
     if r < 0.93:
@@ -220,6 +222,8 @@ _SAID = {
     "clear_run": lambda run, n: f"Clear the whole run {run}{_kill(n)}",
     "delete_token": lambda t: f"a person deletes token {t}",
     "delete_line": lambda t, p: f"a person deletes the line of partition {p} from token {t}",
+    "edit_line": lambda t, p, o: f"a person edits the line of partition {p} of token {t} down "
+                                 f"to {o}",
     "restore_token": lambda t, back: f"a person restores token {t} from its copy {back} "
                                      "versions back",
     "rewind": lambda t, p, o: f"kafka-archive rewind --topic {t} --partition {p} --to-offset {o}",

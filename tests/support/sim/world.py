@@ -269,6 +269,17 @@ class World:
         self._write_token_file(topic, render(Token(**{**read.token.__dict__, "offsets": offsets}))
                                .encode())
 
+    def _edit_line(self, out: Outcome, topic: str, partition: int, to_offset: int):
+        """A person edits a partition's line of the token file down to an offset (a rewind
+        by hand, without the rewind command's checks)."""
+        read = self.tokens.read(self.group, topic)
+        if read.token is None or partition not in read.token.offsets:
+            return
+        offsets = {**read.token.offsets,
+                   partition: min(to_offset, read.token.offsets[partition])}
+        self._write_token_file(topic, render(Token(**{**read.token.__dict__, "offsets": offsets}))
+                               .encode())
+
     def _restore_token(self, out: Outcome, topic: str, back: int):
         """A person puts back an older copy of the token file."""
         copies = self.token_copies[topic]
