@@ -42,7 +42,12 @@ class ArchivedFile:
 
 def file_name(generation: int, partition: int, first_offset: int, fmt: str | Mapping) -> str:
     """fmt: the group's format dict, or a format kind (with its default options)."""
-    return f"{generation}_{partition}_{first_offset:020d}.{formats.extension(fmt)}"
+    return f"{file_stem(generation, partition, first_offset)}.{formats.extension(fmt)}"
+
+
+def file_stem(generation: int, partition: int, first_offset: int) -> str:
+    """A data file's name without its extension: names sort by first offset."""
+    return f"{generation}_{partition}_{first_offset:020d}"
 
 
 def parse_file_name(name: str) -> ArchivedFile | None:

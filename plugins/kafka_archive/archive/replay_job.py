@@ -30,6 +30,7 @@ from kafka_archive.archive.archived_files import read_archived
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.formats.records import Record
+from kafka_archive.plan.rewinds import format_ms
 from kafka_archive.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -264,8 +265,7 @@ def refused_by(settings: dict[str, str], r: Record, now_ms: int) -> str | None:
         for name, off_by in (("message.timestamp.after.max.ms", r.timestamp_ms - now_ms),
                              ("message.timestamp.before.max.ms", now_ms - r.timestamp_ms)):
             if name in settings and off_by > int(settings[name]):
-                when = datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc).isoformat(
-                    timespec="milliseconds").replace("+00:00", "Z")
+                when = format_ms(r.timestamp_ms)
                 return (f"its record timestamp {when} is {off_by // 1000} s "
                         f"{'ahead of' if name.endswith('after.max.ms') else 'behind'} the clock, "
                         f"beyond the target topic's {name} {settings[name]} (message.timestamp"
@@ -308,8 +308,7 @@ def refusal(where: str, r: Record, error, settings) -> ArchiveError:
     except Exception as exc:  # the advice without the figures
         found = {"unknown": repr(exc)}
     ahead_ms = r.timestamp_ms - int(time.time() * 1000)
-    when = datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
+    when = format_ms(r.timestamp_ms)
     name = "message.timestamp.after.max.ms" if ahead_ms > 0 else "message.timestamp.before.max.ms"
     return RefusedForGood(
         f"{where}: the target refuses archived offset {r.offset}, whose record timestamp "

@@ -314,7 +314,7 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
         current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
                                               end_after=s.start) for f in row_files(r)}
         folder = layout.partition_dir(config.archive_root, group.name, s.topic, s.partition)
-        first = f"{folder}/{config.generation}_{s.partition}_{s.start:020d}"
+        first = f"{folder}/{layout.file_stem(config.generation, s.partition, s.start)}"
         for url, _ in storage.list(folder, start_after=first):
             name = layout.parse_file_name(url.rsplit("/", 1)[1])
             if (name is not None and (name.generation, name.partition) == (
