@@ -6,6 +6,7 @@
     <root>/<group>/<topic>/_late/dt=YYYY-MM-DD/hr=HH/<file name>   (after finalization)
     <root>/_runs/<group>/<run id>/plan.json, manifest.json, committed.json
     <root>/_runs/<group>/_inflight.json
+    <root>/_runs/<group>/_last_plan.json
     <root>/_superseded/<run id>/<group>/<topic>/partition=<n>/<file>
     <root>/_replays/<replay id>/replay.json, progress/partition=<n>.json
 
@@ -309,6 +310,11 @@ def run_file(root: str, group: str, run_id: str, name: str) -> str:
 
 def inflight_marker(root: str, group: str) -> str:
     return join(runs_dir(root, group), "_inflight.json")
+
+
+def last_plan_marker(root: str, group: str) -> str:
+    """The run last marked in flight, kept when a person deletes the mark itself."""
+    return join(runs_dir(root, group), "_last_plan.json")
 
 
 def accepted_loss(root: str, group: str, topic: str, partition: int, lost_from: int) -> str:

@@ -107,6 +107,22 @@ CUT_SHORT_RUNS_TOKEN_PUT_BACK_AFTER_OTHERS = [  # from the soak's seed 1000656, 
     ("restore_token", "u", 2), ("run", "r4", 0, 0, 0), ("restore_token", "u", 2)]
 
 
+PLAN_GIVEN_UP_AFTER_ITS_REWIND_MOVED_FILES = [  # was OPEN_DEFECTS "file missing, stray file"
+    ("produce", "u", 0, 9, False), ("run", "r1", 0, 0, 0), ("produce", "u", 0, 3, False),
+    ("rewind", "u", 0, 0), ("run", "r2", 0, 1, 0), ("remove_inflight",),
+    ("restore_token", "u", 1), ("produce", "u", 0, 2, False), ("run", "r3", 0, 0, 0)]
+
+LINE_DELETED_ABOVE_A_REMEMBERED_SPOT = [  # was OPEN_DEFECTS "hole": the spot [4, 4) forgotten
+    ("produce", "u", 0, 4, False), ("retention", "u", 0, 4), ("run", "r1", 0, 0, 0),
+    ("produce", "u", 0, 3, False), ("retention", "u", 0, 2), ("delete_line", "u", 0),
+    ("run", "r2", 0, 0, 0)]
+
+
+KILLED_JOBS_FILE_LEFT_AFTER_ITS_TOPIC_WAS_DELETED = [  # seed 5252, red before: stray file
+    ("add_partition", "u"), ("produce", "u", 1, 4, False), ("produce", "t", 0, 8, False),
+    ("run", "r1", 0, 4, 0), ("delete_topic", "u")]
+
+
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -122,7 +138,12 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "a tool's token taken for a run's": TOOLS_TOKEN_TAKEN_FOR_A_RUNS,
          "abandoned commit's file left by a restore": ABANDONED_COMMITS_FILE_LEFT_BY_A_RESTORE,
          "cut-short run's token put back after others":
-             CUT_SHORT_RUNS_TOKEN_PUT_BACK_AFTER_OTHERS}
+             CUT_SHORT_RUNS_TOKEN_PUT_BACK_AFTER_OTHERS,
+         "plan given up after its rewind moved files":
+             PLAN_GIVEN_UP_AFTER_ITS_REWIND_MOVED_FILES,
+         "line deleted above a remembered spot": LINE_DELETED_ABOVE_A_REMEMBERED_SPOT,
+         "killed job's file left after its topic was deleted":
+             KILLED_JOBS_FILE_LEFT_AFTER_ITS_TOPIC_WAS_DELETED}
 
 
 # in a table group's world (--tables seed 2, red with a committed run's commit not final)

@@ -3,7 +3,6 @@ connections, and calls one library function. The CLI calls them too."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from dataclasses import asdict
@@ -59,9 +58,8 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
                                            **request):
                 log.warning("%s", change)
         made = runs.start(cfg, group, run_id, storage, tokens, consumer, runs.now_utc(), dry_run,
-                          topics, caps, table_columns=functools.partial(
-                              connections.iceberg_tables(cfg).columns, group)
-                          if cfg.group(group).parsed_table else None)
+                          topics, caps, tables=connections.iceberg_tables(cfg)
+                          if cfg.group(group).table is not None else None)
     finally:
         consumer.close()
     for anomaly in made.anomalies:

@@ -96,6 +96,7 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
     # plan would fail on every re-run and block the group for good
     present = _existing_partitions(kafka, {s.topic for s in to_read})
     vanished = [[s.topic, s.partition] for s in to_read if (s.topic, s.partition) not in present]
+    gone = [s for s in to_read if (s.topic, s.partition) not in present]
     to_read = [s for s in to_read if (s.topic, s.partition) in present]
     rows = archived(plan, to_read) if to_read else []
     if config.group(plan.group).parsed_table:
@@ -103,8 +104,8 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
     lost = retention_losses(kafka, to_read, rows)
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)
-    _drop_earlier_attempts(config, plan, storage, [s for s in to_read
-                                                   if (s.topic, s.partition) in lost_at])
+    _drop_earlier_attempts(config, plan, storage, gone + [s for s in to_read
+                                                          if (s.topic, s.partition) in lost_at])
     manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
                           "vanished": vanished, "retention_lost": [dataclasses.asdict(a) for a in lost]}
     write_manifest(storage, config.archive_root, manifest)
@@ -241,9 +242,10 @@ def _drop_slices(storage: Storage, rows: list[SliceRow], lost: set[tuple[str, in
 def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
                            lost: list[Slice]) -> None:
     """The files an earlier attempt of the job wrote for slices retention has since
-    eaten into: this attempt, starting at Kafka's earliest offset, wrote (and dropped)
-    other names, so theirs would stay beside the catalog, read by the folders' readers
-    (the slice's messages are the run's loss, recorded). Files with a first offset inside
+    eaten into, or of a topic deleted since: this attempt, starting at Kafka's earliest
+    offset, wrote (and dropped) other names, or none, so theirs would stay beside the
+    catalog, read by the folders' readers (the slice's messages are the run's loss,
+    recorded; a deleted topic's slice is not archived, its token stays). Files with a first offset inside
     the slice are this plan's own: the originals a rewind replaces were moved aside. A
     table group's files are under the run's folder (orphans, swept later); an event-time
     group's are spread over time partitions (not looked for here)."""
@@ -252,7 +254,8 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
         return
     for s in lost:
         folder = layout.partition_dir(config.archive_root, plan.group, s.topic, s.partition)
-        for url, _ in storage.list(folder):
+        first = f"{folder}/{layout.file_stem(plan.generation, s.partition, s.start)}"
+        for url, _ in storage.list(folder, start_after=first):
             name = layout.parse_file_name(url.rsplit("/", 1)[1])
             if (name is not None and name.generation == plan.generation
                     and name.partition == s.partition and s.start <= name.first_offset < s.end):

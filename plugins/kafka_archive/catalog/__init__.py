@@ -22,7 +22,8 @@ import logging
 from kafka_archive.catalog import rebuild as _rebuild
 from kafka_archive.catalog import store
 from kafka_archive.catalog.contents import Contents
-from kafka_archive.catalog.rebuild import AcceptedLoss, catalog_row, run_folder, run_summary
+from kafka_archive.catalog.rebuild import (AcceptedLoss, catalog_row, plan_marks, run_folder,
+                                          run_summary)
 from kafka_archive.catalog.state import OverlapError, State, Summary, lost_ranges
 from kafka_archive.catalog.store import Catalog, CatalogUnreadable
 from kafka_archive.config import Config

@@ -108,6 +108,22 @@ def run_summary(plan: dict, manifest: dict, committed: dict) -> dict:
             "files": sum(len(row_files(r)) for r in slices)}
 
 
+def plan_marks(plan: dict) -> dict:
+    """What a committed plan records beside its rows: the retention gaps it skipped
+    (`lost`), and where each of its slices began (`spots`: the token line it started
+    from, or where a new partition's archive begins). Below a spot the archive accounts
+    for every offset (in rows, lost, or before the archive began) even when the slice
+    archived nothing (start_from: latest, an emptied partition, a head that retention
+    deleted before the job read it): a person may delete the line later, and what Kafka
+    deleted above the spot is then a loss, not a silent skip."""
+    return {"lost": [{"topic": a["topic"], "partition": a["partition"],
+                      "lost_from": a["lost_from"], "lost_to": a["lost_to"]}
+                     for a in plan.get("anomalies", ()) if a.get("action") == "skipped"],
+            "spots": [{"topic": s["topic"], "partition": s["partition"],
+                       "generation": plan.get("generation", 0), "offset": s["start"]}
+                      for s in plan.get("slices", ())]}
+
+
 FETCHERS = 16  # GETs of run documents in flight at once (S3 answers each in ~10-50 ms)
 
 
@@ -169,11 +185,7 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
                 # a slice the job could not archive replaces nothing: its old rows stay
                 spill.event(plan.get("superseded", ()), not_archived(manifest), added)
                 state.apply({"kind": "commit", "seq": 0, "run_id": plan.get("run_id"), "at": at,
-                             "run": run_summary(plan, manifest, doc),
-                             "lost": [{"topic": a["topic"], "partition": a["partition"],
-                                       "lost_from": a["lost_from"], "lost_to": a["lost_to"]}
-                                      for a in plan.get("anomalies", ())
-                                      if a.get("action") == "skipped"]})
+                             "run": run_summary(plan, manifest, doc), **plan_marks(plan)})
                 continue
             added = []
             for r in doc["slices"]:

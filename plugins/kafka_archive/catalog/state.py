@@ -38,6 +38,12 @@ def part_key(partition: int, generation: int) -> str:
     return f"{partition}:{generation}"
 
 
+def key_part(key: str) -> tuple[int, int]:
+    """part_key's inverse: (partition, generation)."""
+    partition, generation = key.split(":")
+    return int(partition), int(generation)
+
+
 @dataclass
 class Summary:
     """What is current of one Kafka partition in one generation."""
@@ -112,6 +118,7 @@ class Topic:
     open_time: set[str] = field(default_factory=set)    # time partitions with files, not final
     finalized_through_ms: int | None = None
     lost: dict[int, list[list[int]]] = field(default_factory=dict)  # partition -> ranges
+    spots: dict[str, int] = field(default_factory=dict)  # part_key -> rebuild.plan_marks
 
     def summary(self, partition: int, generation: int) -> Summary:
         key = part_key(partition, generation)
@@ -149,6 +156,10 @@ class State:
             if [loss["lost_from"], loss["lost_to"]] not in ranges:
                 ranges.append([loss["lost_from"], loss["lost_to"]])
                 ranges.sort()
+        for spot in entry.get("spots", ()):
+            spots = self.topic(spot["topic"]).spots
+            key = part_key(spot["partition"], spot["generation"])
+            spots[key] = max(spots.get(key, 0), spot["offset"])
         if kind == "loss":
             record = entry["loss"]
             if record not in self.accepted:
@@ -190,14 +201,15 @@ class State:
                 "topics": {name: {"summaries": {k: s.__dict__ for k, s in t.summaries.items()},
                                   "open_time": sorted(t.open_time),
                                   "finalized_through_ms": t.finalized_through_ms,
-                                  "lost": {str(p): r for p, r in t.lost.items()}}
+                                  "lost": {str(p): r for p, r in t.lost.items()},
+                                  "spots": t.spots}
                            for name, t in sorted(self.topics.items())}}
 
     @classmethod
     def from_json(cls, data: dict) -> State:
         topics = {name: Topic({k: Summary(**s) for k, s in t["summaries"].items()},
                               set(t["open_time"]), t["finalized_through_ms"],
-                              {int(p): r for p, r in t["lost"].items()})
+                              {int(p): r for p, r in t["lost"].items()}, t.get("spots", {}))
                   for name, t in data["topics"].items()}
         return cls(data["seq"], topics, data["accepted"], data["recent"])
 

@@ -172,6 +172,27 @@ class Tables:
         return (layout.dead_letter_location(root, group, topic) if dead_letters
                 else layout.table_location(root, group, topic))
 
+    def withdraw_run(self, plan: Plan, manifest: dict, topic: str) -> None:
+        """Take a run's commit of a topic out of its tables again: its files go, and what its
+        rewind took out comes back (a withdrawn commit leaves the table as the run found
+        it). The run lost its token's compare-and-swap to another run after its table commit
+        (two plans at once), or was given up by hand (plan.runs): the table must not keep
+        what the token and the catalog do not cover. Idempotent; a run whose commit is
+        re-executed after it was withdrawn commits again (run_snapshot)."""
+        missed = not_archived(manifest)
+        for dead_letters in self.kinds(plan.group):
+            inside = self.location(plan.group, topic, dead_letters) + "/"
+            table = self.find(plan.group, topic, dead_letters)
+            if table is None or run_snapshot(table, plan.run_id) is None:
+                continue  # its commit never reached this table (or is withdrawn already)
+            files = [url for url in files_of(manifest, topic) if url.startswith(inside)]
+            back = [url for url in plan.superseded if url.startswith(inside)
+                    and not _of_partitions(url, topic, missed)]
+            held = current_files(table, [*back, *files])
+            back, files = [u for u in back if u not in held], [u for u in files if u in held]
+            if back or files:
+                commit_run(table, plan.run_id + WITHDRAWN, back, files)
+
     def columns(self, group: str, topic: str) -> list[list[str]]:
         """A parsed table's field columns ([name, type], the table's order), as the next
         run writes them: the table's, then the declared ones it lacks (a new table: the
@@ -284,15 +305,7 @@ def new_columns(files: list[dict]) -> dict[str, str]:
     return found
 
 
-def withdraw_run(tables: Tables, plan: Plan, manifest: dict, topic: str) -> None:
-    """Take a run's files of a topic out of its tables again: the run lost its token's
-    compare-and-swap to another run after its table commit (two plans at once), so the
-    table must not keep what the token does not cover."""
-    for dead_letters in tables.kinds(plan.group):
-        inside = tables.location(plan.group, topic, dead_letters) + "/"
-        if files := [url for url in files_of(manifest, topic) if url.startswith(inside)]:
-            commit_run(tables.table(plan.group, topic, dead_letters),
-                       f"{plan.run_id} (withdrawn)", [], files)
+WITHDRAWN = " (withdrawn)"  # the run id of a snapshot that takes a run's commit out again
 
 
 def manifest_files(manifest: dict, topic: str) -> list[dict]:
@@ -306,9 +319,14 @@ def files_of(manifest: dict, topic: str) -> list[str]:
 
 
 def run_snapshot(table, run_id: str):
-    """The snapshot that committed run_id, or None."""
-    return next((s for s in table.metadata.snapshots
-                 if s.summary is not None and s.summary.get(RUN_ID) == run_id), None)
+    """The snapshot that committed run_id (or, for `<run>(withdrawn)`, withdrew it), or
+    None; also None when a later snapshot undid it (a withdrawal after the commit, a
+    commit again after the withdrawal)."""
+    base = run_id.removesuffix(WITHDRAWN)
+    last = max((s for s in table.metadata.snapshots if s.summary is not None
+                and s.summary.get(RUN_ID) in (base, base + WITHDRAWN)),
+               key=lambda s: s.sequence_number or 0, default=None)
+    return last if last is not None and last.summary.get(RUN_ID) == run_id else None
 
 
 def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offsets: str = "",

@@ -26,9 +26,9 @@ from the token as it is, moving aside whatever it archives again, like any rewin
 nothing is lost (a file stays accounted for even when Kafka no longer holds its
 messages), nothing is archived twice, and the group never sticks on the old plan. A
 token another run advanced meanwhile (two plans at once: the in-flight mark removed by
-hand) is a lost race: TokenConflictError, as before, and a table group's table gives the
-run's files of that topic back (commit.iceberg.withdraw_run). A token naming a run that
-committed before this plan was made (Plan.catalog_seq) is an older copy a person put
+hand) is a lost race: TokenConflictError, as before, and a table group's table takes
+the run's commit of that topic out again (commit.iceberg.Tables.withdraw_run). A token
+naming a run that committed before this plan was made (Plan.catalog_seq) is an older copy a person put
 back: left as found too. A slice the job could not archive (retention deleted its head
 after planning, the topic was deleted) replaces nothing: the rows its rewind was to
 archive again stay current, their files come back from `_superseded/`.
@@ -140,8 +140,8 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
         snapshots = iceberg.commit_tables(tables, plan, manifest)
     left_as_found = (stored["tokens_left_as_found"] if stored is not None  # the step is done
                      else _advance_tokens(config, plan, storage, tokens, now, ends,
-                                          lambda topic: iceberg.withdraw_run(
-                                              tables, plan, manifest, topic) if tables else None))
+                                          lambda topic: tables.withdraw_run(
+                                              plan, manifest, topic) if tables else None))
     summary = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds"),
                "records": sum(e["records"] for e in manifest["slices"]),
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
@@ -339,9 +339,7 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
                             if s.start <= r["start"] < s.end]
         return {"kind": "commit", "run_id": plan.run_id, "at": committed["committed_at"],
                 "run": catalog.run_summary(plan_dict, manifest, committed),
-                "add": rows, "remove": removed,
-                "lost": [{"topic": a.topic, "partition": a.partition, "lost_from": a.lost_from,
-                          "lost_to": a.lost_to} for a in plan.anomalies if a.action == "skipped"]}
+                "add": rows, "remove": removed, **catalog.plan_marks(plan_dict)}
 
     if dry_run:
         cat = catalog.open_catalog(storage, config, group, may_rebuild=True)

@@ -63,8 +63,23 @@ def current(storage: Storage, root: str, group: str) -> InFlight | None:
 
 
 def mark(storage: Storage, root: str, group: str, run_id: str, plan_url: str) -> None:
-    storage.put_bytes(layout.inflight_marker(root, group),
-                      json.dumps({"run_id": run_id, "plan": plan_url}).encode())
+    """The mark, and beside it a note of the run it names that outlives the mark: a
+    person may delete the mark (giving the plan up), and the next plan must then find
+    what the given-up plan moved and wrote (plan.runs._put_back_given_up)."""
+    marker = json.dumps({"run_id": run_id, "plan": plan_url}).encode()
+    storage.put_bytes(layout.last_plan_marker(root, group), marker)
+    storage.put_bytes(layout.inflight_marker(root, group), marker)
+
+
+def last(storage: Storage, root: str, group: str) -> dict | None:
+    """The note of the run last marked in flight ({run_id, plan, given_up?}), or None."""
+    note = storage.get_or_none(layout.last_plan_marker(root, group))
+    return None if note is None else json.loads(note)
+
+
+def note_given_up(storage: Storage, root: str, group: str, note: dict) -> None:
+    storage.put_bytes(layout.last_plan_marker(root, group),
+                      json.dumps({**note, "given_up": True}).encode())
 
 
 def clear(storage: Storage, root: str, group: str, run_id: str) -> None:

@@ -20,6 +20,7 @@ from kafka import TopicPartition
 from kafka_archive import catalog, layout
 from kafka_archive.catalog import AcceptedLoss
 from kafka_archive.catalog.rebuild import accepted  # noqa: F401 (the records, read back)
+from kafka_archive.catalog.state import key_part
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan import inflight
@@ -42,7 +43,8 @@ def gaps(token_offsets: dict[int, int], earliest: dict[int, int]) -> dict[int, t
 
 def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[int, int]:
     """Per partition, one past the highest offset the archive accounts for: its current
-    rows and the losses recorded. A partition whose token line is gone (deleted by a
+    rows, the spot a plan began it at without archiving (catalog.plan_marks) and the
+    losses recorded. A partition whose token line is gone (deleted by a
     person, to archive it again) is checked against this: what Kafka deleted above it
     was never archived, and is a loss like any retention gap, not a silent skip."""
     found: dict[int, int] = {}
@@ -50,6 +52,10 @@ def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[
     for summary in (held.summaries.values() if held else ()):
         if summary.generation == generation and summary.end is not None:
             found[summary.partition] = max(found.get(summary.partition, 0), summary.end)
+    for key, offset in (held.spots.items() if held else ()):
+        partition, spot_generation = key_part(key)
+        if spot_generation == generation:
+            found[partition] = max(found.get(partition, 0), offset)
     for (name, partition), ranges in catalog.lost_ranges(cat.state).items():
         if name == topic and ranges:
             found[partition] = max(found.get(partition, 0), max(b for _, b in ranges))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import datetime, timezone
 
 from kafka_archive import catalog, layout, manifest as manifests
@@ -28,11 +27,10 @@ log = logging.getLogger(__name__)
 
 def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens: TokenStore,
           consumer, now: datetime, dry_run: bool = False, topics: tuple[str, ...] = (),
-          caps: Caps = Caps(), table_columns: Callable[[str], list[list[str]]] | None = None
-          ) -> Plan:
+          caps: Caps = Caps(), tables=None) -> Plan:
     """topics (empty: all of the group) and caps come from a manual run's params;
-    table_columns, a topic's table's columns (commit.iceberg.Tables.columns), from an
-    event-time table group's caller (without it: the declared ones)."""
+    tables (commit.iceberg.Tables), a table group's: a parsed table's columns come from
+    it (without it: the declared ones), and a given-up run's commit is taken out of it."""
     group = config.group(group_name)
     if (own := _planned_before(storage, config, group.name, run_id)) is not None:
         return own
@@ -54,6 +52,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     states = [s for s in states if s.topic not in {a.topic for a in taken}]
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
+    if not dry_run:
+        _put_back_given_up(storage, config, group, tokens, cat, tables)
     cut, stale = _cut_short(storage, config, group.name, reads, cat)
     if not dry_run and cut:
         log.warning("run %s advanced tokens but its commit never finished (its in-flight "
@@ -101,7 +101,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
         finalized=_watermarks(cat, group, topics),
         latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics},
-        columns=_columns(group, topics, table_columns), catalog_seq=cat.state.seq)
+        columns=_columns(group, topics, tables), catalog_seq=cat.state.seq)
     if dry_run or not slices:
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
@@ -228,12 +228,11 @@ def is_final(outcome: dict | None) -> bool:
     return bool(outcome) and ("in_catalog" in outcome or "entry" in outcome)
 
 
-def _columns(group: Group, topics: list[str],
-             table_columns: Callable[[str], list[list[str]]] | None) -> dict[str, list]:
+def _columns(group: Group, topics: list[str], tables) -> dict[str, list]:
     if not group.parsed_table:
         return {}
     declared = [list(c) for c in group.table.columns]
-    return {t: table_columns(t) if table_columns else declared for t in topics}
+    return {t: tables.columns(group.name, t) if tables else declared for t in topics}
 
 
 def _watermarks(cat: catalog.Catalog, group: Group, topics: list[str]) -> dict[str, int]:
@@ -300,30 +299,104 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
     the catalog holds), at or beyond the slice's start, that no current row names: an
     abandoned plan's (its commit cut short, its in-flight mark deleted and its token put
     back by hand). They go aside with what the rewind replaces, or a reader of the folder
-    would read their messages twice. One listing per rewound partition, from the slice's
-    first name on; the backup layout's folders only (a table's reader reads its snapshot,
-    an event-time group's files are spread over time partitions)."""
-    if group.table is not None or group.layout.kind == "event_time":
-        return []
-    found, aside = [], set(superseded)
+    would read their messages twice."""
+    found = []
     for s in slices:
         topic = cat.state.topics.get(s.topic)
         summary = topic and topic.summaries.get(part_key(s.partition, config.generation))
         if not summary or summary.end is None or s.start >= summary.end:
             continue  # not a rewind: the plan's files take the names an earlier attempt's had
-        current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
-                                              end_after=s.start) for f in row_files(r)}
-        folder = layout.partition_dir(config.archive_root, group.name, s.topic, s.partition)
-        first = f"{folder}/{layout.file_stem(config.generation, s.partition, s.start)}"
-        for url, _ in storage.list(folder, start_after=first):
-            name = layout.parse_file_name(url.rsplit("/", 1)[1])
-            if (name is not None and (name.generation, name.partition) == (
-                    config.generation, s.partition) and name.first_offset >= s.start
-                    and url not in current and url not in aside):
-                log.warning("%s is in no current row of the catalog (a plan given up before its "
-                            "commit wrote it): moved aside with what the rewind replaces", url)
-                found.append(url)
+        for url in _unlisted(storage, config, group, cat, s, set(superseded) | set(found)):
+            log.warning("%s is in no current row of the catalog (a plan given up before its "
+                        "commit wrote it): moved aside with what the rewind replaces", url)
+            found.append(url)
     return found
+
+
+def _unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
+              s: planning.Slice, known: set[str]) -> list[str]:
+    """The files in the slice's partition folder, from the slice's first name on, that no
+    current row of the catalog names (and not in known). One listing; the backup layout's
+    folders only (a table's reader reads its snapshot, an event-time group's files are
+    spread over time partitions)."""
+    if group.table is not None or group.layout.kind == "event_time":
+        return []
+    current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
+                                          end_after=s.start) for f in row_files(r)}
+    folder = layout.partition_dir(config.archive_root, group.name, s.topic, s.partition)
+    first = f"{folder}/{layout.file_stem(config.generation, s.partition, s.start)}"
+    found = []
+    for url, _ in storage.list(folder, start_after=first):
+        name = layout.parse_file_name(url.rsplit("/", 1)[1])
+        if (name is not None and (name.generation, name.partition) == (
+                config.generation, s.partition) and name.first_offset >= s.start
+                and url not in current and url not in known):
+            found.append(url)
+    return found
+
+
+def _put_back_given_up(storage: Storage, config: Config, group: Group, tokens: TokenStore,
+                       cat: catalog.Catalog, tables) -> None:
+    """The run last marked in flight, if a person deleted its mark before its commit moved
+    a token (no token names it, no outcome stored): the plan was given up, and nothing may
+    stay as it left it. What it moved aside comes back (the catalog still lists it, since
+    the commit that would have replaced it never came), and what its job wrote that no
+    current row names goes aside: a reader of the folders would otherwise miss the first
+    and read the second. Idempotent (a kill in between: the next plan does it again);
+    noted done, so later plans read one small file. A table group's run may have reached
+    its tables before it was given up: taken out of them again (needs tables)."""
+    root = config.archive_root
+    if group.table is not None and tables is None:
+        return
+    note = inflight.last(storage, root, group.name)
+    if note is None or note.get("given_up"):
+        return
+    run_id = note["run_id"]
+    if cat.state.has_run(run_id) or stored_outcome(storage, root, group.name, run_id):
+        return  # committed, or its commit cut short after the tokens (_cut_short's)
+    stored = storage.get_or_none(layout.run_file(root, group.name, run_id, "plan.json"))
+    plan = Plan.from_json(stored) if stored is not None else None
+    if plan is None or plan.run_id != run_id:
+        return
+    if any((t := tokens.read(group.name, topic).token) and t.run_id == run_id
+           for topic in plan.topics()):
+        return  # a commit cut short after a token: _cut_short's
+    restored, leftovers = _undo_given_up(storage, config, group, cat, plan, tables)
+    log.warning("run %s was given up before its commit (its _inflight.json deleted by hand): "
+                "%d files it moved aside are back, %d it wrote are moved aside", run_id,
+                restored, len(leftovers))
+    inflight.note_given_up(storage, root, group.name, note)
+
+
+def _undo_given_up(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
+                   plan: Plan, tables) -> tuple[int, list[str]]:
+    """_put_back_given_up's moves: the count of files put back, the files moved aside.
+    A table group moves no file (its table reads its snapshot; its maintenance sweeps a
+    given-up run's files as orphans): its run's commit, if one reached a table, is
+    withdrawn there."""
+    root = config.archive_root
+    if group.table is not None:
+        written = manifests.read(storage, root, group.name, plan.run_id)
+        for topic in plan.topics() if written is not None else ():
+            tables.withdraw_run(plan, written, topic)
+        return 0, []
+    current = {f["url"] for s in plan.slices
+               for r in cat.rows(s.topic, s.partition, plan.generation, end_after=s.start)
+               for f in row_files(r)}
+    restored = 0
+    for url in plan.superseded:
+        aside = layout.superseded(root, plan.run_id, url)
+        if url in current and storage.size(aside) is not None:
+            storage.move(aside, url)  # over the job's file of the same name, if any
+            restored += 1
+    written = manifests.read(storage, root, group.name, plan.run_id)
+    leftovers = {f["url"] for e in (written or {}).get("slices", ()) for f in row_files(e)
+                 if f["url"] not in current and storage.size(f["url"]) is not None}
+    for s in plan.slices:
+        leftovers.update(_unlisted(storage, config, group, cat, s, leftovers))
+    for url in sorted(leftovers):
+        storage.move(url, layout.superseded(root, plan.run_id, url))
+    return restored, sorted(leftovers)
 
 
 def _move_aside(storage: Storage, config: Config, plan: Plan) -> None:

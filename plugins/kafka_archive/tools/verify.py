@@ -220,6 +220,8 @@ def check_tables(tables: iceberg.Tables, group: str, cat: catalog.Catalog,
         records, count = sum(s.records for s in summaries), sum(s.files for s in summaries)
         found = {dead: tables.find(group, name, dead) for dead in tables.kinds(group)}
         if all(table is None for table in found.values()):
+            if not count:  # a topic the archive began without a message yet (a spot)
+                continue
             findings.append(Finding(ERROR, f"topic {name}: the catalog holds {records} records "
                                            "in files no table names: its table is missing"))
             continue

@@ -15,10 +15,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka_archive import catalog
-from kafka_archive.plan import losses
-from kafka_archive.storage import Storage
-
 from tests.support.sim.world import TOPICS, Violation, World
 
 STEPS = 30  # per sequence
@@ -40,49 +36,8 @@ def scratch() -> Path:
     return Path(base) / f"kafka-archive-sim-{os.getpid()}"
 
 
-# Defects the simulation found that are not fixed yet (issue 41), each with the state in
-# which a step shows it. `--all` draws those steps too; the suite's run (avoid_open) does
-# not, so that it fails on anything else. Remove an entry with its fix.
-OPEN_DEFECTS = {
-    "hole": "a token line deleted, of a partition the archive holds no row of (its line "
-            "only remembered a spot, start_from: latest or an emptied partition), while "
-            "retention has deleted offsets above the line: nothing else records the spot, so "
-            "the next plan starts at Kafka's earliest offset and no loss is recorded",
-    "file missing, stray file": "_inflight.json deleted by hand before the plan's commit "
-        "moved a token (the plan is abandoned): the files its plan moved aside stay under "
-        "_superseded/ while the catalog lists them, and what its job wrote stays beside the "
-        "catalog, until a rewind archives the same offsets again",
-}
-
-
-def shows_open_defect(step: tuple, world: World) -> bool:
-    kind = step[0]
-    if kind in ("delete_token", "delete_line"):  # "hole"
-        token = world.tokens.read(world.group, step[1]).token
-        archived = losses.archived_through(
-            catalog.open_catalog(Storage(), world.config, world.group, may_rebuild=True),
-            step[1], world.config.generation)
-        return any(o < world.kafka.topics[step[1]][p].earliest and p not in archived
-                   for p, o in (token.offsets.items() if token else ())
-                   if kind == "delete_token" or p == step[2])
-    if kind == "remove_inflight":  # "file missing, stray file"
-        plan = world.plan_in_flight()
-        return plan is not None and not any(
-            (token := world.tokens.read(world.group, t).token) and token.run_id == plan.run_id
-            for t in plan.topics())
-    return False
-
-
-def next_step(rng: random.Random, world: World, avoid_open: bool = False) -> tuple:
-    """A step drawn for the world as it is (names of runs that exist, partitions);
-    avoid_open: never one that shows an open defect (OPEN_DEFECTS) in this state."""
-    while True:
-        step = _draw(rng, world)
-        if not (avoid_open and shows_open_defect(step, world)):
-            return step
-
-
-def _draw(rng: random.Random, world: World) -> tuple:
+def next_step(rng: random.Random, world: World) -> tuple:
+    """A step drawn for the world as it is (names of runs that exist, partitions)."""
     topic = rng.choice(sorted(TOPICS))
     partition = rng.randrange(len(world.kafka.topics[topic]))
     crash = lambda: rng.choice((0, 0, 0, rng.randint(1, 12)))  # noqa: E731
@@ -92,8 +47,10 @@ def _draw(rng: random.Random, world: World) -> tuple:
         return ("produce", topic, partition, rng.randint(1, 9), rng.random() < 0.2)
     if r < 0.34:
         return ("retention", topic, partition, rng.randint(1, 6))
-    if r < 0.36:
+    if r < 0.355:
         return ("add_partition", topic)
+    if r < 0.36:
+        return ("delete_topic", topic)
     if r < 0.38:
         return ("time", rng.choice((30, 120)))
     if r < 0.62 or not runs:
@@ -113,8 +70,10 @@ def _draw(rng: random.Random, world: World) -> tuple:
         return ("edit_line", topic, partition, rng.randint(0, 30))
     if r < 0.88:
         return ("restore_token", topic, rng.randint(0, 3))
-    if r < 0.93:
+    if r < 0.915:
         return ("rewind", topic, partition, rng.randint(0, 30))
+    if r < 0.93:
+        return ("rewind_time", topic, rng.choice((None, partition)), rng.choice((1, 5, 30, 120)))
     if r < 0.96:
         return ("accept_loss", topic)
     if r < 0.97:
@@ -128,14 +87,14 @@ def _draw(rng: random.Random, world: World) -> tuple:
 
 def run_steps(steps: list[tuple], root: Path, seed: int | None = None,
               rng: random.Random | None = None, length: int = 0,
-              avoid_open: bool = False, tables: bool = False) -> Result:
+              tables: bool = False) -> Result:
     """The steps given, or (rng) `length` steps drawn as the world goes; invariants after
     each, liveness at the end. tables: in a table group's world."""
     world = World(root, tables)
     result = Result(seed, [], tables=tables)
     try:
         for i in range(length if rng else len(steps)):
-            step = next_step(rng, world, avoid_open) if rng else steps[i]
+            step = next_step(rng, world) if rng else steps[i]
             result.steps.append(step)
             result.trace.append(f"{len(result.steps):3}. {describe(step)}")
             out = world.step(step)
@@ -151,20 +110,20 @@ def run_steps(steps: list[tuple], root: Path, seed: int | None = None,
     return result
 
 
-def explore(seed: int, root: Path, length: int = STEPS, avoid_open: bool = False,
+def explore(seed: int, root: Path, length: int = STEPS,
             tables: bool = False) -> Result:
-    return run_steps([], root, seed, random.Random(seed), length, avoid_open, tables)
+    return run_steps([], root, seed, random.Random(seed), length, tables)
 
 
 def explore_many(first: int, count: int, tables: bool = False) -> list[str]:
-    """Explore seeds first..first+count-1 (avoiding the open defects) in a scratch folder
+    """Explore seeds first..first+count-1 in a scratch folder
     of this process; the report of each failing one, shrunk."""
     logging.disable(logging.WARNING)
     root = scratch()
     failed = []
     try:
         for seed in range(first, first + count):
-            result = explore(seed, root, avoid_open=True, tables=tables)
+            result = explore(seed, root, tables=tables)
             if result.violation:
                 failed.append(report(shrink(result, root)))
     finally:
@@ -227,6 +186,10 @@ _SAID = {
     "restore_token": lambda t, back: f"a person restores token {t} from its copy {back} "
                                      "versions back",
     "rewind": lambda t, p, o: f"kafka-archive rewind --topic {t} --partition {p} --to-offset {o}",
+    "rewind_time": lambda t, p, m: f"kafka-archive rewind --topic {t}"
+                                   + (f" --partition {p}" if p is not None else "")
+                                   + f" --to-time <{m} minutes ago>",
+    "delete_topic": lambda t: f"topic {t} is deleted from Kafka",
     "accept_loss": lambda t: f"kafka-archive accept-loss --topic {t}",
     "remove_inflight": lambda: "a person deletes the group's _runs/<group>/_inflight.json",
     "rebuild": lambda n: f"kafka-archive catalog --rebuild{_kill(n)}",
@@ -254,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--soak", type=float, metavar="MINUTES",
                       help="new seeds (from --first-seed) until this many minutes have passed")
     args.add_argument("--no-shrink", action="store_true")
-    args.add_argument("--avoid-open", action="store_true",
-                      help="draw no step that shows a known open defect (OPEN_DEFECTS)")
     args.add_argument("--tables", action="store_true",
                       help="a table group's world (Iceberg tables, maintenance) instead of a "
                            "file group's")
@@ -270,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(opts: argparse.Namespace, root: Path) -> int:
     if opts.seed is not None:
-        result = explore(opts.seed, root, opts.steps, opts.avoid_open, opts.tables)
+        result = explore(opts.seed, root, opts.steps, opts.tables)
         print("\n".join(result.trace))
         print(result.violation or "no invariant broken")
         return 1 if result.violation else 0
@@ -281,7 +242,7 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
             break
         if opts.soak is not None and time.monotonic() - started > opts.soak * 60:
             break
-        result = explore(seed, root, opts.steps, opts.avoid_open, opts.tables)
+        result = explore(seed, root, opts.steps, opts.tables)
         steps += len(result.steps)
         if result.violation:
             found[result.violation.kind] += 1

@@ -45,6 +45,8 @@ class Partition:
 class Kafka:
     def __init__(self):
         self.topics: dict[str, list[Partition]] = {}
+        # deleted topics: gone for every reader; their history stays for the invariants
+        self.deleted: set[str] = set()
 
     def create(self, topic: str, partitions: int) -> None:
         self.topics.setdefault(topic, [Partition() for _ in range(partitions)])
@@ -58,6 +60,8 @@ class Kafka:
     def batches(self, topic: str, partition: int, start: int, end: int):
         """What archive.source.read yields for [start, end): from the earliest offset
         left where retention deleted the head since the plan; nothing of a deleted topic."""
+        if topic in self.deleted:
+            return
         p = self.topics[topic][partition]
         offsets = [o for o in range(max(start, p.earliest), min(end, p.end)) if o in p.messages]
         if offsets:
@@ -75,10 +79,10 @@ class Consumer:
         self.kafka = kafka
 
     def topics(self) -> set[str]:
-        return set(self.kafka.topics)
+        return set(self.kafka.topics) - self.kafka.deleted
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
-        parts = self.kafka.topics.get(topic)
+        parts = None if topic in self.kafka.deleted else self.kafka.topics.get(topic)
         return None if parts is None else set(range(len(parts)))
 
     def _part(self, tp: TopicPartition) -> Partition:

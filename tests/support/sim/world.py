@@ -192,12 +192,16 @@ class World:
             yield
 
     def _produce(self, out: Outcome, topic: str, partition: int, count: int, marker: bool):
+        if topic in self.kafka.deleted:
+            return
         parts = self.kafka.topics[topic]
         if partition >= len(parts):
             return
         parts[partition].append(count, self._now_ms(), marker)
 
     def _retention(self, out: Outcome, topic: str, partition: int, count: int):
+        if topic in self.kafka.deleted:
+            return
         parts = self.kafka.topics[topic]
         if partition >= len(parts):
             return
@@ -207,7 +211,14 @@ class World:
         if token is None or partition not in token.offsets:
             self.unarchivable.setdefault((topic, partition), set()).update(gone)
 
+    def _delete_topic(self, out: Outcome, topic: str):
+        """The topic is deleted from Kafka (for good: the simulation does not create it
+        again, which would start its offsets over)."""
+        self.kafka.deleted.add(topic)
+
     def _add_partition(self, out: Outcome, topic: str):
+        if topic in self.kafka.deleted:
+            return
         from tests.support.sim.kafka import Partition
         self.kafka.topics[topic].append(Partition())
 
@@ -300,6 +311,16 @@ class World:
         except ArchiveError as refused:
             out.add(f"rewind refused: {refused}")
 
+    def _rewind_time(self, out: Outcome, topic: str, partition: int | None, minutes: int):
+        """kafka-archive rewind --to-time: to the first message at or after `minutes`
+        before now (every partition of the token, or one)."""
+        try:
+            out.lines += rewinds.rewind(self.config, self.tokens, self.kafka.consumer(), self.group,
+                                        topic, partition, None,
+                                        self._now_ms() - minutes * 60_000, storage=self.storage)
+        except ArchiveError as refused:
+            out.add(f"rewind refused: {refused}")
+
     def _accept_loss(self, out: Outcome, topic: str):
         try:
             for loss in losses.accept(self.config, self.tokens, self.kafka.consumer(),
@@ -362,7 +383,7 @@ class World:
 
     def task_plan(self, run: Run) -> str:
         made = runs.start(self.config, self.group, run.run_id, self.storage, self.tokens,
-                          self.kafka.consumer(), self.now)
+                          self.kafka.consumer(), self.now, tables=self.tables)
         if not made.slices and held(made.anomalies):
             raise HeldTopicsError(self.group, run.run_id, held(made.anomalies))
         run.planned = True
@@ -555,6 +576,8 @@ class World:
 
     def _at_end(self) -> bool:
         for topic, parts in self.kafka.topics.items():
+            if topic in self.kafka.deleted:
+                continue  # its token waits for a person (the mail says so), as designed
             token = self.tokens.read(self.group, topic).token
             for partition, p in enumerate(parts):
                 if p.end > 0 and (token is None or token.offsets.get(partition) != p.end):
