@@ -198,3 +198,26 @@ def test_the_table_check_can_fail(tmp_path):
     iceberg.commit_run(table, "by-hand", add=[], remove=[current])
     with pytest.raises(Violation, match="table disagrees"):
         world.check()
+
+
+REPLAY_SEQUENCES = 300  # ~10 s: a replay's sequence is a handful of steps
+
+
+def test_no_replay_sequence_breaks_its_invariants():
+    """Issue 41 §4: a replay into a target that refuses some messages, killed at any
+    progress write or delivery, the setting fixed, run again: the target always holds a
+    prefix of the sequence, and all of it once the setting is fixed."""
+    reports = explore.explore_replays(0, REPLAY_SEQUENCES)
+    assert not reports, "\n\n".join(reports[:3])
+
+
+def test_the_replay_check_can_fail():
+    """Without the check before each send (the refusal learnt from delivery reports
+    only, as before issue 41), messages after a refused one land: a gap."""
+    from unittest.mock import patch
+
+    from kafka_archive.archive import replay_job
+
+    with patch.object(replay_job, "refused_by", lambda *args: None):
+        reports = explore.explore_replays(0, 60)
+    assert any("not a prefix" in r.splitlines()[0] for r in reports), reports[:1]

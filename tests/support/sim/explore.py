@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.sim import replay
 from tests.support.sim.world import TOPICS, Violation, World
 
 STEPS = 30  # per sequence
@@ -131,6 +132,22 @@ def explore_many(first: int, count: int, tables: bool = False) -> list[str]:
     return failed
 
 
+def explore_replays(first: int, count: int) -> list[str]:
+    """Replay sequences (sim.replay) of seeds first..first+count-1; the trace of each
+    that broke an invariant (not shrunk: a replay's sequence is a handful of steps)."""
+    logging.disable(logging.WARNING)
+    root = scratch()
+    failed = []
+    try:
+        for seed in range(first, first + count):
+            trace, violation = replay.explore(seed, root)
+            if violation:
+                failed.append("\n".join([f"replay seed {seed}: {violation}", *trace]))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return failed
+
+
 def shrink(result: Result, root: Path) -> Result:
     """The shortest sequence found that breaks the same invariant (delta debugging by
     chunks, then each kill point cleared where the failure does not need it)."""
@@ -220,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--tables", action="store_true",
                       help="a table group's world (Iceberg tables, maintenance) instead of a "
                            "file group's")
+    args.add_argument("--replay", action="store_true",
+                      help="replay sequences (a target that refuses, kills, resumes)")
     opts = args.parse_args(argv)
     logging.disable(logging.WARNING)  # the library's warnings are the steps' outcomes here
     root = scratch()
@@ -230,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(opts: argparse.Namespace, root: Path) -> int:
+    if opts.replay:
+        started = time.monotonic()
+        failed = explore_replays(opts.first_seed, opts.sequences)
+        print(f"{opts.sequences} replay sequences in {time.monotonic() - started:.1f} s; "
+              f"violations: {len(failed)}" + "".join("\n\n" + f for f in failed[:3]))
+        return 1 if failed else 0
     if opts.seed is not None:
         result = explore(opts.seed, root, opts.steps, opts.tables)
         print("\n".join(result.trace))
