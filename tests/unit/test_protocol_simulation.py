@@ -152,8 +152,13 @@ COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE = [
     ("run", "scheduled__2026-01-02T02:10:00+00:00", 0, 0, 0), ("produce", "t", 1, 3, False),
     ("clear_run", "scheduled__2026-01-01T00:03:00+00:00", 0), ("maintain", 4),
     ("task", "scheduled__2026-01-02T02:10:00+00:00", "commit", 0)]
+GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE = [  # --tables seed 69: read beside the catalog
+    ("produce", "t", 1, 5, False), ("run", "scheduled__2026-01-01T00:23:00+00:00", 0, 0, 8),
+    ("remove_inflight",)]
 FOUND_IN_TABLES = {"committed run's commit added again to its table":
-                   COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE}
+                   COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
+                   "given-up run's table commit left in its table":
+                   GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE}
 
 
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())
