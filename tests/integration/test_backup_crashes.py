@@ -113,8 +113,12 @@ def test_two_commits_racing_on_one_token_exactly_one_wins(crashing, data):
     storage = connections.storage("kafka_archive_s3")
     first = crashing.plan("racer-1")
     crashing.archive_to_end(first)  # a job writes only while its plan is in flight
-    # a second planner that ignored the in-flight mark plans from the same token version
+    # a second planner that knew of no other plan (the in-flight mark and the note of the
+    # last plan both gone) plans from the same token version: the tokens' compare-and-swap
+    # is what stands between the two (with the note, the second plan gives the first up,
+    # and the first's commit refuses: the simulation's GIVEN_UP_RUNS_COMMIT_RE_EXECUTED)
     storage.delete(layout.inflight_marker(crashing.root, "backup"))
+    storage.delete(layout.last_plan_marker(crashing.root, "backup"))
     second = crashing.plan("racer-2")
     crashing.archive_to_end(second)
     barrier, outcomes = threading.Barrier(2), {}

@@ -123,6 +123,27 @@ KILLED_JOBS_FILE_LEFT_AFTER_ITS_TOPIC_WAS_DELETED = [  # seed 5252, red before: 
     ("run", "r1", 0, 4, 0), ("delete_topic", "u")]
 
 
+# the 60-minute soak of issue 41's third part (seeds 2,000,000-2,040,897), each shrunk: a
+# given-up run's commit re-executed (Clear) after the next plan, and a cut-short commit
+# whose token a person put back before deleting the mark
+GIVEN_UP_RUNS_COMMIT_STICKS_THE_GROUP = [  # soak seed 2008705: stuck
+    ("run", "scheduled__2026-01-01T00:00:00+00:00", 0, 0, 0), ("produce", "u", 0, 2, False),
+    ("task", "scheduled__2026-01-01T00:00:00+00:00", "plan", 0),
+    ("task", "scheduled__2026-01-01T00:00:00+00:00", "job", 0), ("remove_inflight",),
+    ("run", "scheduled__2026-01-01T02:12:00+00:00", 0, 3, 0),
+    ("task", "scheduled__2026-01-01T00:00:00+00:00", "commit", 0)]
+CUT_SHORT_REWIND_TOKEN_PUT_BACK_THEN_MARK_DELETED = [  # soak seed 2011459: file disagrees
+    ("produce", "u", 0, 1, False), ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T00:04:00+00:00", 0, 0, 0), ("produce", "u", 0, 4, False),
+    ("clear_run", "scheduled__2026-01-01T00:04:00+00:00", 0), ("delete_line", "u", 0),
+    ("run", "scheduled__2026-01-01T00:09:00+00:00", 0, 0, 3), ("restore_token", "u", 3),
+    ("remove_inflight",)]
+GIVEN_UP_RUNS_COMMIT_UNDOES_A_DELETE = [  # soak seed 2028335: delete undone
+    ("produce", "t", 0, 6, False), ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 1),
+    ("remove_inflight",), ("run", "manual__x_1", 0, 0, 0), ("delete_token", "t"),
+    ("task", "scheduled__2026-01-01T00:03:00+00:00", "commit", 0)]
+
+
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -143,7 +164,11 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
              PLAN_GIVEN_UP_AFTER_ITS_REWIND_MOVED_FILES,
          "line deleted above a remembered spot": LINE_DELETED_ABOVE_A_REMEMBERED_SPOT,
          "killed job's file left after its topic was deleted":
-             KILLED_JOBS_FILE_LEFT_AFTER_ITS_TOPIC_WAS_DELETED}
+             KILLED_JOBS_FILE_LEFT_AFTER_ITS_TOPIC_WAS_DELETED,
+         "given-up run's commit sticks the group": GIVEN_UP_RUNS_COMMIT_STICKS_THE_GROUP,
+         "cut-short rewind, token put back, then mark deleted":
+             CUT_SHORT_REWIND_TOKEN_PUT_BACK_THEN_MARK_DELETED,
+         "given-up run's commit undoes a delete": GIVEN_UP_RUNS_COMMIT_UNDOES_A_DELETE}
 
 
 # in a table group's world (--tables seed 2, red with a committed run's commit not final)
@@ -155,10 +180,39 @@ COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE = [
 GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE = [  # --tables seed 69: read beside the catalog
     ("produce", "t", 1, 5, False), ("run", "scheduled__2026-01-01T00:23:00+00:00", 0, 0, 8),
     ("remove_inflight",)]
+# the 30-minute table-group soak of issue 41's third part, each shrunk: a given-up run's
+# commit re-executed (Clear) after the next plan undid it, and a maintenance on a table
+# whose current snapshot is of a run that never reached the catalog
+GIVEN_UP_RUNS_COMMIT_RE_EXECUTED = [  # soak seed 3001230: table disagrees
+    ("run", "scheduled__2026-01-01T00:04:00+00:00", 0, 0, 0), ("produce", "u", 0, 8, False),
+    ("clear_run", "scheduled__2026-01-01T00:04:00+00:00", 0),
+    ("run", "scheduled__2026-01-01T00:08:00+00:00", 5, 12, 1), ("remove_inflight",),
+    ("run", "scheduled__2026-01-01T00:15:00+00:00", 7, 1, 0),
+    ("task", "scheduled__2026-01-01T00:08:00+00:00", "commit", 0), ("delete_token", "u")]
+GIVEN_UP_RUNS_COMMIT_THEN_MAINTENANCE = [  # soak seed 3001746: a file read twice
+    ("produce", "t", 0, 5, True), ("run", "scheduled__2026-01-01T02:12:00+00:00", 0, 0, 2),
+    ("produce", "t", 0, 6, True), ("remove_inflight",), ("run", "manual__x_1", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T02:18:00+00:00", 0, 12, 6),
+    ("task", "scheduled__2026-01-01T02:12:00+00:00", "commit", 0), ("maintain", 0)]
+GIVEN_UP_RUNS_COMMIT_STICKS_THE_NEXT_PLAN = [  # soak seed 3002033: stuck
+    ("produce", "u", 0, 9, False), ("produce", "t", 1, 7, False),
+    ("run", "scheduled__2026-01-01T00:10:00+00:00", 0, 0, 4), ("remove_inflight",),
+    ("run", "scheduled__2026-01-01T02:18:00+00:00", 0, 4, 0),
+    ("task", "scheduled__2026-01-01T00:10:00+00:00", "commit", 0)]
+MAINTENANCE_UNDER_A_GIVEN_UP_REWIND = [  # soak seed 3003203: the catalog's file deleted
+    ("produce", "u", 0, 8, True), ("run", "scheduled__2026-01-01T00:08:00+00:00", 0, 0, 0),
+    ("delete_token", "u"), ("run", "scheduled__2026-01-01T00:11:00+00:00", 4, 0, 6),
+    ("remove_inflight",), ("maintain", 0)]
 FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":
-                   GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE}
+                   GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE,
+                   "given-up run's commit re-executed": GIVEN_UP_RUNS_COMMIT_RE_EXECUTED,
+                   "given-up run's commit, then maintenance":
+                   GIVEN_UP_RUNS_COMMIT_THEN_MAINTENANCE,
+                   "given-up run's commit sticks the next plan":
+                   GIVEN_UP_RUNS_COMMIT_STICKS_THE_NEXT_PLAN,
+                   "maintenance under a given-up rewind": MAINTENANCE_UNDER_A_GIVEN_UP_REWIND}
 
 
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())

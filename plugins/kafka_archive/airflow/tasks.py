@@ -149,12 +149,22 @@ def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
     storage = connections.storage(cfg.s3_conn_id)
     now_ms = int(runs.now_utc().timestamp() * 1000)
     keep_ms = cfg.group(group).table.keep_snapshots_s * 1000
-    return {iceberg.name(table): {**table_maintenance.expire(table, keep_ms, now_ms),
-                                  "orphans": table_maintenance.remove_orphans(
-                                      table, storage, cfg.archive_root, group, keep_ms, now_ms)}
-            for topic in connections.token_store(cfg).topics(group)
-            for dead_letters in tables.kinds(group)
-            if (table := tables.find(group, topic, dead_letters)) is not None}
+    done = {}
+    for topic in connections.token_store(cfg).topics(group):
+        for dead_letters in tables.kinds(group):
+            table = tables.find(group, topic, dead_letters)
+            if table is None:
+                continue
+            if not table_maintenance.settled(table, storage, cfg.archive_root, group):
+                log.warning("table %s: its current snapshot is of a run not committed yet (or "
+                            "given up): its maintenance waits for the next run", iceberg.name(table))
+                done[iceberg.name(table)] = {"waiting": 1}
+                continue
+            done[iceberg.name(table)] = {
+                **table_maintenance.expire(table, keep_ms, now_ms),
+                "orphans": table_maintenance.remove_orphans(
+                    table, storage, cfg.archive_root, group, keep_ms, now_ms)}
+    return done
 
 
 def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None,

@@ -57,6 +57,10 @@ class ManifestMismatchError(TerminalError):
     pass
 
 
+class GivenUpError(TerminalError):
+    """The commit of a run that a person gave up (plan.runs._put_back_given_up)."""
+
+
 def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
     """Check manifest against plan; return the end offset reached per (topic, partition)."""
     if manifest.get("run_id") != plan.run_id:
@@ -122,6 +126,11 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                     plan.run_id, final["committed_at"])
         inflight.clear(storage, root, plan.group, plan.run_id)  # a crash left it marked
         return {**final, "repeated": True}
+    if storage.size(layout.run_file(root, plan.group, plan.run_id, runs.GIVEN_UP)) is not None:
+        raise GivenUpError(
+            f"run {plan.run_id} of group {plan.group} was given up (its _inflight.json was "
+            "deleted by hand) and undone by the plan after it: nothing is committed; the "
+            "group's runs archive what it had planned")
     manifest = manifests.read(storage, root, plan.group, plan.run_id)
     if manifest is None:
         raise ManifestMismatchError(

@@ -8,8 +8,8 @@ import logging
 from datetime import datetime
 
 from kafka_archive import layout
-from kafka_archive.commit.iceberg import name
-from kafka_archive.plan import inflight
+from kafka_archive.commit.iceberg import RUN_ID, WITHDRAWN, name
+from kafka_archive.plan import inflight, runs
 from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
 
@@ -17,6 +17,21 @@ log = logging.getLogger(__name__)
 
 ORPHANS_SWEPT = "kafka-archive.orphans-swept-at"  # table property: ms of the last sweep
 SWEEP_EVERY_MS = 86_400_000
+
+
+def settled(table, storage: Storage, root: str, group: str) -> bool:
+    """Whether the table's current snapshot is of a run whose commit reached the catalog
+    (or a withdrawal, or no run's). If not, a commit is under way or its run was given
+    up, and the table changes again soon (the commit finishing, or the next plan
+    withdrawing it): expiring now would delete the files that snapshot took out while the
+    catalog still lists them, and the orphan sweep could take what it put back. The
+    group's maintenance waits for it (one small read per table)."""
+    table.refresh()
+    current = table.current_snapshot()
+    run_id = current.summary.get(RUN_ID) if current and current.summary else None
+    if run_id is None or run_id.endswith(WITHDRAWN):
+        return True
+    return runs.is_final(runs.stored_outcome(storage, root, group, run_id))
 
 
 def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:

@@ -53,7 +53,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     if not dry_run:
-        _put_back_given_up(storage, config, group, tokens, cat, tables)
+        _put_back_given_up(storage, config, group, run_id, tokens, cat, tables)
     cut, stale = _cut_short(storage, config, group.name, reads, cat)
     if not dry_run and cut:
         log.warning("run %s advanced tokens but its commit never finished (its in-flight "
@@ -165,6 +165,9 @@ def _planned_before(storage: Storage, config: Config, group: str, run_id: str) -
             "committed, and is no longer in flight (its _inflight.json was deleted by hand, "
             "and other runs may have archived the same offsets since): its folder is kept as "
             "it is; trigger a new run")
+    # a plan never archived (killed before its mark, or given up before its job ran): the
+    # new plan replaces it, and with it the mark that its commit may not run
+    storage.delete(layout.run_file(root, group, run_id, GIVEN_UP))
     return None
 
 
@@ -335,11 +338,14 @@ def _unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catal
     return found
 
 
-def _put_back_given_up(storage: Storage, config: Config, group: Group, tokens: TokenStore,
-                       cat: catalog.Catalog, tables) -> None:
-    """The run last marked in flight, if a person deleted its mark before its commit moved
-    a token (no token names it, no outcome stored): the plan was given up, and nothing may
-    stay as it left it. What it moved aside comes back (the catalog still lists it, since
+GIVEN_UP = "given_up.json"  # in a run's folder: the run was given up, never to commit
+
+
+def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_run: str,
+                       tokens: TokenStore, cat: catalog.Catalog, tables) -> None:
+    """The run last marked in flight, if a person deleted its mark before its commit
+    reached the catalog and no token names it (its commit moved none, or a person put
+    older copies back since): the plan was given up, and nothing may stay as it left it. What it moved aside comes back (the catalog still lists it, since
     the commit that would have replaced it never came), and what its job wrote that no
     current row names goes aside: a reader of the folders would otherwise miss the first
     and read the second. Idempotent (a kill in between: the next plan does it again);
@@ -352,8 +358,8 @@ def _put_back_given_up(storage: Storage, config: Config, group: Group, tokens: T
     if note is None or note.get("given_up"):
         return
     run_id = note["run_id"]
-    if cat.state.has_run(run_id) or stored_outcome(storage, root, group.name, run_id):
-        return  # committed, or its commit cut short after the tokens (_cut_short's)
+    if cat.state.has_run(run_id) or is_final(stored_outcome(storage, root, group.name, run_id)):
+        return  # committed
     stored = storage.get_or_none(layout.run_file(root, group.name, run_id, "plan.json"))
     plan = Plan.from_json(stored) if stored is not None else None
     if plan is None or plan.run_id != run_id:
@@ -361,6 +367,10 @@ def _put_back_given_up(storage: Storage, config: Config, group: Group, tokens: T
     if any((t := tokens.read(group.name, topic).token) and t.run_id == run_id
            for topic in plan.topics()):
         return  # a commit cut short after a token: _cut_short's
+    if run_id != planning_run:  # (its own plan task re-executed: replaced, not given up)
+        # first: from here on a re-executed commit of the run refuses (commit.protocol)
+        storage.put_bytes(layout.run_file(root, group.name, run_id, GIVEN_UP), json.dumps(
+            {"run_id": run_id, "given_up_at": now_utc().isoformat(timespec="seconds")}).encode())
     restored, leftovers = _undo_given_up(storage, config, group, cat, plan, tables)
     log.warning("run %s was given up before its commit (its _inflight.json deleted by hand): "
                 "%d files it moved aside are back, %d it wrote are moved aside", run_id,

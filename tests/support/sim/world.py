@@ -361,7 +361,10 @@ class World:
         try:
             for topic in sorted(TOPICS):
                 table = self.tables.find(self.group, topic)
-                if table is not None:
+                if table is not None and not table_maintenance.settled(
+                        table, self.storage, self.config.archive_root, self.group):
+                    out.add(f"maintenance of {topic}: waits (a run not committed yet)")
+                elif table is not None:
                     # snapshots carry the wall clock's time, the plans the simulated one
                     done = table_maintenance.expire(table, 0, int(time.time() * 1000) + 1)
                     swept = table_maintenance.remove_orphans(
