@@ -28,8 +28,9 @@ messages), nothing is archived twice, and the group never sticks on the old plan
 token another run advanced meanwhile (two plans at once: the in-flight mark removed by
 hand) is a lost race: TokenConflictError, as before, and a table group's table takes
 the run's commit of that topic out again (commit.iceberg.Tables.withdraw_run). A token
-naming a run that committed before this plan was made (Plan.catalog_seq) is an older copy a person put
-back: left as found too. A slice the job could not archive (retention deleted its head
+naming a run that committed before this plan was made (Plan.catalog_seq) is an older
+copy a person put back: left as found too. A run given up by hand (plan.runs) never
+commits: GivenUpError. A slice the job could not archive (retention deleted its head
 after planning, the topic was deleted) replaces nothing: the rows its rewind was to
 archive again stay current, their files come back from `_superseded/`.
 """

@@ -345,12 +345,15 @@ def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_
                        tokens: TokenStore, cat: catalog.Catalog, tables) -> None:
     """The run last marked in flight, if a person deleted its mark before its commit
     reached the catalog and no token names it (its commit moved none, or a person put
-    older copies back since): the plan was given up, and nothing may stay as it left it. What it moved aside comes back (the catalog still lists it, since
-    the commit that would have replaced it never came), and what its job wrote that no
-    current row names goes aside: a reader of the folders would otherwise miss the first
-    and read the second. Idempotent (a kill in between: the next plan does it again);
-    noted done, so later plans read one small file. A table group's run may have reached
-    its tables before it was given up: taken out of them again (needs tables)."""
+    older copies back since): the plan was given up, and nothing may stay as it left it.
+    What it moved aside comes back (the catalog still lists it, since the commit that
+    would have replaced it never came), and what its job wrote that no current row names
+    goes aside: a reader of the folders would otherwise miss the first and read the
+    second. The same run id planned again (its plan task re-executed) is undone the same
+    way but not given up: the new plan replaces it. Idempotent (a kill in between: the
+    next plan does it again); noted done, so later plans read one small file. A table
+    group's run may have reached its tables before it was given up: taken out of them
+    again (needs tables)."""
     root = config.archive_root
     if group.table is not None and tables is None:
         return
@@ -372,9 +375,10 @@ def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_
         storage.put_bytes(layout.run_file(root, group.name, run_id, GIVEN_UP), json.dumps(
             {"run_id": run_id, "given_up_at": now_utc().isoformat(timespec="seconds")}).encode())
     restored, leftovers = _undo_given_up(storage, config, group, cat, plan, tables)
-    log.warning("run %s was given up before its commit (its _inflight.json deleted by hand): "
-                "%d files it moved aside are back, %d it wrote are moved aside", run_id,
-                restored, len(leftovers))
+    log.warning("run %s was %s before its commit (its _inflight.json deleted by hand): %d "
+                "files it moved aside are back, %d it wrote are moved aside", run_id,
+                "planned again" if run_id == planning_run else "given up", restored,
+                len(leftovers))
     inflight.note_given_up(storage, root, group.name, note)
 
 
