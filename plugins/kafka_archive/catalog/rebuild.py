@@ -202,6 +202,10 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
                                            "files": sum(len(row_files(r)) for r in added)}})
     for loss in accepted(storage, root, group):
         state.apply({"kind": "loss", "seq": 0, "loss": asdict(loss)})
+    for run, names in folders.items():  # where given-up plans began (plan.runs): in any order
+        if "given_up.json" in names:
+            given_up = _load_json(storage, f"{run}/given_up.json")
+            state.apply({"kind": "give_up", "seq": 0, "spots": given_up.get("spots", ())})
     rows = spill.fold(state)
     for name, topic in state.topics.items():
         stored = storage.get_or_none(layout.finalized_state(root, group, name))

@@ -12,7 +12,7 @@ import logging
 from datetime import datetime, timezone
 
 from kafka_archive import catalog, layout, manifest as manifests
-from kafka_archive.catalog.state import part_key
+from kafka_archive.catalog.state import State, part_key
 from kafka_archive.manifest import row_files
 from kafka_archive.plan import losses
 from kafka_archive.config import Config, Group
@@ -53,7 +53,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     if not dry_run:
-        _put_back_given_up(storage, config, group, run_id, tokens, cat, tables)
+        cat = _put_back_given_up(storage, config, group, run_id, tokens, cat, tables)
     cut, stale = _cut_short(storage, config, group.name, reads, cat)
     if not dry_run and cut:
         log.warning("run %s advanced tokens but its commit never finished (its in-flight "
@@ -342,7 +342,7 @@ GIVEN_UP = "given_up.json"  # in a run's folder: the run was given up, never to 
 
 
 def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_run: str,
-                       tokens: TokenStore, cat: catalog.Catalog, tables) -> None:
+                       tokens: TokenStore, cat: catalog.Catalog, tables) -> catalog.Catalog:
     """The run last marked in flight, if a person deleted its mark before its commit
     reached the catalog and no token names it (its commit moved none, or a person put
     older copies back since): the plan was given up, and nothing may stay as it left it.
@@ -353,33 +353,49 @@ def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_
     way but not given up: the new plan replaces it. Idempotent (a kill in between: the
     next plan does it again); noted done, so later plans read one small file. A table
     group's run may have reached its tables before it was given up: taken out of them
-    again (needs tables)."""
+    again (needs tables). Returns the catalog, with the given-up plan's spots."""
     root = config.archive_root
     if group.table is not None and tables is None:
-        return
+        return cat
     note = inflight.last(storage, root, group.name)
     if note is None or note.get("given_up"):
-        return
+        return cat
     run_id = note["run_id"]
     if cat.state.has_run(run_id) or is_final(stored_outcome(storage, root, group.name, run_id)):
-        return  # committed
+        return cat  # committed
     stored = storage.get_or_none(layout.run_file(root, group.name, run_id, "plan.json"))
     plan = Plan.from_json(stored) if stored is not None else None
     if plan is None or plan.run_id != run_id:
-        return
+        return cat
     if any((t := tokens.read(group.name, topic).token) and t.run_id == run_id
            for topic in plan.topics()):
-        return  # a commit cut short after a token: _cut_short's
+        return cat  # a commit cut short after a token: _cut_short's
+    spots = catalog.plan_marks(json.loads(stored))["spots"]
     if run_id != planning_run:  # (its own plan task re-executed: replaced, not given up)
-        # first: from here on a re-executed commit of the run refuses (commit.protocol)
+        # first: from here on a re-executed commit of the run refuses (commit.protocol);
+        # its spots too, for a catalog rebuilt from the run folders
         storage.put_bytes(layout.run_file(root, group.name, run_id, GIVEN_UP), json.dumps(
-            {"run_id": run_id, "given_up_at": now_utc().isoformat(timespec="seconds")}).encode())
+            {"run_id": run_id, "given_up_at": now_utc().isoformat(timespec="seconds"),
+             "spots": spots}).encode())
+        # where its slices began stays known: what retention deletes there from now on, or
+        # deleted since its commit moved a token a person then deleted too, is a loss to
+        # report, as under a committed plan's spots (losses.archived_through)
+        cat = catalog.append(storage, config, group.name, lambda now: None if _spotted(
+            now.state, spots) else {"kind": "give_up", "run_id": run_id, "spots": spots})
     restored, leftovers = _undo_given_up(storage, config, group, cat, plan, tables)
     log.warning("run %s was %s before its commit (its _inflight.json deleted by hand): %d "
                 "files it moved aside are back, %d it wrote are moved aside", run_id,
                 "planned again" if run_id == planning_run else "given up", restored,
                 len(leftovers))
     inflight.note_given_up(storage, root, group.name, note)
+    return cat
+
+
+def _spotted(state: State, spots: list[dict]) -> bool:
+    """Whether the catalog knows each of the spots already (a give-up done again)."""
+    return all((t := state.topics.get(s["topic"])) is not None
+               and t.spots.get(part_key(s["partition"], s["generation"]), -1) >= s["offset"]
+               for s in spots)
 
 
 def _undo_given_up(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,

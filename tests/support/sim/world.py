@@ -27,7 +27,7 @@ from kafka_archive.plan import inflight, losses, rewinds, runs
 from kafka_archive.plan.planning import HeldTopicsError, Plan, held
 from kafka_archive.storage import Storage, join as storage_join
 from kafka_archive.tools import verify
-from kafka_archive.tokens import LocalTokenStore, Token, render
+from kafka_archive.tokens import LocalTokenStore, Token, parse, render
 
 from tests.support.local_config import local_config
 from tests.support.sim.kafka import Kafka
@@ -267,10 +267,16 @@ class World:
     def _delete_token(self, out: Outcome, topic: str):
         if self.tokens.read(self.group, topic).token is None:
             return  # nothing to delete, nothing a commit could undo
+        # a person's delete is never undone: no run that had written the token writes it
+        # again from the same plan. (A plan made from no token, which never wrote it, may
+        # commit after the delete: it archives the topic from start_from, as asked.)
+        copies = self.token_copies[topic] + [self.tokens._path(self.group, topic).read_bytes()]
+        wrote = {layout.run_folder_name(t.run_id) for t in (
+            parse(c.decode(), path="copy", group=self.group, topic=topic) for c in copies) if t.run_id}
         self.tokens.delete(self.group, topic)
-        # a person's delete is never undone by a commit of a plan made before it
         self.deleted_under[topic] = {p.parent.name: p.read_bytes() for p in
-                                     (self.root / "archive" / "_runs" / self.group).glob("*/plan.json")}
+                                     (self.root / "archive" / "_runs" / self.group).glob("*/plan.json")
+                                     if p.parent.name in wrote}
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
         read = self.tokens.read(self.group, topic)
