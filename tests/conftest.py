@@ -12,5 +12,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 # trust its CA through the usual settings, set before pyarrow reads them at its import
 from tests.support import localservices  # noqa: E402
 
+# pytest-xdist (scripts/test -n 2): its worker gwN uses service set N, so the workers'
+# services (ports, folders, Kafka topics, buckets) never meet
+localservices.use_service_set(int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]))
+
 if localservices.TRUSTED_CAS.is_file():
     os.environ.update(localservices.trust_env())

@@ -45,7 +45,9 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
-SERVICES_DIR = CACHE / "services"
+# a second set of services (pytest-xdist's other worker, tests/conftest.py) lives in a
+# folder of its own, on ports of its own (KAFKA_ARCHIVE_*_PORT)
+SERVICES_DIR = Path(os.environ.get("KAFKA_ARCHIVE_SERVICES_DIR", CACHE / "services"))
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 30
 # --skip-serve-logs: their log servers would listen on every interface; the API server
@@ -65,20 +67,7 @@ class NotReady(Exception):
 
 def local_env() -> dict[str, str]:
     """Settings of the local services: .cache/local.env overlaid by the environment."""
-    env = {
-        "KAFKA_ARCHIVE_KAFKA_PORT": "19092",
-        "KAFKA_ARCHIVE_KAFKA_SASL_PORT": "19094",
-        "KAFKA_ARCHIVE_S3_PORT": "19000",
-        "KAFKA_ARCHIVE_SMTP_PORT": "12525",
-        "KAFKA_ARCHIVE_AIRFLOW_PORT": "18080",
-        "KAFKA_ARCHIVE_TOXIPROXY_PORT": "18474",
-        "KAFKA_ARCHIVE_PROXY_PORT": "19100",  # the first port of the proxies tests create
-        "KAFKA_ARCHIVE_SPARK_MASTER_PORT": "17077",  # its web UI: the next port
-        "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
-        "KAFKA_ARCHIVE_POSTGRES_PORT": "15432",
-        "KAFKA_ARCHIVE_ICEBERG_REST_PORT": "18181",
-        "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive",
-    }
+    env = {**DEFAULT_PORTS, "KAFKA_ARCHIVE_S3_BUCKET": "kafka-archive"}
     env_file = CACHE / "local.env"
     if env_file.exists():
         for line in env_file.read_text().splitlines():
@@ -87,6 +76,35 @@ def local_env() -> dict[str, str]:
                 env[key.strip()] = value.strip()
     env.update({k: v for k, v in os.environ.items() if k.startswith("KAFKA_ARCHIVE_")})
     return env
+
+
+def use_service_set(n: int) -> None:
+    """Make this process (and what it starts) use service set n: set 0 is the default
+    one; set n >= 1 has its own folder and every port n * 500 above the default. For
+    pytest-xdist's workers, before any service starts; ports already given in the
+    environment stay."""
+    if n == 0:
+        return
+    global SERVICES_DIR
+    SERVICES_DIR = CACHE / f"services-{n}"
+    os.environ["KAFKA_ARCHIVE_SERVICES_DIR"] = str(SERVICES_DIR)
+    for name, port in DEFAULT_PORTS.items():
+        os.environ.setdefault(name, str(int(port) + 500 * n))
+
+
+DEFAULT_PORTS = {
+    "KAFKA_ARCHIVE_KAFKA_PORT": "19092",
+    "KAFKA_ARCHIVE_KAFKA_SASL_PORT": "19094",
+    "KAFKA_ARCHIVE_S3_PORT": "19000",
+    "KAFKA_ARCHIVE_SMTP_PORT": "12525",
+    "KAFKA_ARCHIVE_AIRFLOW_PORT": "18080",
+    "KAFKA_ARCHIVE_TOXIPROXY_PORT": "18474",
+    "KAFKA_ARCHIVE_PROXY_PORT": "19100",  # the first port of the proxies tests create
+    "KAFKA_ARCHIVE_SPARK_MASTER_PORT": "17077",  # its web UI: the next port
+    "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
+    "KAFKA_ARCHIVE_POSTGRES_PORT": "15432",
+    "KAFKA_ARCHIVE_ICEBERG_REST_PORT": "18181",
+}
 
 
 @dataclass
