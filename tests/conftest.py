@@ -18,3 +18,17 @@ localservices.use_service_set(int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2
 
 if localservices.TRUSTED_CAS.is_file():
     os.environ.update(localservices.trust_env())
+
+
+# Tests that need one of these session services run on one worker (--dist loadgroup), so
+# the suite starts each stack once; every other test file is a group of its own, so its
+# module fixtures are set up once
+ONE_WORKER_STACKS = ("airflow_stack", "spark_cluster")
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        stack = next((s for s in ONE_WORKER_STACKS if s in item.fixturenames), None)
+        item.add_marker(pytest.mark.xdist_group(stack or item.nodeid.split("::", 1)[0]))

@@ -87,7 +87,7 @@ def test_malformed_token_fails_with_file_and_line_and_changes_nothing(pipeline, 
     pipeline.run_dag()
     files_before = pipeline.data_files()
     token_file = pipeline.token_root / "backup" / f"{topic}.token"
-    token_file.write_text(token_file.read_text() + f"127.0.0.1:19092 {topic} zero 7\n")
+    token_file.write_text(token_file.read_text() + f"{kafka} {topic} zero 7\n")
     pipeline.produce(varied_messages(topic, 1, 10, seed=13))
 
     with pytest.raises(HeldTopicsError) as failed:
