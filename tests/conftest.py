@@ -4,6 +4,8 @@ before any test imports airflow, so no test touches ~/airflow."""
 import os
 import tempfile
 
+import pytest
+
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafka-archive-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
@@ -26,9 +28,9 @@ if localservices.TRUSTED_CAS.is_file():
 ONE_WORKER_STACKS = ("airflow_stack", "spark_cluster")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
         stack = next((s for s in ONE_WORKER_STACKS if s in item.fixturenames), None)
         item.add_marker(pytest.mark.xdist_group(stack or item.nodeid.split("::", 1)[0]))
+
