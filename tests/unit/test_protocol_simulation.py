@@ -155,6 +155,10 @@ DELETE_COPY_PUT_BACK_DELETE_AGAIN = [  # seed 4023932: the check, not the librar
 GIVEN_UP_RUNS_SPOTS_FORGOTTEN = [  # seed 4037115: "hole: t/1 ... [0, 4)", lost unsaid
     ("produce", "t", 1, 7, False), ("produce", "u", 0, 4, True), ("run", "r1", 0, 0, 6),
     ("retention", "t", 1, 4), ("remove_inflight",), ("delete_token", "t")]
+GIVEN_UP_RUNS_SPOTS_THROUGH_A_REBUILD = [  # not found: the same, with the catalog rebuilt
+    ("produce", "t", 1, 7, False), ("produce", "u", 0, 4, True), ("run", "r1", 0, 0, 6),  # from
+    ("retention", "t", 1, 4), ("remove_inflight",), ("delete_token", "t"),  # the run folders
+    ("run", "r2", 0, 0, 0), ("rebuild", 0)]  # (red without the rebuild reading given_up.json)
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -182,7 +186,8 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "given-up run's commit undoes a delete": GIVEN_UP_RUNS_COMMIT_UNDOES_A_DELETE,
          "token deleted, then its commit cleared": TOKEN_DELETED_THEN_ITS_COMMIT_CLEARED,
          "delete, copy put back, delete again": DELETE_COPY_PUT_BACK_DELETE_AGAIN,
-         "given-up run's spots forgotten": GIVEN_UP_RUNS_SPOTS_FORGOTTEN}
+         "given-up run's spots forgotten": GIVEN_UP_RUNS_SPOTS_FORGOTTEN,
+         "given-up run's spots through a rebuild": GIVEN_UP_RUNS_SPOTS_THROUGH_A_REBUILD}
 
 
 # in a table group's world (--tables seed 2, red with a committed run's commit not final)
