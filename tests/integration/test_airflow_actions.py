@@ -17,6 +17,7 @@ import os
 import subprocess
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgpack
@@ -98,10 +99,21 @@ class Actions:
                                              f"kafka_archive/{self.group}/{{topic}}"))
 
 
-@pytest.mark.parametrize("group", sorted(GROUPS))
 def test_airflow_actions_on_committed_and_running_runs_lose_and_repeat_nothing(
-        group, airflow_stack, airflow_env, kafka, s3, smtp_maildir, sc, unique, tmp_path,
-        monkeypatch):
+        airflow_stack, airflow_env, kafka, s3, smtp_maildir, sc, unique, tmp_path, monkeypatch):
+    """Both groups at once, each on its own DAG and topics: the scheduler runs their tasks
+    side by side, and each group's sequence waits on its own runs only."""
+    for name, value in airflow_env.items():  # the S3 connection, as the tasks find it
+        monkeypatch.setenv(name, value)
+    with ThreadPoolExecutor(len(GROUPS)) as pool:
+        acting = [pool.submit(act_and_check, group, airflow_stack, airflow_env, kafka, s3,
+                              smtp_maildir, sc, unique, tmp_path) for group in sorted(GROUPS)]
+    for done in acting:
+        done.result()  # a group's failure, as raised
+
+
+def act_and_check(group, airflow_stack, airflow_env, kafka, s3, smtp_maildir, sc, unique,
+                  tmp_path) -> None:
     topic = f"act{group[0]}-{unique}"
     actions = Actions(airflow_stack, kafka, group, [topic, f"{topic}_dlq"])
     cfg = airflow_stack.config()
@@ -165,8 +177,6 @@ def test_airflow_actions_on_committed_and_running_runs_lose_and_repeat_nothing(
     # the archive: what Kafka holds, each message once, and verify agrees
     expected = Counter((t, p, o) for t, p, o, *_ in consumed(kafka, actions.topics))
     assert sum(expected.values()) == 2 * actions.produced
-    for name, value in airflow_env.items():  # the S3 connection, as the tasks find it
-        monkeypatch.setenv(name, value)
     assert (hadoop_reads if group == "backup" else iceberg_reads)(
         actions, cfg, s3, sc, tmp_path) == expected
     for t in actions.topics:

@@ -61,7 +61,11 @@ def mails_about(maildir, subject_part: str) -> list:
 
 
 def parsed_since(stack, when: float, timeout_s: float = 120) -> None:
-    """Wait until the dag-processor has parsed the DAG after `when` (a config change)."""
+    """Ask the dag-processor to parse the DAG's file again (Airflow's REST API, as the
+    UI's "reparse" does), and wait until it has, after `when` (a config change)."""
+    token = stack.api.get(f"/api/v2/dags/{DAG}/details").json()["file_token"]
+    r = stack.api.put(f"/api/v2/parseDagFile/{token}")
+    assert r.status_code == 201, r.text
     deadline = time.monotonic() + timeout_s
     while True:
         details = stack.api.get(f"/api/v2/dags/{DAG}/details").json()
