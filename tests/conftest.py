@@ -1,12 +1,16 @@
 """Shared test set-up. Airflow reads AIRFLOW_HOME at import: point it at a scratch folder
 before any test imports airflow, so no test touches ~/airflow."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafka-archive-airflow-"))
+if "AIRFLOW_HOME" not in os.environ:  # a scratch folder of this process, gone at its exit
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="kafka-archive-airflow-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
