@@ -159,6 +159,15 @@ GIVEN_UP_RUNS_SPOTS_THROUGH_A_REBUILD = [  # not found: the same, with the catal
     ("produce", "t", 1, 7, False), ("produce", "u", 0, 4, True), ("run", "r1", 0, 0, 6),  # from
     ("retention", "t", 1, 4), ("remove_inflight",), ("delete_token", "t"),  # the run folders
     ("run", "r2", 0, 0, 0), ("rebuild", 0)]  # (red without the rebuild reading given_up.json)
+# found by the 60-minute soak on aeca02e (seeds 5,000,000-5,045,912), and the same
+# class reasoned on from it: a copy of a given-up run's token put back
+GIVEN_UP_RUNS_TOKEN_PUT_BACK_OVER_A_LATER_RUN = [  # seed 5038852: verify disagrees
+    ("produce", "t", 1, 6, False), ("run", "scheduled__2026-01-01T00:13:00+00:00", 0, 0, 5),
+    ("delete_token", "t"), ("remove_inflight",),
+    ("run", "scheduled__2026-01-01T00:18:00+00:00", 0, 0, 0), ("restore_token", "t", 1)]
+GIVEN_UP_RUNS_TOKEN_PUT_BACK_STICKS_THE_GROUP = [  # stuck: its commit refused, every run
+    ("produce", "t", 1, 6, False), ("run", "s13", 0, 0, 5), ("delete_token", "t"),
+    ("remove_inflight",), ("run", "x", 0, 0, 3), ("remove_inflight",), ("restore_token", "t", 1)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -187,7 +196,11 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "token deleted, then its commit cleared": TOKEN_DELETED_THEN_ITS_COMMIT_CLEARED,
          "delete, copy put back, delete again": DELETE_COPY_PUT_BACK_DELETE_AGAIN,
          "given-up run's spots forgotten": GIVEN_UP_RUNS_SPOTS_FORGOTTEN,
-         "given-up run's spots through a rebuild": GIVEN_UP_RUNS_SPOTS_THROUGH_A_REBUILD}
+         "given-up run's spots through a rebuild": GIVEN_UP_RUNS_SPOTS_THROUGH_A_REBUILD,
+         "given-up run's token put back over a later run":
+         GIVEN_UP_RUNS_TOKEN_PUT_BACK_OVER_A_LATER_RUN,
+         "given-up run's token put back sticks the group":
+         GIVEN_UP_RUNS_TOKEN_PUT_BACK_STICKS_THE_GROUP}
 
 
 # in a table group's world (--tables seed 2, red with a committed run's commit not final)

@@ -199,7 +199,10 @@ def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Ve
         plan = Plan.from_json(stored)
         if plan.run_id != run_id or is_final(stored_outcome(storage, root, group, run_id)):
             continue
-        if any(_held_since(cat, config, plan, s) for s in plan.slices):
+        if (storage.size(layout.run_file(root, group, run_id, GIVEN_UP)) is not None
+                or any(_held_since(cat, config, plan, s) for s in plan.slices)):
+            # a given-up run never commits (a copy of its token put back by hand): its
+            # lines, too, count only as far as the catalog holds
             stale += topics
         elif resume is None:
             resume = plan

@@ -198,7 +198,7 @@ def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenSto
                                                      f"configured {config.generation}: not "
                                                      "checked against the token"))
             if unfinished and token_offset is not None:
-                report.findings.append(unfinished)
+                report.findings.append(_as_found(unfinished, report.files, token_offset))
             recorded = (token_offset, gaps[(name, partition)], skipped[(name, partition)])
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
@@ -279,7 +279,7 @@ def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenS
             report = PartitionReport(name, partition, generation, token_offset, covered,
                                      counted=(s.files, s.records) if s else (0, 0))
             if unfinished and token_offset is not None:
-                report.findings.append(unfinished)
+                report.findings.append(_as_found(unfinished, report.files, token_offset))
             if not configured:
                 report.findings.append(Finding(INFO, f"generation {generation} is not the "
                                                      f"configured {config.generation}: not "
@@ -294,7 +294,8 @@ def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenS
 def _unfinished_commit(storage: Storage, config: Config, cat: catalog.Catalog,
                        token: Token | None) -> Finding | None:
     """A token advanced by a run whose commit never reached the catalog: the token says
-    archived what no current file may hold (a commit cut short, then its files lost)."""
+    archived what no current file may hold (a commit cut short, then its files lost).
+    `_as_found` makes it a note where the current files reach the token anyway."""
     run = token and token.run_id
     if not run or cat.state.has_run(run) or storage.get_or_none(
             layout.run_file(config.archive_root, token.group, run, "committed.json")) is not None:
@@ -304,6 +305,17 @@ def _unfinished_commit(storage: Storage, config: Config, cat: catalog.Catalog,
         return Finding(INFO, f"{where}, still in flight: its next run finishes the commit")
     return Finding(ERROR, f"{where}, whose commit never reached the catalog: offsets below "
                           "the token may be in no file")
+
+
+def _as_found(unfinished: Finding, files: list[FileSummary], token_offset: int) -> Finding:
+    """The unfinished commit's finding for a partition: an error unless the current files
+    reach its token (a copy of a given-up or cut-short run's token put back after other
+    runs archived the offsets: holes between them are errors of their own, and the next
+    plan counts the token's lines only as far as the catalog holds)."""
+    if any(not f.problem and f.last_offset + 1 >= token_offset for f in files):
+        return Finding(INFO, unfinished.message.split(", whose")[0] + ", whose commit never "
+                       "reached the catalog; the current files reach the token")
+    return unfinished
 
 
 def _catalog_files(contents: Contents
