@@ -303,8 +303,10 @@ def _unfinished_commit(storage: Storage, config: Config, cat: catalog.Catalog,
     where = f"token {token.group}/{token.topic} was advanced by run {run}"
     if inflight.holding(storage, config.archive_root, token.group, token.topic) == run:
         return Finding(INFO, f"{where}, still in flight: its next run finishes the commit")
-    return Finding(ERROR, f"{where}, whose commit never reached the catalog: offsets below "
-                          "the token may be in no file")
+    return Finding(ERROR, f"{where}, whose commit never reached the catalog{UNFINISHED_RISK}")
+
+
+UNFINISHED_RISK = ": offsets below the token may be in no file"
 
 
 def _as_found(unfinished: Finding, files: list[FileSummary], token_offset: int) -> Finding:
@@ -312,9 +314,10 @@ def _as_found(unfinished: Finding, files: list[FileSummary], token_offset: int) 
     reach its token (a copy of a given-up or cut-short run's token put back after other
     runs archived the offsets: holes between them are errors of their own, and the next
     plan counts the token's lines only as far as the catalog holds)."""
-    if any(not f.problem and f.last_offset + 1 >= token_offset for f in files):
-        return Finding(INFO, unfinished.message.split(", whose")[0] + ", whose commit never "
-                       "reached the catalog; the current files reach the token")
+    if unfinished.level == ERROR and any(not f.problem and f.last_offset + 1 >= token_offset
+                                         for f in files):
+        return Finding(INFO, unfinished.message.replace(
+            UNFINISHED_RISK, "; the current files reach the token"))
     return unfinished
 
 
