@@ -2,6 +2,7 @@
 before any test imports airflow, so no test touches ~/airflow."""
 
 import atexit
+import resource
 import os
 import shutil
 import tempfile
@@ -38,3 +39,46 @@ def pytest_collection_modifyitems(config, items):
         stack = next((s for s in ONE_WORKER_STACKS if s in item.fixturenames), None)
         item.add_marker(pytest.mark.xdist_group(stack or item.nodeid.split("::", 1)[0]))
 
+
+
+# --- CPU seconds per test (issue 42): the suite is CPU-bound on 2 cores, so what a test
+# costs the suite is its CPU, not its wall time. Counted: this process and the children it
+# reaped (spark-submit and its JVM and Python workers, airflow and kafka-archive commands);
+# not the long-lived services, which serve every test
+
+def _cpu_s() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_SETUP] = _cpu_s()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        outcome.get_result().user_properties.append(
+            ("cpu_s", round(_cpu_s() - item.stash[_CPU_AT_SETUP], 2)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    spent: dict[str, float] = {}
+    for report in (r for reports in terminalreporter.stats.values() for r in reports):
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "cpu_s" and getattr(report, "when", None) == "teardown":
+                path = report.nodeid.split("::", 1)[0]
+                spent[path] = spent.get(path, 0.0) + value
+    if not spent:
+        return
+    terminalreporter.write_sep("=", f"CPU seconds by test file (tests and the processes they "
+                                    f"ran): {sum(spent.values()):.0f} in all")
+    for path, seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:CPU_FILES_SHOWN]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
+
+
+_CPU_AT_SETUP = pytest.StashKey[float]()
+CPU_FILES_SHOWN = 25
