@@ -445,7 +445,7 @@ def _s3_create_bucket(env: dict[str, str]) -> None:
 def _s3_process_env(env: dict[str, str]) -> dict[str, str]:
     key, secret = _s3_credentials(env)
     return {"MINIO_ROOT_USER": key, "MINIO_ROOT_PASSWORD": secret,
-            "MINIO_BROWSER": "off", "MINIO_UPDATE": "off"}
+            "MINIO_BROWSER": "off", "MINIO_UPDATE": "off", "MINIO_SCANNER_SPEED": "slowest"}
 
 
 S3 = Service(
