@@ -7,13 +7,17 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 
+from unittest.mock import patch
+
 import pytest
 
+from kafka_archive.archive import job
+from kafka_archive.monitor import mailing
 from kafka_archive.storage import Storage
 from kafka_archive.tools import verify
 
 from tests.support.sim import explore
-from tests.support.sim.world import Violation, World
+from tests.support.sim.world import LAUNCH_FAILS, Violation, World
 
 SEQUENCES = 2000  # issue 41: at least 2,000 in CI, in under 3 minutes (2 processes)
 TABLE_SEQUENCES = 100  # of a table group's world: ~1 s each (pyiceberg's commits)
@@ -168,6 +172,19 @@ GIVEN_UP_RUNS_TOKEN_PUT_BACK_OVER_A_LATER_RUN = [  # seed 5038852: verify disagr
 GIVEN_UP_RUNS_TOKEN_PUT_BACK_STICKS_THE_GROUP = [  # stuck: its commit refused, every run
     ("produce", "t", 1, 6, False), ("run", "s13", 0, 0, 5), ("delete_token", "t"),
     ("remove_inflight",), ("run", "x", 0, 0, 3), ("remove_inflight",), ("restore_token", "t", 1)]
+# mails: found with the old rule put back (OLD_MAIL_RULES below), the sequences shrunk
+FAILURE_MAILED_PER_RUN = [  # seed 3: the plan's run id in the failure's key
+    ("run", "scheduled__2026-01-01T02:01:00+00:00", 0, 0, 0), ("kafka_down", True),
+    ("run", "scheduled__2026-01-01T02:22:00+00:00", 0, 0, 0),
+    ("clear_run", "scheduled__2026-01-01T02:01:00+00:00", 0)]
+EARLIER_ATTEMPTS_FAILURE_RAISED_AGAIN = [  # seed 2843: no failure record removed first
+    ("run", "r0", 0, 0, 0), ("produce", "u", 0, 8, False), ("task", "r0", "plan", 0),
+    ("remove_inflight",), ("task", "r0", "job", 0), ("task", "r0", "plan", 0),
+    ("run", "r25", 2, LAUNCH_FAILS, 0)]
+HELD_TOPIC_NEVER_MAILED_AGAIN = [  # seed 483: a plan without anomalies forgot nothing
+    ("produce", "u", 0, 1, False), ("run", "r1", 0, 0, 0), ("break_token", "u"),
+    ("run", "r2", 0, 0, 0), ("delete_token", "u"), ("run", "r3", 0, 0, 0),
+    ("break_token", "u"), ("run", "r4", 0, 0, 0)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -200,7 +217,10 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "given-up run's token put back over a later run":
          GIVEN_UP_RUNS_TOKEN_PUT_BACK_OVER_A_LATER_RUN,
          "given-up run's token put back sticks the group":
-         GIVEN_UP_RUNS_TOKEN_PUT_BACK_STICKS_THE_GROUP}
+         GIVEN_UP_RUNS_TOKEN_PUT_BACK_STICKS_THE_GROUP,
+         "failure mailed per run": FAILURE_MAILED_PER_RUN,
+         "earlier attempt's failure raised again": EARLIER_ATTEMPTS_FAILURE_RAISED_AGAIN,
+         "held topic never mailed again": HELD_TOPIC_NEVER_MAILED_AGAIN}
 
 
 # in a table group's world (--tables seed 2, red with a committed run's commit not final)
@@ -257,6 +277,49 @@ def test_a_found_sequence_now_keeps_every_invariant(steps, tmp_path):
 def test_a_found_table_sequence_now_keeps_every_invariant(steps, tmp_path):
     result = explore.run_steps(steps, tmp_path / "world", tables=True)
     assert result.violation is None, explore.report(result)
+
+
+def _failure_key_with_run_ids(task_id, error_class, error, run_ids):
+    return f"{task_id} {error_class} {sorted(r for r in run_ids if r)} {error}"
+
+
+def _launched_keeping_earlier_records(storage, plan_url, launch, launch_failed=Exception):
+    real = storage.delete
+    storage.delete = lambda url: None if url == job.failure_url(plan_url) else real(url)
+    try:
+        _LAUNCHED(storage, plan_url, launch, launch_failed)
+    finally:
+        del storage.delete
+
+
+def _planned_only_with_anomalies(self, plan, run_id, now):
+    if plan.anomalies:
+        _PLANNED(self, plan, run_id, now)
+
+
+_LAUNCHED, _PLANNED = job.launched, mailing.Mailings.planned
+# the mail rules as they were before issue 41, each with what the simulation found with it
+OLD_MAIL_RULES = {
+    "failure mailed per run": (
+        lambda: patch.object(mailing, "failure_key", _failure_key_with_run_ids),
+        FAILURE_MAILED_PER_RUN, "mail"),
+    "earlier attempt's failure raised again": (
+        lambda: patch.object(job, "launched", _launched_keeping_earlier_records),
+        EARLIER_ATTEMPTS_FAILURE_RAISED_AGAIN, "wrong cause"),
+    "held topic never mailed again": (
+        lambda: patch.object(mailing.Mailings, "planned", _planned_only_with_anomalies),
+        HELD_TOPIC_NEVER_MAILED_AGAIN, "mail"),
+}
+
+
+@pytest.mark.parametrize("rule", OLD_MAIL_RULES, ids=OLD_MAIL_RULES.keys())
+def test_the_mail_checks_find_each_old_rule(rule, tmp_path):
+    """With the old rule put back, its sequence breaks the mail invariant it broke when
+    the simulation found it (and keeps every invariant with today's: FOUND)."""
+    old_rule, steps, kind = OLD_MAIL_RULES[rule]
+    with old_rule():
+        result = explore.run_steps(steps, tmp_path / "world")
+    assert result.violation is not None and result.violation.kind == kind, explore.report(result)
 
 
 def test_the_checks_can_fail(tmp_path):

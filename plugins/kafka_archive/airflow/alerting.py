@@ -4,9 +4,10 @@ notifier on the connection `alerts.smtp_conn_id` names.
 - task failure: `on_task_failure`, every archive task's on_failure_callback; the same
   failure run after run is mailed once, then daily, until a run commits. A terminal error
   fails its task at once (`fails_at_once_when_terminal`): Airflow retries only the rest.
-- data lost to retention (held, or skipped by `on_retention_gap: skip`): `on_plan`, from
-  the plan; `on_late_loss`, from the commit, for ranges retention deleted after the plan
-  was made (the archive job read them no more).
+- data lost to retention (held, or skipped by `on_retention_gap: skip`), topics held, tokens
+  changed by hand during a run: `mailings(...).planned` from the plan task and
+  `.committed` from the commit task (which mails ranges retention deleted after the plan
+  was made). What is mailed when is kafka_archive.monitor.mailing's, sent from here.
 - run deadline missed: `deadline_alert`, a Deadline Alert on every archive DAG, counted
   from when the run was queued; the triggerer runs `on_deadline_missed`.
 - archive freshness past its SLA: `check_freshness`, the task after commit (the lag
@@ -33,18 +34,17 @@ from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import redact
 
-from kafka_archive import brokers, catalog, layout, manifest as manifests
+from kafka_archive import brokers, catalog, manifest as manifests
 from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.monitor import freshness
 from kafka_archive.monitor.page import page_path
 from kafka_archive.plan import inflight
-from kafka_archive.monitor.alerts import (Message, dag_id, data_lost, deadline_missed,
-                                          failure_due, failure_key, freshness_past_sla,
-                                          run_link, task_failed,
-                                          tokens_left_as_found, topics_held, unmailed)
-from kafka_archive.plan.planning import Anomaly, HeldTopicsError, Plan
+from kafka_archive.monitor.alerts import (Message, dag_id, deadline_missed,
+                                          freshness_past_sla, run_link, task_failed)
+from kafka_archive.monitor.mailing import Mailings
+from kafka_archive.plan.planning import HeldTopicsError, Plan
 
 log = logging.getLogger(__name__)
 
@@ -99,51 +99,12 @@ def page_link(dag: str) -> str:
         + page_path(dag)
 
 
-def on_plan(cfg: Config, plan: Plan, run_id: str) -> None:
-    """Mail a new plan's anomalies: ranges lost to retention (held or skipped) and topics
-    held for other reasons. Each anomaly is mailed once, however many runs see it again (a
-    plan re-executed from an earlier run was mailed about then), and again when it comes
-    back after a plan without it."""
-    if plan.run_id != run_id:
-        return
-    # also with none: what it no longer sees is over, and mailed again if it comes back
-    _mail_once(cfg, plan.group, run_id, plan.anomalies, forget_unseen=True)
-
-
-def on_late_loss(cfg: Config, group: str, run_id: str, lost: list[Anomaly]) -> None:
-    """Mail the ranges retention deleted between a run's plan and its archive job (the
-    run committed the rest). The next plan sees the same ranges: they are not mailed again."""
-    if lost:
-        _mail_once(cfg, group, run_id, lost, forget_unseen=False)
-
-
-def on_tokens_left(cfg: Config, group: str, run_id: str, left: dict[str, str]) -> None:
-    """Mail the tokens a person changed while the run was in flight (left as found)."""
-    if left:
-        send(cfg.alerts, tokens_left_as_found(group, run_id, left, link_for(dag_id(group), run_id)))
-
-
-def _mail_once(cfg: Config, group: str, run_id: str, anomalies, forget_unseen: bool) -> None:
-    """forget_unseen: a plan sees every open anomaly, so one it no longer sees is over
-    (mailed again if it comes back); a commit sees only its own."""
-    storage = connections.storage(cfg.s3_conn_id)
-    state_url = layout.anomalies_mailed(cfg.archive_root, group)
-    mailed = json.loads(storage.get_or_none(state_url) or b"{}")
-    new, seen = unmailed(anomalies, mailed, run_id)
-    still_open = seen if forget_unseen else {**mailed, **seen}
-    link = link_for(dag_id(group), run_id)
-    for action in ("failed", "skipped"):
-        lost = [a for a in new if a.kind == "retention_gap" and a.action == action]
-        if lost:
-            send(cfg.alerts, data_lost(group, run_id, lost, action == "failed", link))
-    others = [a for a in new if a.kind != "retention_gap"]
-    if others:
-        send(cfg.alerts, topics_held(group, run_id, others, link))
-    for a in anomalies:
-        if a not in new:
-            log.warning("already mailed: %s", a.describe())
-    if still_open != mailed:
-        storage.put_bytes(state_url, json.dumps(still_open, indent=1, sort_keys=True).encode())
+def mailings(cfg: Config, group: str, context=None) -> Mailings:
+    """The group's mail rules (kafka_archive.monitor.mailing) sending through Airflow's
+    SMTP notifier, their records on the archive root's storage."""
+    return Mailings(connections.storage(cfg.s3_conn_id), cfg.archive_root, group,
+                    lambda message: send(cfg.alerts, message, context),
+                    lambda run_id: link_for(dag_id(group), run_id))
 
 
 def fails_at_once_when_terminal(body):
@@ -170,35 +131,11 @@ def on_task_failure(context) -> None:
         log.warning("not mailed again: %s", error)
         return
     text, kind = _error_text(error), (type(error).__name__ if error is not None else None)
-    storage = connections.storage(cfg.s3_conn_id)
-    state_url = layout.failures_mailed(cfg.archive_root, group)
     plan = _plan_of(cfg, ti)
-    key, now_s = failure_key(ti.task_id, kind, text, (run_id, plan and plan.run_id)), time.time()
-    try:
-        mailed = json.loads(storage.get_or_none(state_url) or b"{}")
-    except Exception:  # S3 may be what failed: the mail matters more than its dedup
-        log.exception("could not read which failures were mailed; mailing this one")
-        mailed = None
-    if mailed is not None and not failure_due(mailed, key, now_s):
-        log.warning("not mailed again: the same failure was mailed for run %s (daily "
-                    "reminders until a run commits)", mailed[key]["run_id"])
-        return
-    first = (mailed or {}).get(key, {}).get("first_run")
-    send(cfg.alerts, task_failed(group, run_id, ti.task_id, ti.try_number, text, _terminal(error),
-                                 plan, link, ti.log_url, kind, first), context)
-    if mailed is not None:
-        mailed[key] = {"run_id": run_id, "first_run": first or run_id, "mailed_at_s": now_s}
-        try:
-            storage.put_bytes(state_url, json.dumps(mailed, indent=1, sort_keys=True).encode())
-        except Exception:
-            log.exception("could not record the mailed failure; the next run mails it again")
-
-
-def on_commit(cfg: Config, group: str) -> None:
-    """A run committed: failures mailed before are over (the next one is mailed again)."""
-    storage = connections.storage(cfg.s3_conn_id)
-    if storage.get_or_none(layout.failures_mailed(cfg.archive_root, group)) is not None:
-        storage.delete(layout.failures_mailed(cfg.archive_root, group))
+    mailings(cfg, group, context).task_failed(
+        ti.task_id, (run_id, plan and plan.run_id), kind, text, time.time(),
+        lambda since: task_failed(group, run_id, ti.task_id, ti.try_number, text,
+                                  _terminal(error), plan, link, ti.log_url, kind, since))
 
 
 def _archive_error(error):

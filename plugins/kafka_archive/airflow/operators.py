@@ -13,7 +13,6 @@ line or a log. A driver on the cluster (cluster deploy mode) uses the cluster's 
 
 from __future__ import annotations
 
-import json
 import os
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -23,7 +22,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kafka_archive import config, spark
 from kafka_archive.airflow import connections
 from kafka_archive.archive import job
-from kafka_archive.errors import TerminalError, TransientError
+from kafka_archive.errors import TerminalError
 
 
 def submit_environment(cfg: config.Config, master: str | None = None) -> dict[str, str]:
@@ -93,25 +92,11 @@ class ArchiveOperator(BaseOperator):
             files=",".join(submit.files), name=self.job_name, env_vars=env_vars,
             deploy_mode=submit.deploy_mode,
             application_args=["--config", str(cfg.path), *self.job_args()])
-        # a failure record belongs to one attempt: an earlier one's must not be taken for
-        # this one's when spark-submit fails before the job starts
-        connections.storage(self.s3_conn_id).delete(job.failure_url(self.plan_url))
         try:
-            self.hook.submit(str(self.job), **popen)
-        except AirflowException as exc:
-            # the job's own classified error, where its driver recorded one (this
-            # attempt's: cleared above): a terminal one fails the task at once (no retry),
-            # and the mail shows what it said
-            recorded = connections.storage(self.s3_conn_id).get_or_none(
-                job.failure_url(self.plan_url))
-            if recorded is None:
-                raise
-            failure = json.loads(recorded)
-            error = (TerminalError if failure["terminal"] else TransientError)(
-                f"{failure['class']}: {failure['message']}")
-            if failure["terminal"]:
-                raise AirflowFailException(f"TerminalError: {error}") from error
-            raise error from exc
+            job.launched(connections.storage(self.s3_conn_id), self.plan_url,
+                         lambda: self.hook.submit(str(self.job), **popen), AirflowException)
+        except TerminalError as exc:  # the job's own, recorded: no retry can help
+            raise AirflowFailException(f"TerminalError: {exc}") from exc
 
     def on_kill(self) -> None:
         if self.hook:

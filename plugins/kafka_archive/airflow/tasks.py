@@ -57,7 +57,8 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
             for change in rewinding.rewind(cfg, tokens, consumer, group, storage=storage,
                                            **request):
                 log.warning("%s", change)
-        made = runs.start(cfg, group, run_id, storage, tokens, consumer, runs.now_utc(), dry_run,
+        now = runs.now_utc()
+        made = runs.start(cfg, group, run_id, storage, tokens, consumer, now, dry_run,
                           topics, caps, tables=connections.iceberg_tables(cfg)
                           if cfg.group(group).table is not None else None)
     finally:
@@ -72,7 +73,8 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
     if dry_run:
         print(made.to_json().decode())
         return None
-    alerting.on_plan(cfg, made, run_id)  # mails each anomaly once (held topics, skipped ranges)
+    # mails each anomaly once (held topics, skipped ranges)
+    alerting.mailings(cfg, group).planned(made, run_id, now)
     if not made.slices:
         if held(made.anomalies):  # nothing else to archive: the run fails here
             raise HeldTopicsError(group, run_id, held(made.anomalies))
@@ -109,9 +111,7 @@ def commit(plan_url: str) -> dict:
             token = tokens.read(made.group, topic).token
             offsets[topic] = dict(token.offsets) if token else {}
         mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
-        alerting.on_tokens_left(cfg, made.group, made.run_id, summary["tokens_left_as_found"])
-        alerting.on_commit(cfg, made.group)
-        alerting.on_late_loss(cfg, made.group, made.run_id, late)
+        alerting.mailings(cfg, made.group).committed(made, summary, late)
     # ranges retention deleted before they were archived: the freshness task fails on them
     summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
         f"{a.describe()} (after this run was planned; the topic waits for the loss to be "

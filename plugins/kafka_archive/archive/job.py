@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator
 from kafka_archive import layout, spark
 from kafka_archive.archive import slice_writer, source
 from kafka_archive.config import Config, load as load_config
-from kafka_archive.errors import ArchiveError, TerminalError
+from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.formats import columns, parsers
 from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
                                     write as write_manifest)
@@ -170,6 +170,24 @@ def record_failure(storage: Storage, plan_url: str, error: ArchiveError) -> None
     storage.put_bytes(failure_url(plan_url), json.dumps({
         "class": type(error).__name__, "terminal": isinstance(error, TerminalError),
         "message": str(error)}).encode())
+
+
+def launched(storage: Storage, plan_url: str, launch: Callable[[], object],
+             launch_failed: type[BaseException] = Exception) -> None:
+    """One attempt of the job through its launcher (spark-submit): a launch that fails
+    raises the job's own classified error where this attempt's driver recorded one, else
+    the launcher's. A failure record belongs to one attempt: an earlier one's is removed
+    first, so a spark-submit that fails before the job starts is never taken for it."""
+    storage.delete(failure_url(plan_url))
+    try:
+        launch()
+    except launch_failed as exc:
+        recorded = storage.get_or_none(failure_url(plan_url))
+        if recorded is None:
+            raise
+        failure = json.loads(recorded)
+        raise (TerminalError if failure["terminal"] else TransientError)(
+            f"{failure['class']}: {failure['message']}") from exc
 
 
 def task_slices(slices: list[Slice], parallelism: int) -> list[list[Slice]]:

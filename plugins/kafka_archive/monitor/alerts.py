@@ -29,8 +29,11 @@ MAX_ROWS = 50  # per table: a mail stays readable; the rest is counted, and in t
 
 @dataclass(frozen=True)
 class Message:
+    """about: what the mail is about, as the keys its deduplication uses (anomaly keys,
+    a failure's key, topics): for logs and the protocol simulation's checks."""
     subject: str
     html: str
+    about: tuple[str, ...] = ()
 
 
 def dag_id(group: str) -> str:
@@ -148,7 +151,7 @@ def data_lost(group: str, run_id: str, anomalies: Iterable[Anomaly], run_failed:
             _table(("topic", "partition", "lost offsets", "messages"), rows), _links(link)]
     where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
     return Message(f"[kafka-archive] {group}: {total} messages lost to retention in {where}",
-                   _page(body))
+                   _page(body), tuple(a.key() for a in lost))
 
 
 def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str) -> Message:
@@ -163,7 +166,7 @@ def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str
     where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
     return Message(f"[kafka-archive] {group}: {where} left out of the archive ("
                    f"{', '.join(sorted({a.kind.replace('_', ' ') for a in found}))})",
-                   _page(body))
+                   _page(body), tuple(a.key() for a in found))
 
 
 def tokens_left_as_found(group: str, run_id: str, left: dict[str, str], link: str) -> Message:

@@ -28,7 +28,7 @@ from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
 from kafka_archive.storage import Storage, join
 from kafka_archive.plan import inflight
-from kafka_archive.tokens import Token, TokenStore
+from kafka_archive.tokens import MalformedTokenError, Token, TokenStore
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.tools.offset_checks import (ERROR, INFO, FileSummary, Finding,
                                                check_partition, check_scattered, summarize)
@@ -171,9 +171,9 @@ def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenSto
     slice_of = _recorded_ranges(contents)
     topics = sorted({t for t, _, _ in found} | set(tokens.topics(group)))
     topics = [t for t in topics if topic is None or t == topic]
-    partitions = []
+    partitions, unreadable = [], []
     for name in track(topics, f"verify {group}"):
-        token = tokens.read(group, name).token
+        token = _read_token(tokens, group, name, unreadable)
         offsets = dict(token.offsets) if token else {}
         unfinished = _unfinished_commit(storage, config, cat, token)
         keys = {(p, g) for t, p, g in found if t == name}
@@ -203,7 +203,7 @@ def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenSto
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
             partitions.append(report)
-    return Report(group, partitions, ignored, contents.accepted, [
+    return Report(group, partitions, ignored, contents.accepted, unreadable + [
         Finding(INFO, f"{url}: in the tree, not in the table (replaced by a rewind and kept "
                       "for time travel until its snapshots expire, or of a run not committed)")
         for url in outside])
@@ -261,9 +261,9 @@ def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenS
     that would): two files holding an offset is a stray file, which --full finds."""
     lost = catalog.lost_ranges(cat.state)
     names = sorted(set(cat.state.topics) | set(tokens.topics(group)))
-    partitions = []
+    partitions, unreadable = [], []
     for name in track([t for t in names if topic is None or t == topic], f"verify {group}"):
-        token = tokens.read(group, name).token
+        token = _read_token(tokens, group, name, unreadable)
         offsets = dict(token.offsets) if token else {}
         unfinished = _unfinished_commit(storage, config, cat, token)
         known = cat.state.topics.get(name)
@@ -288,7 +288,19 @@ def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenS
                                                lost.get((name, partition), ()))
             partitions.append(report)
     return Report(group, partitions, [], tuple(catalog.AcceptedLoss(**a)
-                                               for a in cat.state.accepted))
+                                               for a in cat.state.accepted), unreadable)
+
+
+def _read_token(tokens: TokenStore, group: str, topic: str, unreadable: list[Finding]
+                ) -> Token | None:
+    """The topic's token; a malformed one is an error of its own (file and line), and the
+    topic's files are checked as if it had none: verify goes on with the rest."""
+    try:
+        return tokens.read(group, topic).token
+    except MalformedTokenError as exc:
+        unreadable.append(Finding(ERROR, f"{exc}: the topic's runs hold it until the line is "
+                                         "fixed or deleted; its files are checked without it"))
+        return None
 
 
 def _unfinished_commit(storage: Storage, config: Config, cat: catalog.Catalog,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.sim import replay
-from tests.support.sim.world import TOPICS, Violation, World
+from tests.support.sim.world import LAUNCH_FAILS, TOPICS, Violation, World
 
 STEPS = 30  # per sequence
 
@@ -42,6 +42,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
     topic = rng.choice(sorted(TOPICS))
     partition = rng.randrange(len(world.kafka.topics[topic]))
     crash = lambda: rng.choice((0, 0, 0, rng.randint(1, 12)))  # noqa: E731
+    # a job's launch may also fail before the job starts (spark-submit's own failure)
+    launch = lambda: LAUNCH_FAILS if rng.random() < 0.05 else crash()  # noqa: E731
     runs = sorted(world.runs)
     r = rng.random()
     if r < 0.28:
@@ -52,15 +54,18 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("add_partition", topic)
     if r < 0.36:
         return ("delete_topic", topic)
-    if r < 0.38:
+    if r < 0.37:
         return ("time", rng.choice((30, 120)))
+    if r < 0.38:
+        return ("kafka_down", not world.kafka.down)
     if r < 0.62 or not runs:
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00")
         if rng.random() < 0.05:
             run_id = rng.choice(("manual__x:1", "manual__x_1"))
-        return ("run", run_id, crash(), crash(), crash())
+        return ("run", run_id, crash(), launch(), crash())
     if r < 0.76:
-        return ("task", rng.choice(runs), rng.choice(("plan", "job", "commit")), crash())
+        task = rng.choice(("plan", "job", "commit"))
+        return ("task", rng.choice(runs), task, launch() if task == "job" else crash())
     if r < 0.79:
         return ("clear_run", rng.choice(runs), crash())
     if r < 0.82:
@@ -71,12 +76,16 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("edit_line", topic, partition, rng.randint(0, 30))
     if r < 0.88:
         return ("restore_token", topic, rng.randint(0, 3))
-    if r < 0.915:
+    if r < 0.905:
         return ("rewind", topic, partition, rng.randint(0, 30))
-    if r < 0.93:
+    if r < 0.92:
         return ("rewind_time", topic, rng.choice((None, partition)), rng.choice((1, 5, 30, 120)))
-    if r < 0.96:
+    if r < 0.94:
         return ("accept_loss", topic)
+    if r < 0.96:  # a person breaks a token file by hand, or fixes the one they broke
+        if world.broken:
+            return ("fix_token", rng.choice(sorted(world.broken)))
+        return ("break_token", topic)
     if r < 0.97:
         return ("rebuild", crash())
     if r < 0.98:
@@ -182,6 +191,8 @@ def shrink(result: Result, root: Path) -> Result:
 
 
 def _kill(n: int) -> str:
+    if n == LAUNCH_FAILS:
+        return " (spark-submit fails before the job starts)"
     return f" (killed before its write #{n})" if n else ""
 
 
@@ -192,6 +203,7 @@ _SAID = {
     "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",
     "add_partition": lambda t: f"a partition is added to {t}",
     "time": lambda minutes: f"{minutes} minutes pass",
+    "kafka_down": lambda down: "Kafka's brokers go down" if down else "Kafka's brokers are back",
     "run": lambda run, plan, job, commit: f"DAG run {run}: plan{_kill(plan)}, "
                                           f"archive{_kill(job)}, commit{_kill(commit)}",
     "task": lambda run, task, n: f"Clear task {task} of run {run}{_kill(n)}",
@@ -208,6 +220,8 @@ _SAID = {
                                    + f" --to-time <{m} minutes ago>",
     "delete_topic": lambda t: f"topic {t} is deleted from Kafka",
     "accept_loss": lambda t: f"kafka-archive accept-loss --topic {t}",
+    "break_token": lambda t: f"a person's edit leaves a malformed line in token {t}",
+    "fix_token": lambda t: f"a person fixes token {t} (puts back the file before their edit)",
     "remove_inflight": lambda: "a person deletes the group's _runs/<group>/_inflight.json",
     "rebuild": lambda n: f"kafka-archive catalog --rebuild{_kill(n)}",
     "damage_catalog": lambda n: f"a catalog snapshot or row chunk is damaged (file #{n})",

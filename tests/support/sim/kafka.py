@@ -12,6 +12,7 @@ import numpy as np
 from kafka import TopicPartition
 from kafka.structs import OffsetAndTimestamp
 
+from kafka_archive.errors import TransientError
 from kafka_archive.formats.batch import Batch, binary_array, headers_array
 
 
@@ -47,6 +48,11 @@ class Kafka:
         self.topics: dict[str, list[Partition]] = {}
         # deleted topics: gone for every reader; their history stays for the invariants
         self.deleted: set[str] = set()
+        self.down = False  # unreachable: every client fails as brokers.consumer's does
+
+    def reachable(self) -> None:
+        if self.down:
+            raise TransientError("Kafka at sim:9092 is unreachable: NoBrokersAvailable")
 
     def create(self, topic: str, partitions: int) -> None:
         self.topics.setdefault(topic, [Partition() for _ in range(partitions)])
@@ -55,11 +61,13 @@ class Kafka:
         return f"{topic}/{partition}/{offset}".encode()
 
     def consumer(self) -> Consumer:
+        self.reachable()
         return Consumer(self)
 
     def batches(self, topic: str, partition: int, start: int, end: int):
         """What archive.source.read yields for [start, end): from the earliest offset
         left where retention deleted the head since the plan; nothing of a deleted topic."""
+        self.reachable()
         if topic in self.deleted:
             return
         p = self.topics[topic][partition]

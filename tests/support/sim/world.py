@@ -23,11 +23,13 @@ from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.commit import iceberg, protocol as committing, table_maintenance
 from kafka_archive.errors import ArchiveError
 from kafka_archive.manifest import row_files
+from kafka_archive.monitor.alerts import Message
+from kafka_archive.monitor.mailing import Mailings
 from kafka_archive.plan import inflight, losses, rewinds, runs
-from kafka_archive.plan.planning import HeldTopicsError, Plan, held
+from kafka_archive.plan.planning import Anomaly, HeldTopicsError, Plan, held
 from kafka_archive.storage import Storage, join as storage_join
 from kafka_archive.tools import verify
-from kafka_archive.tokens import LocalTokenStore, Token, parse, render
+from kafka_archive.tokens import LocalTokenStore, MalformedTokenError, Token, parse, render
 
 from tests.support.local_config import local_config
 from tests.support.sim.kafka import Kafka
@@ -46,6 +48,14 @@ class Violation(AssertionError):
     def __init__(self, kind: str, message: str):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
+
+
+class LaunchFailed(Exception):
+    """spark-submit failed before the job started (a bad class path, no memory for the
+    JVM): what the Spark provider raises, with no record of the job's own."""
+
+
+LAUNCH_FAILS = -1  # a job task's "crash" that makes its launch fail before the job starts
 
 
 class Faults:
@@ -150,6 +160,15 @@ class World:
         # the truth the invariants are checked against
         self.ever_archived: dict[tuple[str, int], set[int]] = {}
         self.unarchivable: dict[tuple[str, int], set[int]] = {}  # deleted with no token line
+        # the mails, as the library decides them (its records on a storage no kill stops:
+        # a callback's bookkeeping is not what the simulation explores), and the model of
+        # what each incident deserves that they are checked against
+        self.mailbox: list[Message] = []
+        self.mailings = Mailings(Storage(), self.config.archive_root, self.group,
+                                 self.mailbox.append, lambda run_id: f"run {run_id}")
+        self.open_anomalies: set[str] = set()   # anomaly keys mailed and still seen
+        self.failures_mailed: dict[str, datetime] = {}  # incident -> mailed at, until a commit
+        self.broken: dict[str, bytes] = {}  # topic -> its token file before a person broke it
 
     # --- the steps ----------------------------------------------------------------------
 
@@ -207,7 +226,7 @@ class World:
             return
         p = parts[partition]
         gone = p.retain_from(p.earliest + count)
-        token = self.tokens.read(self.group, topic).token
+        token = self._token(topic)
         if token is None or partition not in token.offsets:
             self.unarchivable.setdefault((topic, partition), set()).update(gone)
 
@@ -225,6 +244,43 @@ class World:
     def _time(self, out: Outcome, minutes: int):
         self.now += timedelta(minutes=minutes)
 
+    def _break_token(self, out: Outcome, topic: str):
+        """A person's edit leaves a line of the token file malformed (an offset that is no
+        number): the topic is held, mailed, until the file is fixed."""
+        path = self.tokens._path(self.group, topic)
+        if topic in self.broken or not path.exists():
+            return
+        self.broken[topic] = path.read_bytes()
+        path.write_bytes(self.broken[topic] + f"{self.config.bootstrap_servers} {topic} 0 "
+                         "twelve\n".encode())
+
+    def _fix_token(self, out: Outcome, topic: str):
+        """The person puts the file back as it was before their edit (what the mail says)."""
+        if (original := self.broken.pop(topic, None)) is not None:
+            self.tokens._path(self.group, topic).write_bytes(original)
+
+    def _token(self, topic: str) -> Token | None:
+        """The topic's token as the invariants read it: a file broken by hand claims what
+        it claimed before the edit (nothing once a commit or a person replaced it)."""
+        try:
+            token = self.tokens.read(self.group, topic).token
+        except MalformedTokenError:
+            original = self.broken.get(topic)
+            return None if original is None else self._parsed_copy(original, topic)
+        self.broken.pop(topic, None)  # replaced since: no longer broken
+        return token
+
+    def _parsed_copy(self, data: bytes, topic: str) -> Token | None:
+        try:
+            return parse(data.decode(), path="copy", group=self.group, topic=topic)
+        except MalformedTokenError:
+            return None
+
+    def _kafka_down(self, out: Outcome, down: bool):
+        """The brokers become unreachable (or come back): every task and command that asks
+        Kafka fails, transient, run after run."""
+        self.kafka.down = down
+
     def _run(self, out: Outcome, run_id: str, crash_plan: int, crash_job: int,
              crash_commit: int):
         """A new DAG run: plan, archive, commit, each task killed at its Nth write or not;
@@ -241,14 +297,17 @@ class World:
         run = self.runs.get(run_id)
         if run is None or (task != "plan" and run.plan_url is None):
             return False
-        self.faults.arm(crash)
+        self.launch_fails = task == "job" and crash == LAUNCH_FAILS
+        self.faults.arm(max(crash, 0))
         try:
             result = getattr(self, "task_" + task)(run)
         except Crash as kill:
             out.add(f"{run_id} {task}: killed before {kill}")
             return False
-        except ArchiveError as failed:
+        except (ArchiveError, LaunchFailed) as failed:
+            self.faults.arm(0)
             out.add(f"{run_id} {task}: failed: {type(failed).__name__}: {failed}")
+            self._failure_mailed(run, task, failed)
             return False
         finally:
             self.faults.arm(0)
@@ -265,20 +324,22 @@ class World:
                 return
 
     def _delete_token(self, out: Outcome, topic: str):
-        if self.tokens.read(self.group, topic).token is None:
+        if self._token(topic) is None:
             return  # nothing to delete, nothing a commit could undo
         # a person's delete is never undone: no run that had written the token writes it
         # again from the same plan. (A plan made from no token, which never wrote it, may
         # commit after the delete: it archives the topic from start_from, as asked.)
         copies = self.token_copies[topic] + [self.tokens._path(self.group, topic).read_bytes()]
-        wrote = {layout.run_folder_name(t.run_id) for t in (
-            parse(c.decode(), path="copy", group=self.group, topic=topic) for c in copies) if t.run_id}
+        wrote = {layout.run_folder_name(t.run_id) for t in (self._parsed_copy(c, topic) for c in copies)
+                 if t is not None and t.run_id}
         self.tokens.delete(self.group, topic)
         self.deleted_under[topic] = {p.parent.name: p.read_bytes() for p in
                                      (self.root / "archive" / "_runs" / self.group).glob("*/plan.json")
                                      if p.parent.name in wrote}
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
+        if topic in self.broken:
+            return  # a person fixes a broken file first (fix_token)
         read = self.tokens.read(self.group, topic)
         if read.token is None or partition not in read.token.offsets:
             return
@@ -289,6 +350,8 @@ class World:
     def _edit_line(self, out: Outcome, topic: str, partition: int, to_offset: int):
         """A person edits a partition's line of the token file down to an offset (a rewind
         by hand, without the rewind command's checks)."""
+        if topic in self.broken:
+            return
         read = self.tokens.read(self.group, topic)
         if read.token is None or partition not in read.token.offsets:
             return
@@ -305,7 +368,8 @@ class World:
             # a copy a commit wrote that never reached the catalog (cut short, its mark
             # deleted) claims what no row holds: the next plan repairs that, as it does
             # after the mark's delete itself
-            run_id = self.tokens.read(self.group, topic).token.run_id
+            token = self._token(topic)
+            run_id = token and token.run_id
             if run_id and not runs.is_final(runs.stored_outcome(
                     Storage(), self.config.archive_root, self.group, run_id)):
                 self.abandoned = True
@@ -393,6 +457,11 @@ class World:
     def task_plan(self, run: Run) -> str:
         made = runs.start(self.config, self.group, run.run_id, self.storage, self.tokens,
                           self.kafka.consumer(), self.now, tables=self.tables)
+        made_now = made.run_id == run.run_id and made.created_at == self.now.isoformat(
+            timespec="seconds")  # not re-executed unchanged: a new observation of Kafka
+        self._mailed(lambda: self.mailings.planned(made, run.run_id, self.now),
+                     self._anomalies_due(made.anomalies, forget_unseen=True) if made_now
+                     else set())
         if not made.slices and held(made.anomalies):
             raise HeldTopicsError(self.group, run.run_id, held(made.anomalies))
         run.planned = True
@@ -403,21 +472,41 @@ class World:
             f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices) or "nothing")
 
     def task_job(self, run: Run) -> str:
-        plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
-        task = job.ArchiveTask(self.config, plan)
+        """ArchiveOperator: the job launched (spark-submit), its driver recording a
+        classified failure before it exits non-zero, or the launch failing before the job
+        starts (LAUNCH_FAILS)."""
+        done = []
 
-        def archived(plan, slices):
-            writer = job.ArchiveTask(self.config, plan) if plan.columns else task
-            return [writer.archive(s, self.kafka.batches(s.topic, s.partition, s.start, s.end),
-                                   self.storage) for s in slices]
-        manifest = job.archive_plan(self.config, run.plan_url, self.storage,
-                                    self.kafka.consumer, archived)
-        return f"archived {sum(r['records'] for r in manifest['slices'])} messages"
+        def spark_submit():
+            if self.launch_fails:
+                raise LaunchFailed("spark-submit exited 1 before the job started")
+            plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
+            task = job.ArchiveTask(self.config, plan)
+
+            def archived(plan, slices):
+                writer = job.ArchiveTask(self.config, plan) if plan.columns else task
+                return [writer.archive(s, self.kafka.batches(s.topic, s.partition, s.start,
+                                                             s.end), self.storage)
+                        for s in slices]
+            try:
+                done.append(job.archive_plan(self.config, run.plan_url, self.storage,
+                                             self.kafka.consumer, archived))
+            except ArchiveError as failed:  # job.main: recorded for the operator
+                job.record_failure(self.storage, run.plan_url, failed)
+                raise LaunchFailed("spark-submit exited 1") from failed
+        job.launched(self.storage, run.plan_url, spark_submit, LaunchFailed)
+        return f"archived {sum(r['records'] for r in done[0]['slices'])} messages"
 
     def task_commit(self, run: Run) -> str:
         plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
         summary = committing.commit(self.config, plan, self.storage, self.tokens, self.now,
                                     self.tables)
+        late = [Anomaly(**a) for a in summary.pop("retention_lost")]
+        if not summary.get("repeated"):  # airflow.tasks.commit: a repeat mails nothing
+            self._mailed(lambda: self.mailings.committed(plan, summary, late),
+                         self._anomalies_due(late, forget_unseen=False),
+                         tokens_left=bool(summary["tokens_left_as_found"]))
+            self.failures_mailed.clear()
         return f"committed {plan.run_id}: tokens {summary['tokens']}" + (
             f", left as found {sorted(summary['tokens_left_as_found'])}"
             if summary["tokens_left_as_found"] else "")
@@ -429,6 +518,7 @@ class World:
 
     def _write_token_file(self, topic: str, data: bytes) -> None:
         self.deleted_under.pop(topic, None)  # the person's newer change
+        self.broken.pop(topic, None)
         path = self.tokens._path(self.group, topic)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -436,14 +526,74 @@ class World:
     def _keep_token_copies(self) -> None:
         for topic, copies in self.token_copies.items():
             path = self.tokens._path(self.group, topic)
-            if path.exists() and (not copies or copies[-1] != path.read_bytes()):
-                copies.append(path.read_bytes())
+            if (path.exists() and (not copies or copies[-1] != path.read_bytes())
+                    and self._parsed_copy(path.read_bytes(), topic) is not None):
+                copies.append(path.read_bytes())  # (a copy a person broke is not kept)
 
     def plan_in_flight(self) -> Plan | None:
         return inflight.plan(Storage(), self.config.archive_root, self.group)
 
     def in_flight(self) -> bool:
         return inflight.holding(self.storage, self.config.archive_root, self.group) is not None
+
+    # --- the mails, against a model of what each incident deserves ----------------------
+
+    def _anomalies_due(self, anomalies, forget_unseen: bool) -> set[str]:
+        """The anomalies a mail is due for: those not open (mailed and seen since). A plan
+        sees every open one, so what it no longer sees is over; a commit sees its own."""
+        keys = {a.key() for a in anomalies}
+        due = keys - self.open_anomalies
+        self.open_anomalies = keys if forget_unseen else self.open_anomalies | keys
+        return due
+
+    def _mailed(self, send, anomalies_due: set[str], tokens_left: bool = False) -> None:
+        """Run what sends the mails (faults disarmed: a callback's bookkeeping); the
+        anomalies they are about must be exactly the ones due, each once."""
+        armed, self.faults.crash_at = self.faults.crash_at, 0
+        sent = len(self.mailbox)
+        try:
+            send()
+        finally:
+            self.faults.crash_at = armed
+        about = [k for m in self.mailbox[sent:] if "changed by hand" not in m.subject
+                 for k in m.about]
+        if sorted(about) != sorted(anomalies_due):
+            raise Violation("mail", f"anomalies mailed {sorted(about)}, due {sorted(anomalies_due)}"
+                            " (each once, and again when it comes back after a plan without it)")
+        if tokens_left != any("changed by hand" in m.subject for m in self.mailbox[sent:]):
+            raise Violation("mail", "tokens left as found " + ("not mailed" if tokens_left
+                                                               else "mailed for none"))
+
+    def _failure_mailed(self, run: Run, task: str, error: BaseException) -> None:
+        """on_task_failure: a failed task's mail, once per incident (what failed and why,
+        whichever runs meet it) until a run commits, at most daily after that."""
+        if isinstance(error, HeldTopicsError):  # its anomalies were mailed when planned
+            return
+        text = f"{type(error).__name__}: {error}"
+        incident = f"{task} {type(error).__name__} {text}"
+        plan_run = None
+        if run.plan_url and (stored := Storage().get_or_none(run.plan_url)) is not None:
+            plan_run = Plan.from_json(stored).run_id
+        for name in sorted(self.runs, key=len, reverse=True):  # no run id in an incident
+            incident = incident.replace(name, "<run>").replace(layout.run_folder_name(name),
+                                                               "<run>")
+        last = self.failures_mailed.get(incident)
+        due = last is None or self.now - last >= timedelta(days=1)
+        sent = len(self.mailbox)
+        self.mailings.task_failed(task, (run.run_id, plan_run), type(error).__name__, text,
+                                  self.now.timestamp(),
+                                  lambda since: Message(f"{task} failed in run {run.run_id}",
+                                                        text))
+        if due != (len(self.mailbox) > sent):
+            raise Violation("mail", f"{task} of {run.run_id} failed ({text}): "
+                            + ("not mailed, though no mail of this failure since the last "
+                               "commit" if due else "mailed again, though mailed at "
+                               f"{last:%H:%M} and no run committed since"))
+        if due:
+            self.failures_mailed[incident] = self.now
+        if self.launch_fails and task == "job" and not isinstance(error, LaunchFailed):
+            raise Violation("wrong cause", f"{run.run_id}'s job launch failed before the job "
+                            f"started, but the task failed with {text} (an earlier attempt's?)")
 
     # --- the invariants -----------------------------------------------------------------
 
@@ -489,14 +639,14 @@ class World:
             accepted.setdefault((a["topic"], a["partition"]), set()).update(
                 range(a["lost_from"], a["lost_to"]))
         for topic, before in self.deleted_under.items():
-            token = self.tokens.read(self.group, topic).token
+            token = self._token(topic)
             folder = token and token.run_id and layout.run_folder_name(token.run_id)
             plan = self.root / "archive" / "_runs" / self.group / str(folder) / "plan.json"
             if folder in before and plan.exists() and plan.read_bytes() == before[folder]:
                 raise Violation("delete undone", f"token {topic}, deleted by a person, was "
                                 f"written again by run {token.run_id}, planned before the delete")
         for topic in TOPICS if quiet else ():
-            token = self.tokens.read(self.group, topic).token
+            token = self._token(topic)
             for partition, next_offset in (token.offsets.items() if token else ()):
                 where = (topic, partition)
                 p = self.kafka.topics[topic][partition]
@@ -528,10 +678,12 @@ class World:
             for full in (False, True) if final else (False,):
                 report = verify.verify_group(self.config, self.group, Storage(), self.tokens,
                                              full=full, tables=self.tables)
-                if report.errors():
+                # (a token file a person broke is verify's error, rightly: the mail's too)
+                errors = [e for e in report.errors() if "malformed token" not in e.message]
+                if errors:
                     raise Violation("verify disagrees", f"verify{' --full' if full else ''} "
                                     "reports errors the invariants do not see: "
-                                    + "; ".join(e.message for e in report.errors()[:3]))
+                                    + "; ".join(e.message for e in errors[:3]))
 
     def _check_tables(self, rows: list[dict]) -> None:
         """Invariant 2 for tables: each topic's table reads exactly the files of the
@@ -556,6 +708,9 @@ class World:
         loss), and clean runs: at most 3 runs that advance nothing before every token is
         at Kafka's end and nothing is in flight."""
         said, idle = [], 0
+        self.kafka.down = False  # what a failure's mail tells a person to see to
+        for topic in list(self.broken):
+            self._fix_token(Outcome(), topic)
         for n in range(40):
             before = self._positions()
             run_id = f"drain__{n}"
@@ -579,7 +734,7 @@ class World:
     def _positions(self) -> dict:
         found = {}
         for topic in TOPICS:
-            token = self.tokens.read(self.group, topic).token
+            token = self._token(topic)
             found[topic] = dict(token.offsets) if token else {}
         return {"tokens": found, "in_flight": self.in_flight()}
 
@@ -587,7 +742,7 @@ class World:
         for topic, parts in self.kafka.topics.items():
             if topic in self.kafka.deleted:
                 continue  # its token waits for a person (the mail says so), as designed
-            token = self.tokens.read(self.group, topic).token
+            token = self._token(topic)
             for partition, p in enumerate(parts):
                 if p.end > 0 and (token is None or token.offsets.get(partition) != p.end):
                     return False

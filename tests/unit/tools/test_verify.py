@@ -185,3 +185,23 @@ def test_a_slice_starting_at_a_transaction_marker_names_its_file_by_the_slice():
             in _levels(check_partition([_file(0, 5), named_at_marker], 13, []), ERROR))
     assert _levels(check_partition([_file(5, 12, name_offset=6)], 13, [(6, 7)]), ERROR)[0] == (
         f"{url}: first record has offset 5, but the file name says 6")
+
+
+def test_a_malformed_token_is_an_error_of_its_topic_and_verify_goes_on(tmp_path):
+    """Found by the protocol simulation (a person's edit leaves a malformed line): verify
+    stopped at the token with a traceback. It names the file and line, checks the topic's
+    files without it, and goes on with the other topics."""
+    from kafka_archive.tools import verify
+    from tests.support.sim.world import World
+
+    world = World(tmp_path / "world")
+    for step in (("produce", "t", 0, 3, False), ("produce", "u", 0, 2, False),
+                 ("run", "r1", 0, 0, 0), ("break_token", "u")):
+        world.step(step)
+    for files in (False, True):
+        report = verify.verify_group(world.config, "backup", Storage(), world.tokens,
+                                     files=files)
+        [error] = [e.message for e in report.errors()]
+        assert "u.token, line 6: offset 'twelve'" in error, error
+        assert {(p.topic, p.token_offset) for p in report.partitions} == {
+            ("t", 3), ("u", None)}
