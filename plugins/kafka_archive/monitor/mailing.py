@@ -65,6 +65,7 @@ class Mailings:
         whichever runs meet it) was mailed since the last commit, less than a day ago.
         message(since): the mail, `since` naming the run that first failed this way when
         it is a daily reminder. Whether it was sent."""
+        run_ids = tuple(run_ids)  # read twice: the key, then the run named in the record
         key = failure_key(task_id, error_class, error, run_ids)
         url = layout.failures_mailed(self.archive_root, self.group)
         try:
