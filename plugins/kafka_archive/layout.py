@@ -62,6 +62,27 @@ def partition_dir(root: str, group: str, topic: str, partition: int) -> str:
     return join(root, group, topic, f"partition={partition}")
 
 
+def slice_listing(root: str, group: str, event_time: bool, topic: str, partition: int,
+                  generation: int, first_offset: int) -> tuple[str, str | None]:
+    """Where to list the files a slice of a Kafka partition from first_offset on may have
+    written (a folder, and the name to list after): the partition's folder from the
+    slice's first name on, or for an event-time group the topic's whole tree (its files
+    are spread over the time partitions and `_late/` their messages' times chose)."""
+    if event_time:
+        return join(root, group, topic), None
+    folder = partition_dir(root, group, topic, partition)
+    return folder, f"{folder}/{file_stem(generation, partition, first_offset)}"
+
+
+def of_slice(url: str, generation: int, partition: int, start: int, end: float = float("inf")
+             ) -> bool:
+    """Whether a listed file is a data file of the partition's generation whose first
+    offset is in [start, end)."""
+    name = parse_file_name(url.rsplit("/", 1)[-1])
+    return (name is not None and (name.generation, name.partition) == (generation, partition)
+            and start <= name.first_offset < end)
+
+
 def data_file(root: str, group: str, topic: str, partition: int, generation: int,
               first_offset: int, fmt: str | Mapping) -> str:
     """fmt: the group's format dict (text's extension depends on its options), or a kind."""

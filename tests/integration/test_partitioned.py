@@ -64,7 +64,7 @@ class Archive(Pipeline):
             return None
         self.archive_to_end(plan_url)
         summary = tasks.commit(plan_url)
-        tasks.finalize(group)
+        tasks.finalize(group, run_id)
         return summary
 
     def files(self, group: str) -> dict[str, bytes]:

@@ -21,16 +21,17 @@ from tests.support.sim.world import LAUNCH_FAILS, Violation, World
 
 SEQUENCES = 2000  # issue 41: at least 2,000 in CI, in under 3 minutes (2 processes)
 TABLE_SEQUENCES = 100  # of a table group's world: ~1 s each (pyiceberg's commits)
+EVENT_SEQUENCES = 300  # of an event-time group's world (finalize, Asset events): ~0.1 s each
 
 
-def explored(sequences: int, tables: bool = False) -> list[str]:
+def explored(sequences: int, shape: str = "files") -> list[str]:
     """Seeds 0..sequences-1 over two processes; the reports of those that failed."""
     workers = min(2, os.cpu_count() or 1)
     share = sequences // workers
     # spawned, not forked: the suite's process may hold threads by now
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return [r for found in pool.map(explore.explore_many, range(0, sequences, share),
-                                        [share] * workers, [tables] * workers) for r in found]
+                                        [share] * workers, [shape] * workers) for r in found]
 
 
 def test_no_sequence_breaks_an_invariant():
@@ -41,7 +42,16 @@ def test_no_sequence_breaks_an_invariant():
 def test_no_sequence_breaks_an_invariant_of_a_table_group():
     """The same steps on Iceberg tables, with kills inside their commits and maintenance:
     also each table reads exactly the catalog's current files."""
-    reports = explored(TABLE_SEQUENCES, tables=True)
+    reports = explored(TABLE_SEQUENCES, "tables")
+    assert not reports, "\n\n".join(reports[:3])
+
+
+def test_no_sequence_breaks_an_invariant_of_an_event_time_group():
+    """The same steps on files laid out by the events' time, with late events, each run's
+    finalize (and Clears of it, killed at any write) feeding a downstream loader of the
+    finalized hours' Asset events: every final hour announced, once as new, again only
+    as replacing it, and what the loader holds is what the archive holds."""
+    reports = explored(EVENT_SEQUENCES, "events")
     assert not reports, "\n\n".join(reports[:3])
 
 
@@ -267,6 +277,37 @@ FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    "maintenance under a given-up rewind": MAINTENANCE_UNDER_A_GIVEN_UP_REWIND}
 
 
+# in an event-time group's world (--shape events), each red before its fix
+EARLIER_ATTEMPTS_FILE_LEFT_IN_AN_HOUR = [  # seed 1362: the job killed, then retention
+    ("produce", "t", 0, 2, True, 0), ("produce", "u", 0, 1, False, 0),
+    ("run", "manual__x_1", 0, 5, 6), ("retention", "u", 0, 3)]
+GIVEN_UP_PLANS_FILE_LEFT_IN_AN_HOUR = [  # seed 336: the in-flight mark deleted by hand
+    ("produce", "u", 0, 2, False, 90), ("produce", "t", 1, 8, False, 10),
+    ("run", "scheduled__2026-01-01T00:05:00+00:00", 12, 3, 0),
+    ("run", "scheduled__2026-01-01T00:08:00+00:00", 3, 5, 0),
+    ("remove_inflight",), ("retention", "t", 1, 6)]
+FINALIZED_HOUR_NEVER_ANNOUNCED = [  # seed 2628: finalize killed after its catalog entry
+    ("produce", "u", 0, 1, False, 0), ("produce", "t", 1, 6, True, 90),
+    ("run", "scheduled__2026-01-01T00:14:00+00:00", 0, 0, 8),
+    ("finalize", "scheduled__2026-01-01T00:14:00+00:00", 4)]
+REBUILD_FORGOT_A_FINALIZED_HOUR = [  # seed 510: a rebuild inside finalize's own append
+    ("run", "scheduled__2026-01-01T00:00:00+00:00", 0, 0, 0), ("produce", "u", 0, 2, False, 0),
+    ("run", "scheduled__2026-01-01T00:04:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
+    ("finalize", "scheduled__2026-01-01T00:04:00+00:00", 0),
+    ("finalize", "scheduled__2026-01-01T00:00:00+00:00", 0), ("produce", "u", 0, 9, True, 90),
+    ("run", "scheduled__2026-01-01T00:10:00+00:00", 0, 0, 0), ("produce", "u", 0, 6, True, 0),
+    ("produce", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:15:00+00:00", 0, 0, 0),
+    ("produce", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:19:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T00:20:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T00:21:00+00:00", 0, 0, 0), ("produce", "t", 1, 6, True, 90),
+    ("damage_catalog", 17), ("finalize", "scheduled__2026-01-01T00:05:00+00:00", 0)]
+FOUND_IN_EVENTS = {"earlier attempt's file left in an hour": EARLIER_ATTEMPTS_FILE_LEFT_IN_AN_HOUR,
+                   "given-up plan's file left in an hour": GIVEN_UP_PLANS_FILE_LEFT_IN_AN_HOUR,
+                   "finalized hour never announced": FINALIZED_HOUR_NEVER_ANNOUNCED,
+                   "rebuild forgot a finalized hour": REBUILD_FORGOT_A_FINALIZED_HOUR}
+
+
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())
 def test_a_found_sequence_now_keeps_every_invariant(steps, tmp_path):
     result = explore.run_steps(steps, tmp_path / "world")
@@ -275,7 +316,13 @@ def test_a_found_sequence_now_keeps_every_invariant(steps, tmp_path):
 
 @pytest.mark.parametrize("steps", FOUND_IN_TABLES.values(), ids=FOUND_IN_TABLES.keys())
 def test_a_found_table_sequence_now_keeps_every_invariant(steps, tmp_path):
-    result = explore.run_steps(steps, tmp_path / "world", tables=True)
+    result = explore.run_steps(steps, tmp_path / "world", shape="tables")
+    assert result.violation is None, explore.report(result)
+
+
+@pytest.mark.parametrize("steps", FOUND_IN_EVENTS.values(), ids=FOUND_IN_EVENTS.keys())
+def test_a_found_event_time_sequence_now_keeps_every_invariant(steps, tmp_path):
+    result = explore.run_steps(steps, tmp_path / "world", shape="events")
     assert result.violation is None, explore.report(result)
 
 
@@ -343,7 +390,7 @@ def test_the_table_check_can_fail(tmp_path):
     current (taken out of the table behind the archive's back)."""
     from kafka_archive.commit import iceberg
 
-    world = World(tmp_path / "world", tables=True)
+    world = World(tmp_path / "world", "tables")
     world.step(("produce", "t", 0, 3, False))
     world.step(("run", "r1", 0, 0, 0))
     world.check()

@@ -94,7 +94,7 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
             @task(outlets=[assets.alias(group.name)])  # an event per partition finalized
             @alerting.fails_at_once_when_terminal
             def finalize(summary: dict, dag_run=None) -> dict:
-                finalized = tasks.finalize(group.name)
+                finalized = tasks.finalize(group.name, dag_run.run_id)
                 _add_events(group.name, assets.finalize_events(
                     cfg, group.name, dag_run.run_id, finalized["paths"], finalized["again"]))
                 return finalized

@@ -119,25 +119,18 @@ def commit(plan_url: str) -> dict:
     return summary
 
 
-def finalize(group: str) -> dict[str, dict[str, list[str]]]:
+def finalize(group: str, run_id: str) -> dict[str, dict[str, list[str]]]:
     """After commit: `_SUCCESS` into the time partitions that can receive no more data;
-    `paths` per topic, and of them the ones final before (`again`: a rewind archived
-    their offsets again, and they replace what a reader loaded)."""
+    `paths` per topic, and of them the ones to replace what a reader loaded (`again`:
+    final before, or announced by an earlier attempt of this run's finalize)."""
     cfg = connections.load_config()
-    storage = connections.storage(cfg.s3_conn_id)
-    tokens = connections.token_store(cfg)
-    spec = cfg.group(group)
-    before = {t: state.finalized_through_ms for t, state in
-              catalog.open_catalog(storage, cfg, group, may_rebuild=True).state.topics.items()}
     consumer = brokers.consumer(cfg)
     try:
-        now_ms = int(runs.now_utc().timestamp() * 1000)
-        done = finalizing.finalize(cfg, spec, storage, tokens, consumer, now_ms)
+        return finalizing.finalize(cfg, cfg.group(group), connections.storage(cfg.s3_conn_id),
+                                   connections.token_store(cfg), consumer,
+                                   int(runs.now_utc().timestamp() * 1000), run_id)
     finally:
         consumer.close()
-    return {"paths": done, "again": {
-        topic: [p for p in paths if finalizing.again(cfg, spec, topic, p, before.get(topic))]
-        for topic, paths in done.items()}}
 
 
 def expire_snapshots(group: str) -> dict[str, dict[str, int]]:

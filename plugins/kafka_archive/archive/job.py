@@ -263,20 +263,21 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
     eaten into, or of a topic deleted since: this attempt, starting at Kafka's earliest
     offset, wrote (and dropped) other names, or none, so theirs would stay beside the
     catalog, read by the folders' readers (the slice's messages are the run's loss,
-    recorded; a deleted topic's slice is not archived, its token stays). Files with a first offset inside
-    the slice are this plan's own: the originals a rewind replaces were moved aside. A
-    table group's files are under the run's folder (orphans, swept later); an event-time
-    group's are spread over time partitions (not looked for here)."""
+    recorded; a deleted topic's slice is not archived, its token stays). Files with a first
+    offset inside the slice are this plan's own: the originals a rewind replaces were moved
+    aside. A table group's files are under the run's folder (orphans, swept later). An
+    event-time group's are spread over whichever time partitions (or `_late/`) their
+    messages' times chose: the topic's whole tree is listed, which only a slice lost
+    between two attempts costs."""
     group = config.group(plan.group)
-    if group.table is not None or group.layout.kind == "event_time":
+    if group.table is not None:
         return
     for s in lost:
-        folder = layout.partition_dir(config.archive_root, plan.group, s.topic, s.partition)
-        first = f"{folder}/{layout.file_stem(plan.generation, s.partition, s.start)}"
-        for url, _ in storage.list(folder, start_after=first):
-            name = layout.parse_file_name(url.rsplit("/", 1)[1])
-            if (name is not None and name.generation == plan.generation
-                    and name.partition == s.partition and s.start <= name.first_offset < s.end):
+        folder, after = layout.slice_listing(config.archive_root, plan.group,
+                                             group.layout.kind == "event_time", s.topic,
+                                             s.partition, plan.generation, s.start)
+        for url, _ in storage.list(folder, start_after=after):
+            if layout.of_slice(url, plan.generation, s.partition, s.start, s.end):
                 storage.delete(url)
 
 

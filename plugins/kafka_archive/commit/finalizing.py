@@ -24,7 +24,7 @@ from kafka import TopicPartition
 from kafka_archive import brokers, catalog, layout
 from kafka_archive.config import Config, Group
 from kafka_archive.storage import Storage
-from kafka_archive.tokens import TokenStore
+from kafka_archive.tokens import MalformedTokenError, TokenStore
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +35,19 @@ def watermark(through_ms: int | None, lateness_s: int) -> int | None:
 
 
 def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore, consumer,
-             now_ms: int) -> dict[str, list[str]]:
+             now_ms: int, run_id: str) -> dict[str, dict[str, list[str]]]:
     """Write `_SUCCESS` into every time partition that has become final, and each
-    topic's watermark; topic -> the time partitions finalized now. A partition final
-    before (below the watermark: a rewind archived its offsets again) is finalized again
-    and listed like the others; `again` tells them apart."""
+    topic's watermark. `paths`: topic -> the time partitions run `run_id`'s finalize has
+    finalized (now, or an earlier attempt of it: a task killed after its catalog entry
+    added no Asset event, so its retry announces them again); `again`: those of them a
+    reader may have loaded already, to be replaced: final before (a rewind archived their
+    offsets again) or finalized by an earlier attempt."""
     if group.layout.kind != "event_time":
-        return {}
+        return {"paths": {}, "again": {}}
     through = archived_through(config, group, tokens, consumer, now_ms)
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
+    record_url = layout.run_file(config.archive_root, group.name, run_id, "finalized.json")
+    earlier = json.loads(storage.get_or_none(record_url) or b"{}")
     done: dict[str, dict] = {}
     for topic, through_ms in sorted(through.items()):
         mark = watermark(through_ms, group.lateness_s)
@@ -61,8 +65,15 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
             done[topic] = {"through_ms": mark, "paths": new}
         if new:
             log.info("%s/%s: finalized %s", group.name, topic, ", ".join(new))
+    entry = {}
     if done:  # after the markers: a crash in between only means they are written again
-        entry = {}
+        # before the catalog's entry: what this run finalizes, for its retry's events, and
+        # each topic's watermark, for a rebuild (one may run inside the append itself)
+        record = {t: sorted(set(earlier.get(t, ())) | set(done.get(t, {}).get("paths", ())))
+                  for t in sorted(set(earlier) | set(done))}
+        if record != earlier:
+            storage.put_bytes(record_url, json.dumps(record).encode())
+        _record_watermarks(config, group, storage, done)
 
         def made(fresh: catalog.Catalog) -> dict | None:
             """The entry against the catalog as it is now (a lost compare-and-swap reads
@@ -77,15 +88,32 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
             return {"kind": "finalize", "topics": dict(entry)} if entry else None
 
         catalog.append(storage, config, group.name, made)
-        for topic, state in entry.items():  # the run folders' side, for a rebuild
-            storage.put_bytes(layout.finalized_state(config.archive_root, group.name, topic),
-                              json.dumps({"through_ms": state["through_ms"]}).encode())
-        return {topic: state["paths"] for topic, state in entry.items()}  # what this one did
-    return {}
+        _record_watermarks(config, group, storage, entry)
+    paths, again = {}, {}
+    for topic in sorted(set(entry) | set(earlier)):
+        known = cat.state.topics.get(topic)
+        before = known and known.finalized_through_ms
+        now = entry.get(topic, {}).get("paths", [])
+        # an earlier attempt's, final still (not opened again by a rewind since)
+        announced = [p for p in earlier.get(topic, ()) if p not in now and known
+                     and p not in known.open_time and before is not None
+                     and layout.time_partition_range(p, group.layout)[1] <= before]
+        if now or announced:
+            paths[topic] = sorted(now + announced)
+            again[topic] = sorted([p for p in now if _final_before(group, p, before)]
+                                  + announced)
+    return {"paths": paths, "again": again}
 
 
-def again(config: Config, group: Group, topic: str, path: str, watermark_ms: int | None
-          ) -> bool:
+def _record_watermarks(config: Config, group: Group, storage: Storage,
+                       done: dict[str, dict]) -> None:
+    """The run folders' side of each topic's watermark, which a catalog rebuild reads."""
+    for topic, state in done.items():
+        storage.put_bytes(layout.finalized_state(config.archive_root, group.name, topic),
+                          json.dumps({"through_ms": state["through_ms"]}).encode())
+
+
+def _final_before(group: Group, path: str, watermark_ms: int | None) -> bool:
     """Whether a time partition finalized now had been final before: a rewind archived
     its offsets again and it replaces what readers loaded (watermark_ms: the topic's
     watermark before this finalize)."""
@@ -100,7 +128,12 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
     lagging: dict[TopicPartition, int] = {}
     through: dict[str, int | None] = {}
     for topic in topics:
-        token = tokens.read(group.name, topic).token
+        try:
+            token = tokens.read(group.name, topic).token
+        except MalformedTokenError as exc:  # held by the plan, mailed there; the others go on
+            log.warning("%s: not finalized while its token is malformed: %s", topic, exc)
+            through[topic] = None
+            continue
         offsets = dict(token.offsets) if token else {}
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)

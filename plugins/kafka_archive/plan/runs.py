@@ -321,24 +321,20 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
 
 def _unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
               s: planning.Slice, known: set[str]) -> list[str]:
-    """The files in the slice's partition folder, from the slice's first name on, that no
-    current row of the catalog names (and not in known). One listing; the backup layout's
-    folders only (a table's reader reads its snapshot, an event-time group's files are
-    spread over time partitions)."""
-    if group.table is not None or group.layout.kind == "event_time":
+    """The files of the slice's Kafka partition, from the slice's first offset on, that no
+    current row of the catalog names (and not in known). One listing: the partition's
+    folder, or an event-time group's topic tree (only a rewind's or a given-up plan's
+    cost); a table's reader reads its snapshot."""
+    if group.table is not None:
         return []
     current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
                                           end_after=s.start) for f in row_files(r)}
-    folder = layout.partition_dir(config.archive_root, group.name, s.topic, s.partition)
-    first = f"{folder}/{layout.file_stem(config.generation, s.partition, s.start)}"
-    found = []
-    for url, _ in storage.list(folder, start_after=first):
-        name = layout.parse_file_name(url.rsplit("/", 1)[1])
-        if (name is not None and (name.generation, name.partition) == (
-                config.generation, s.partition) and name.first_offset >= s.start
-                and url not in current and url not in known):
-            found.append(url)
-    return found
+    folder, after = layout.slice_listing(config.archive_root, group.name,
+                                         group.layout.kind == "event_time", s.topic,
+                                         s.partition, config.generation, s.start)
+    return [url for url, _ in storage.list(folder, start_after=after)
+            if layout.of_slice(url, config.generation, s.partition, s.start)
+            and url not in current and url not in known]
 
 
 GIVEN_UP = "given_up.json"  # in a run's folder: the run was given up, never to commit

@@ -27,7 +27,7 @@ class Result:
     steps: list[tuple]
     violation: Violation | None = None
     trace: list[str] = field(default_factory=list)
-    tables: bool = False  # a table group's world
+    shape: str = "files"  # the world's group (world.SHAPES)
 
 
 def scratch() -> Path:
@@ -47,7 +47,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
     runs = sorted(world.runs)
     r = rng.random()
     if r < 0.28:
-        return ("produce", topic, partition, rng.randint(1, 9), rng.random() < 0.2)
+        late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
+        return ("produce", topic, partition, rng.randint(1, 9), rng.random() < 0.2, late)
     if r < 0.34:
         return ("retention", topic, partition, rng.randint(1, 6))
     if r < 0.355:
@@ -64,7 +65,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
             run_id = rng.choice(("manual__x:1", "manual__x_1"))
         return ("run", run_id, crash(), launch(), crash())
     if r < 0.76:
-        task = rng.choice(("plan", "job", "commit"))
+        task = rng.choice(("plan", "job", "commit") + (("finalize",) * 2
+                                                       if world.shape == "events" else ()))
+        if task == "finalize":
+            return ("finalize", rng.choice(runs), crash())
         return ("task", rng.choice(runs), task, launch() if task == "job" else crash())
     if r < 0.79:
         return ("clear_run", rng.choice(runs), crash())
@@ -97,11 +101,11 @@ def next_step(rng: random.Random, world: World) -> tuple:
 
 def run_steps(steps: list[tuple], root: Path, seed: int | None = None,
               rng: random.Random | None = None, length: int = 0,
-              tables: bool = False) -> Result:
+              shape: str = "files") -> Result:
     """The steps given, or (rng) `length` steps drawn as the world goes; invariants after
-    each, liveness at the end. tables: in a table group's world."""
-    world = World(root, tables)
-    result = Result(seed, [], tables=tables)
+    each, liveness at the end. shape: the world's group (world.SHAPES)."""
+    world = World(root, shape)
+    result = Result(seed, [], shape=shape)
     try:
         for i in range(length if rng else len(steps)):
             step = next_step(rng, world) if rng else steps[i]
@@ -120,12 +124,11 @@ def run_steps(steps: list[tuple], root: Path, seed: int | None = None,
     return result
 
 
-def explore(seed: int, root: Path, length: int = STEPS,
-            tables: bool = False) -> Result:
-    return run_steps([], root, seed, random.Random(seed), length, tables)
+def explore(seed: int, root: Path, length: int = STEPS, shape: str = "files") -> Result:
+    return run_steps([], root, seed, random.Random(seed), length, shape)
 
 
-def explore_many(first: int, count: int, tables: bool = False) -> list[str]:
+def explore_many(first: int, count: int, shape: str = "files") -> list[str]:
     """Explore seeds first..first+count-1 in a scratch folder
     of this process; the report of each failing one, shrunk."""
     logging.disable(logging.WARNING)
@@ -133,7 +136,7 @@ def explore_many(first: int, count: int, tables: bool = False) -> list[str]:
     failed = []
     try:
         for seed in range(first, first + count):
-            result = explore(seed, root, tables=tables)
+            result = explore(seed, root, shape=shape)
             if result.violation:
                 failed.append(report(shrink(result, root)))
     finally:
@@ -165,7 +168,7 @@ def shrink(result: Result, root: Path) -> Result:
 
     def attempt(steps: list[tuple]) -> bool:
         nonlocal best
-        tried = run_steps(steps, root, result.seed, tables=result.tables)
+        tried = run_steps(steps, root, result.seed, shape=result.shape)
         if tried.violation is not None and tried.violation.kind == kind:
             best = tried
             return True
@@ -183,7 +186,7 @@ def shrink(result: Result, root: Path) -> Result:
                 break
             chunks = min(len(best.steps), chunks * 2)
     for i, step in enumerate(list(best.steps)):
-        if step[0] in ("run", "task", "clear_run", "rebuild", "maintain") and any(isinstance(a, int) and a for a in
+        if step[0] in ("run", "task", "clear_run", "rebuild", "maintain", "finalize") and any(isinstance(a, int) and a for a in
                                                             step[-3:]):
             calm = step[:2] + tuple(0 if isinstance(a, int) else a for a in step[2:])
             attempt(best.steps[:i] + [calm] + best.steps[i + 1:])
@@ -198,8 +201,9 @@ def _kill(n: int) -> str:
 
 # each step kind as a person reads it, from the step's arguments
 _SAID = {
-    "produce": lambda t, p, n, marker: f"produce {n} messages to {t}/{p}"
-                                       + (" and a marker" if marker else ""),
+    "produce": lambda t, p, n, marker, late=0: f"produce {n} messages to {t}/{p}"
+                                               + (f" (events of {late} minutes ago)" if late else "")
+                                               + (" and a marker" if marker else ""),
     "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",
     "add_partition": lambda t: f"a partition is added to {t}",
     "time": lambda minutes: f"{minutes} minutes pass",
@@ -226,6 +230,7 @@ _SAID = {
     "rebuild": lambda n: f"kafka-archive catalog --rebuild{_kill(n)}",
     "damage_catalog": lambda n: f"a catalog snapshot or row chunk is damaged (file #{n})",
     "maintain": lambda n: f"a day later, the tables' maintenance (expiry, orphans){_kill(n)}",
+    "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",
 }
 
 
@@ -235,7 +240,7 @@ def describe(step: tuple) -> str:
 
 
 def report(result: Result) -> str:
-    return "\n".join([f"seed {result.seed}{' (--tables)' if result.tables else ''}: "
+    return "\n".join([f"seed {result.seed}{'' if result.shape == 'files' else ' --' + result.shape}: "
                       f"{result.violation}", *result.trace])
 
 
@@ -248,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--soak", type=float, metavar="MINUTES",
                       help="new seeds (from --first-seed) until this many minutes have passed")
     args.add_argument("--no-shrink", action="store_true")
-    args.add_argument("--tables", action="store_true",
-                      help="a table group's world (Iceberg tables, maintenance) instead of a "
-                           "file group's")
+    args.add_argument("--shape", choices=("files", "tables", "events"), default="files",
+                      help="the world's group: SequenceFiles by Kafka partition (files), "
+                           "Iceberg tables with maintenance (tables), files by event time "
+                           "with finalized hours and their Asset events (events)")
     args.add_argument("--replay", action="store_true",
                       help="replay sequences (a target that refuses, kills, resumes)")
     opts = args.parse_args(argv)
@@ -270,7 +276,7 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
               f"violations: {len(failed)}" + "".join("\n\n" + f for f in failed[:3]))
         return 1 if failed else 0
     if opts.seed is not None:
-        result = explore(opts.seed, root, opts.steps, opts.tables)
+        result = explore(opts.seed, root, opts.steps, opts.shape)
         print("\n".join(result.trace))
         print(result.violation or "no invariant broken")
         return 1 if result.violation else 0
@@ -281,7 +287,7 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
             break
         if opts.soak is not None and time.monotonic() - started > opts.soak * 60:
             break
-        result = explore(seed, root, opts.steps, opts.tables)
+        result = explore(seed, root, opts.steps, opts.shape)
         steps += len(result.steps)
         if result.violation:
             found[result.violation.kind] += 1

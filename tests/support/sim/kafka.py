@@ -6,7 +6,9 @@ the job's slice bodies through the Batches librdkafka's reader (archive.source) 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 from kafka import TopicPartition
@@ -24,10 +26,13 @@ class Partition:
     # (and not below `earliest`) is one Kafka never had for a reader (a marker)
     messages: dict[int, int] = field(default_factory=dict)
     produced: set[int] = field(default_factory=set)  # every message offset ever written
+    event_ms: dict[int, int] = field(default_factory=dict)  # offset -> its event's time
 
-    def append(self, count: int, now_ms: int, marker: bool) -> None:
+    def append(self, count: int, now_ms: int, marker: bool, late_ms: int = 0) -> None:
+        """late_ms: the messages' events happened this long before they are produced."""
         for _ in range(count):
             self.messages[self.end] = now_ms
+            self.event_ms[self.end] = now_ms - late_ms
             self.produced.add(self.end)
             self.end += 1
         if marker:  # a transaction's commit marker takes an offset no reader sees
@@ -44,7 +49,11 @@ class Partition:
 
 
 class Kafka:
-    def __init__(self):
+    """event_time: message values are JSON with the event's time (`ts`, ms), for a group
+    that lays files out by event time."""
+
+    def __init__(self, event_time: bool = False):
+        self.event_time = event_time
         self.topics: dict[str, list[Partition]] = {}
         # deleted topics: gone for every reader; their history stays for the invariants
         self.deleted: set[str] = set()
@@ -58,6 +67,9 @@ class Kafka:
         self.topics.setdefault(topic, [Partition() for _ in range(partitions)])
 
     def value(self, topic: str, partition: int, offset: int) -> bytes:
+        if self.event_time:
+            return json.dumps({"ts": self.topics[topic][partition].event_ms[offset],
+                               "id": f"{topic}/{partition}/{offset}"}).encode()
         return f"{topic}/{partition}/{offset}".encode()
 
     def consumer(self) -> Consumer:
@@ -85,6 +97,8 @@ class Consumer:
 
     def __init__(self, kafka: Kafka):
         self.kafka = kafka
+        self.positions: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()
 
     def topics(self) -> set[str]:
         return set(self.kafka.topics) - self.kafka.deleted
@@ -109,6 +123,40 @@ class Consumer:
             found[tp] = OffsetAndTimestamp(hits[0], self._part(tp).messages[hits[0]], None) \
                 if hits else None
         return found
+
+    # reading messages, as far as brokers.timestamps_at reads them (the finalizer)
+    def assign(self, tps) -> None:
+        self.positions = {tp: 0 for tp in tps}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.positions[tp] = offset
+
+    def position(self, tp: TopicPartition) -> int:
+        return self.positions[tp]
+
+    def pause(self, *tps) -> None:
+        self.paused.update(tps)
+
+    def resume(self, *tps) -> None:
+        self.paused.difference_update(tps)
+
+    def poll(self, timeout_ms: int = 0) -> dict:
+        """Each assigned partition's next message (one at a time is as much as its
+        callers need)."""
+        self.kafka.reachable()
+        polled = {}
+        for tp, position in self.positions.items():
+            p = self._part(tp)
+            held = [o for o in p.messages if o >= max(position, p.earliest)]
+            if tp in self.paused:
+                continue
+            if held:
+                first = min(held)
+                polled[tp] = [SimpleNamespace(offset=first, timestamp=p.messages[first])]
+                self.positions[tp] = first + 1
+            else:
+                self.positions[tp] = p.end
+        return polled
 
     def close(self) -> None:
         pass

@@ -20,7 +20,7 @@ from unittest.mock import patch
 from kafka_archive import catalog, layout
 from kafka_archive.archive import job
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
-from kafka_archive.commit import iceberg, protocol as committing, table_maintenance
+from kafka_archive.commit import finalizing, iceberg, protocol as committing, table_maintenance
 from kafka_archive.errors import ArchiveError
 from kafka_archive.manifest import row_files
 from kafka_archive.monitor.alerts import Message
@@ -130,25 +130,33 @@ class Outcome:
         self.lines.append(line)
 
 
-class World:
-    """tables: a table group (key_value Parquet files, each topic an Iceberg table in a
-    SQLite catalog, maintenance a step), else a file group (SequenceFiles)."""
+# the group each world archives, by shape: SequenceFiles by Kafka partition, a table group
+# (key_value Parquet files, each topic an Iceberg table in a SQLite catalog, maintenance a
+# step), SequenceFiles laid out by the events' time (hours finalized, Asset events)
+SHAPES = {
+    "files": ("backup", "format: {kind: sequencefile, compression: none}"),
+    "tables": ("tables", "format: {kind: parquet}, table: {namespace: sim}"),
+    "events": ("events", "layout: {kind: event_time, granularity: hour}, lateness: 5m, "
+                         "parser: {kind: json, field: ts, unit: ms}, "
+                         "format: {kind: sequencefile, compression: none}"),
+}
 
-    def __init__(self, root: Path, tables: bool = False):
+
+class World:
+    def __init__(self, root: Path, shape: str = "files"):
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        self.group = "tables" if tables else "backup"
-        layout_of = ("format: {kind: parquet}, table: {namespace: sim}" if tables
-                     else "format: {kind: sequencefile, compression: none}")
+        self.shape = shape
+        self.group, layout_of = SHAPES[shape]
         self.config = local_config(root, f"{self.group}: {{{layout_of}, "
                                          "policy: {max_records: 6, max_delay: 1m}}\n",
-                                   iceberg_catalog=tables)
+                                   iceberg_catalog=shape == "tables")
         self.root = root
         self.faults = Faults()
-        self.tables = iceberg.Tables(self.config) if tables else None
+        self.tables = iceberg.Tables(self.config) if shape == "tables" else None
         self.storage = SimStorage(self.faults)
         self.tokens = SimTokens(root / "tokens", self.faults)
-        self.kafka = Kafka()
+        self.kafka = Kafka(event_time=shape == "events")
         for topic, partitions in TOPICS.items():
             self.kafka.create(topic, partitions)
         self.now = START
@@ -169,6 +177,11 @@ class World:
         self.open_anomalies: set[str] = set()   # anomaly keys mailed and still seen
         self.failures_mailed: dict[str, datetime] = {}  # incident -> mailed at, until a commit
         self.broken: dict[str, bytes] = {}  # topic -> its token file before a person broke it
+        # a downstream loader of finalized hours, fed by the finalize tasks' Asset events:
+        # (topic, hour) -> the hour's files it loaded; and the runs whose finalize has not
+        # succeeded since it last failed or was killed (Airflow retries it, a person Clears)
+        self.loaded: dict[tuple[str, str], frozenset[str]] = {}
+        self.finalize_owed: set[str] = set()
 
     # --- the steps ----------------------------------------------------------------------
 
@@ -210,13 +223,16 @@ class World:
                 patch.object(PyArrowFileIO, "delete", ticking_delete):
             yield
 
-    def _produce(self, out: Outcome, topic: str, partition: int, count: int, marker: bool):
+    def _produce(self, out: Outcome, topic: str, partition: int, count: int, marker: bool,
+                 late_minutes: int = 0):
+        """late_minutes: the events happened that long before (an event-time group files
+        them by that time, or as late once their hour is final)."""
         if topic in self.kafka.deleted:
             return
         parts = self.kafka.topics[topic]
         if partition >= len(parts):
             return
-        parts[partition].append(count, self._now_ms(), marker)
+        parts[partition].append(count, self._now_ms(), marker, late_minutes * 60_000)
 
     def _retention(self, out: Outcome, topic: str, partition: int, count: int):
         if topic in self.kafka.deleted:
@@ -291,6 +307,7 @@ class World:
         for task, crash in (("plan", crash_plan), ("job", crash_job), ("commit", crash_commit)):
             if not self._task(out, run_id, task, crash):
                 return
+        self._finalize(out, run_id, 0)  # (its kills: a finalize step of its own)
 
     def _task(self, out: Outcome, run_id: str, task: str, crash: int) -> bool:
         """One task of a run executed (again: a retry, a Clear); whether it succeeded."""
@@ -452,6 +469,49 @@ class World:
             Storage().delete(layout.inflight_marker(self.config.archive_root, self.group))
             self.abandoned = True
 
+    def _finalize(self, out: Outcome, run_id: str, crash: int):
+        """An event-time group's finalize task of a run (after its commit, or again: a
+        retry, a Clear): `_SUCCESS` into the hours that can receive no more data, an Asset
+        event per hour for the downstream loader, added only when the task succeeds."""
+        if self.shape != "events" or run_id not in self.runs:
+            return
+        self.faults.arm(crash)
+        try:
+            finalized = self.task_finalize(run_id)
+        except Crash as kill:
+            out.add(f"{run_id} finalize: killed before {kill}")
+            self.finalize_owed.add(run_id)
+            return
+        except ArchiveError as failed:
+            out.add(f"{run_id} finalize: failed: {type(failed).__name__}: {failed}")
+            self.finalize_owed.add(run_id)
+            return
+        finally:
+            self.faults.arm(0)
+        self.finalize_owed.discard(run_id)
+        hours = [(topic, path, path in finalized["again"].get(topic, ()))
+                 for topic, paths in sorted(finalized["paths"].items()) for path in paths]
+        out.add(f"{run_id} finalize: " + (", ".join(
+            f"{t} {p}" + (" (replaces)" if again else "") for t, p, again in hours) or "nothing"))
+        for topic, path, replaces in hours:
+            self._loader_reads(topic, path, replaces)
+
+    def _loader_reads(self, topic: str, path: str, replaces: bool) -> None:
+        """The downstream loader, on an hour's event: adds the hour, or replaces what it
+        loaded of it when the event says so."""
+        if (topic, path) in self.loaded and not replaces:
+            raise Violation("event", f"hour {topic} {path} announced again as new: a loader "
+                            "adds it a second time (the event does not say it replaces the "
+                            "one before)")
+        self.loaded[topic, path] = self._hour_files(topic, path)
+
+    def _hour_files(self, topic: str, path: str) -> frozenset[str]:
+        """The current files of an hour, as the catalog lists them."""
+        folder = layout.time_partition_dir(self.config.archive_root, self.group, topic, path)
+        cat = catalog.open_catalog(Storage(), self.config, self.group, may_rebuild=True)
+        return frozenset(f["url"] for row in cat.rows() if row["topic"] == topic
+                         for f in row_files(row) if f["url"].startswith(folder + "/"))
+
     # --- Airflow's task bodies (airflow.tasks without Airflow's connections) ------------
 
     def task_plan(self, run: Run) -> str:
@@ -510,6 +570,10 @@ class World:
         return f"committed {plan.run_id}: tokens {summary['tokens']}" + (
             f", left as found {sorted(summary['tokens_left_as_found'])}"
             if summary["tokens_left_as_found"] else "")
+
+    def task_finalize(self, run_id: str) -> dict:
+        return finalizing.finalize(self.config, self.config.group(self.group), self.storage,
+                                   self.tokens, self.kafka.consumer(), self._now_ms(), run_id)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -657,13 +721,17 @@ class World:
                     raise Violation("hole", f"{topic}/{partition}: token at {next_offset} but "
                                     f"offsets {_ranges(needed)} are in no current row and no "
                                     "accepted loss")
+        if final and self.shape == "events":
+            self._check_hours()
         if quiet and self.tables is not None:
             self._check_tables(rows)
         elif quiet:
             current = {f["url"] for row in rows for f in row_files(row)}
             tree = storage_join(self.config.archive_root, self.group)
             for url, _ in Storage().list(tree):
-                if not url[len(tree) + 1:].startswith("_") and url not in current:
+                # (`_runs`, `_catalog`; an hour's `_SUCCESS`, a topic's `_finalized.json`)
+                metadata = url[len(tree) + 1:].startswith("_") or url.rsplit("/", 1)[-1].startswith("_")
+                if not metadata and url not in current:
                     raise Violation("stray file", f"{url} is in the group's tree but in no "
                                     "current row: a reader of the folders reads it too")
         if quiet:
@@ -684,6 +752,24 @@ class World:
                     raise Violation("verify disagrees", f"verify{' --full' if full else ''} "
                                     "reports errors the invariants do not see: "
                                     + "; ".join(e.message for e in errors[:3]))
+
+    def _check_hours(self) -> None:
+        """After the drain: every final hour (`_SUCCESS`) was announced, and what the
+        downstream loader holds of each hour is what the archive holds (every change to a
+        final hour was announced as replacing it)."""
+        tree = storage_join(self.config.archive_root, self.group)
+        final = {(url[len(tree) + 1:].split("/", 1)[0],
+                  url[len(tree) + 1:].split("/", 1)[1].rsplit("/", 1)[0])
+                 for url, _ in Storage().list(tree) if url.endswith("/_SUCCESS")}
+        for topic, path in sorted(final - set(self.loaded)):
+            raise Violation("event", f"hour {topic} {path} is final (_SUCCESS) but no event "
+                            "announced it: a loader never loads it")
+        for (topic, path), files in sorted(self.loaded.items()):
+            now = self._hour_files(topic, path)
+            if now != files:
+                raise Violation("event", f"hour {topic} {path} changed after its event and no "
+                                f"event said so: the loader holds {sorted(_names(files))}, the "
+                                f"archive {sorted(_names(now))}")
 
     def _check_tables(self, rows: list[dict]) -> None:
         """Invariant 2 for tables: each topic's table reads exactly the files of the
@@ -716,15 +802,20 @@ class World:
             run_id = f"drain__{n}"
             out = Outcome()
             self.runs[run_id] = Run(run_id)
-            for task in ("plan", "job", "commit"):
-                if not self._task(out, run_id, task, 0):
+            for task in ("plan", "job", "commit", "finalize"):
+                if task == "finalize":
+                    self._finalize(out, run_id, 0)
+                elif not self._task(out, run_id, task, 0):
                     break
             if any("HeldTopicsError" in line or "retention" in line for line in out.lines):
                 for topic in TOPICS:  # what the mail says to do
                     self._accept_loss(out, topic)
             said += out.lines
             if self._at_end() and not self.in_flight():
-                return said
+                retried = Outcome()
+                for owed in sorted(self.finalize_owed):  # retried, or Cleared after its mail
+                    self._finalize(retried, owed, 0)
+                return said + retried.lines
             idle = 0 if self._positions() != before else idle + 1
             if idle > 3:
                 break

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from kafka_archive import config
 from kafka_archive.airflow import assets
-from kafka_archive.commit import finalizing
 
 
 def load(tmp_path, group: str):
@@ -51,15 +50,12 @@ def test_a_finalize_adds_an_event_per_time_partition_with_its_range(tmp_path):
         "start": "2026-11-25T10:00:00Z", "end": "2026-11-25T11:00:00Z", "replaces": False}
 
 
-def test_an_hour_finalized_again_after_a_rewind_says_it_replaces_the_first(tmp_path):
+def test_an_hour_finalized_again_says_it_replaces_the_first(tmp_path):
     """Issue 41: a rewind's re-archive finalized the hour again with nothing telling a
-    loader that it replaced what it had loaded."""
+    loader that it replaced what it had loaded (which hours do: commit.finalizing, checked
+    by the simulation's loader)."""
     cfg = load(tmp_path, "{layout: {kind: event_time, granularity: hour}}")
     hours = ["dt=2026-11-25/hr=09", "dt=2026-11-25/hr=10"]
-    group = cfg.group("g")
-    before = 1795600800000  # the watermark before: the end of hour 09
-    again = [h for h in hours if finalizing.again(cfg, group, "orders", h, before)]
-    assert again == ["dt=2026-11-25/hr=09"]
-    assert not finalizing.again(cfg, group, "orders", hours[0], None)  # nothing was final
-    events = assets.finalize_events(cfg, "g", "run-8", {"orders": hours}, {"orders": again})
+    events = assets.finalize_events(cfg, "g", "run-8", {"orders": hours},
+                                    {"orders": ["dt=2026-11-25/hr=09"]})
     assert [extra["replaces"] for _, extra in events] == [True, False]

@@ -68,8 +68,10 @@ def test_a_finalize_that_loses_the_race_never_moves_the_watermark_back(cfg):
     made, tokens = cfg
     later = NOW + 5 * HOUR  # the other finalizer saw a later time
     storage = loses_first_race(made, later)
-    done = finalizing.finalize(made, made.group("partitioned"), storage, tokens, Kafka(), NOW)
-    assert storage.raced and done == {"t": ["dt=2026-01-01/hr=00", "dt=2026-01-01/hr=01"]}
+    done = finalizing.finalize(made, made.group("partitioned"), storage, tokens, Kafka(), NOW,
+                               "r2")
+    assert storage.raced and done == {"paths": {"t": ["dt=2026-01-01/hr=00", "dt=2026-01-01/hr=01"]},
+                                      "again": {"t": []}}
     state = catalog.open_catalog(Storage(), made, "partitioned").state.topics["t"]
     assert state.finalized_through_ms == later  # not NOW - 1h, which this run computed
     assert state.open_time == set()
