@@ -21,7 +21,8 @@ from tests.support.sim.world import LAUNCH_FAILS, Violation, World
 
 SEQUENCES = 2000  # issue 41: at least 2,000 in CI, in under 3 minutes (2 processes)
 TABLE_SEQUENCES = 100  # of a table group's world: ~1 s each (pyiceberg's commits)
-EVENT_SEQUENCES = 300  # of an event-time group's world (finalize, Asset events): ~0.1 s each
+EVENT_SEQUENCES = 200  # of an event-time group's world (finalize, Asset events): ~0.1 s each
+PARSED_SEQUENCES = 30  # of a parsed table group's world (dead-letter tables): ~0.8 s each
 
 
 def explored(sequences: int, shape: str = "files") -> list[str]:
@@ -52,6 +53,15 @@ def test_no_sequence_breaks_an_invariant_of_an_event_time_group():
     finalized hours' Asset events: every final hour announced, once as new, again only
     as replacing it, and what the loader holds is what the archive holds."""
     reports = explored(EVENT_SEQUENCES, "events")
+    assert not reports, "\n\n".join(reports[:3])
+
+
+def test_no_sequence_breaks_an_invariant_of_a_parsed_table_group():
+    """The same steps on an event-time table group of typed columns, messages that are no
+    JSON in each topic's dead-letter table, and new topics, some named like another's
+    dead-letter table: each topic's two tables read exactly the catalog's current files,
+    and a pair of colliding names holds one topic, never the group."""
+    reports = explored(PARSED_SEQUENCES, "parsed")
     assert not reports, "\n\n".join(reports[:3])
 
 
@@ -308,6 +318,15 @@ FOUND_IN_EVENTS = {"earlier attempt's file left in an hour": EARLIER_ATTEMPTS_FI
                    "rebuild forgot a finalized hour": REBUILD_FORGOT_A_FINALIZED_HOUR}
 
 
+# in a parsed table group's world (--shape parsed seed 25, and the run after it): X_dlq
+# archived, then topic X appears; X_dlq was held and X's dead letters went into X_dlq's
+# table: every commit of the group failed ("does not fit table sim.v_dlq")
+DEAD_LETTER_TABLE_NAME_TAKEN_BY_AN_ARCHIVED_TOPIC = [
+    ("create_topic", "v_dlq", 2), ("produce", "v_dlq", 0, 2, False, 0),
+    ("run", "scheduled__2026-01-01T00:18:00+00:00", 0, 0, 0), ("create_topic", "v", 1),
+    ("produce", "v", 0, 5, False, 0), ("run", "scheduled__2026-01-01T00:30:00+00:00", 0, 0, 0)]
+
+
 @pytest.mark.parametrize("steps", FOUND.values(), ids=FOUND.keys())
 def test_a_found_sequence_now_keeps_every_invariant(steps, tmp_path):
     result = explore.run_steps(steps, tmp_path / "world")
@@ -324,6 +343,27 @@ def test_a_found_table_sequence_now_keeps_every_invariant(steps, tmp_path):
 def test_a_found_event_time_sequence_now_keeps_every_invariant(steps, tmp_path):
     result = explore.run_steps(steps, tmp_path / "world", shape="events")
     assert result.violation is None, explore.report(result)
+
+
+def test_a_found_parsed_sequence_now_keeps_every_invariant(tmp_path):
+    result = explore.run_steps(DEAD_LETTER_TABLE_NAME_TAKEN_BY_AN_ARCHIVED_TOPIC,
+                               tmp_path / "world", shape="parsed")
+    assert result.violation is None, explore.report(result)
+
+
+def test_the_table_check_finds_the_old_name_rule(tmp_path):
+    """With the rule before (X_dlq held whichever came first), the found sequence sticks
+    the group again (its offset 3 is no JSON: a dead letter)."""
+    from kafka_archive.plan import runs
+
+    names_taken = runs._names_taken
+    with patch.object(runs, "_names_taken", lambda group, topics, archived:
+                      names_taken(group, topics, set())):
+        result = explore.run_steps(DEAD_LETTER_TABLE_NAME_TAKEN_BY_AN_ARCHIVED_TOPIC,
+                                   tmp_path / "world", shape="parsed")
+    assert result.violation is not None and result.violation.kind == "stuck", \
+        explore.report(result)
+    assert "does not fit table sim.v_dlq" in str(result.violation)
 
 
 def _failure_key_with_run_ids(task_id, error_class, error, run_ids):

@@ -48,10 +48,10 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                                      sorted({s.topic for s in states} | with_tokens))
     _refuse_other_clusters(config, group.name, reads)
     states = [s for s in states if s.topic in reads]  # an unreadable token holds its topic
-    taken = _names_taken(group, {s.topic for s in states})
+    cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
+    taken = _names_taken(group, {s.topic for s in states}, set(cat.state.topics))
     states = [s for s in states if s.topic not in {a.topic for a in taken}]
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
-    cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     if not dry_run:
         cat = _put_back_given_up(storage, config, group, run_id, tokens, cat, tables)
     cut, stale = _cut_short(storage, config, group.name, reads, cat)
@@ -262,17 +262,28 @@ def _read_tokens(tokens: TokenStore, group: str, topics: list[str]
     return reads, unreadable
 
 
-def _names_taken(group: Group, topics: set[str]) -> list[Anomaly]:
-    """Topics of a parsed table group named like another topic's dead-letter table
-    (`<topic>_dlq`): both would be one table, and its rows of two shapes fail every commit.
-    The topic so named is held, named in the anomaly; the group's other topics go on."""
+def _names_taken(group: Group, topics: set[str], archived: set[str]) -> list[Anomaly]:
+    """Pairs of topics of a parsed table group where one is named like the other's
+    dead-letter table (`X` and `X_dlq`): both would write one table, and its rows of two
+    shapes fail every commit. The one archived first (the catalog knows it) keeps the
+    name; the other is held, named in the anomaly, and the group's other topics go on.
+    Neither archived yet: `X_dlq` is held."""
     if not group.parsed_table:
         return []
     suffix = layout.DEAD_LETTER_SUFFIX
-    return [Anomaly("name_taken", t, -1, 0, 0, "failed",
-                    f"its table would be the dead-letter table of topic "
-                    f"{t.removesuffix(suffix)} in group {group.name} ({t})")
-            for t in sorted(topics) if t.endswith(suffix) and t.removesuffix(suffix) in topics]
+    held = []
+    for named in sorted(t for t in topics if t.endswith(suffix)):
+        if (base := named.removesuffix(suffix)) not in topics:
+            continue
+        if named in archived and base not in archived:
+            held.append(Anomaly("name_taken", base, -1, 0, 0, "failed",
+                                f"its dead-letter table would be the table of topic {named} "
+                                f"in group {group.name}, archived first ({named})"))
+        else:
+            held.append(Anomaly("name_taken", named, -1, 0, 0, "failed",
+                                f"its table would be the dead-letter table of topic {base} "
+                                f"in group {group.name} ({named})"))
+    return held
 
 
 def _vanished(group: Group, consumer, reads: dict[str, Versioned], observed: set[str]

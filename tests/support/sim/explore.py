@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.sim import replay
-from tests.support.sim.world import LAUNCH_FAILS, TOPICS, Violation, World
+from tests.support.sim.world import LAUNCH_FAILS, SHAPES, Violation, World
 
 STEPS = 30  # per sequence
 
@@ -39,7 +39,7 @@ def scratch() -> Path:
 
 def next_step(rng: random.Random, world: World) -> tuple:
     """A step drawn for the world as it is (names of runs that exist, partitions)."""
-    topic = rng.choice(sorted(TOPICS))
+    topic = rng.choice(sorted(world.kafka.topics))
     partition = rng.randrange(len(world.kafka.topics[topic]))
     crash = lambda: rng.choice((0, 0, 0, rng.randint(1, 12)))  # noqa: E731
     # a job's launch may also fail before the job starts (spark-submit's own failure)
@@ -55,6 +55,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("add_partition", topic)
     if r < 0.36:
         return ("delete_topic", topic)
+    if r < 0.365:  # a new topic, found by the next plan; one named like a dead-letter table
+        return ("create_topic", rng.choice(("v", "v_dlq", "t_dlq")), rng.randint(1, 2))
     if r < 0.37:
         return ("time", rng.choice((30, 120)))
     if r < 0.38:
@@ -206,6 +208,7 @@ _SAID = {
                                                + (" and a marker" if marker else ""),
     "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",
     "add_partition": lambda t: f"a partition is added to {t}",
+    "create_topic": lambda t, n: f"topic {t} is created with {n} partition(s)",
     "time": lambda minutes: f"{minutes} minutes pass",
     "kafka_down": lambda down: "Kafka's brokers go down" if down else "Kafka's brokers are back",
     "run": lambda run, plan, job, commit: f"DAG run {run}: plan{_kill(plan)}, "
@@ -253,10 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--soak", type=float, metavar="MINUTES",
                       help="new seeds (from --first-seed) until this many minutes have passed")
     args.add_argument("--no-shrink", action="store_true")
-    args.add_argument("--shape", choices=("files", "tables", "events"), default="files",
+    args.add_argument("--shape", choices=(*SHAPES, "all"), default="files",
                       help="the world's group: SequenceFiles by Kafka partition (files), "
                            "Iceberg tables with maintenance (tables), files by event time "
-                           "with finalized hours and their Asset events (events)")
+                           "with finalized hours and their Asset events (events), Iceberg "
+                           "tables of typed columns with dead-letter tables (parsed); all: "
+                           "each seed in the next of them")
     args.add_argument("--replay", action="store_true",
                       help="replay sequences (a target that refuses, kills, resumes)")
     opts = args.parse_args(argv)
@@ -276,32 +281,37 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
               f"violations: {len(failed)}" + "".join("\n\n" + f for f in failed[:3]))
         return 1 if failed else 0
     if opts.seed is not None:
-        result = explore(opts.seed, root, opts.steps, opts.shape)
+        result = explore(opts.seed, root, opts.steps, _shape(opts.shape, opts.seed))
         print("\n".join(result.trace))
         print(result.violation or "no invariant broken")
         return 1 if result.violation else 0
-    started, seed, found, steps = time.monotonic(), opts.first_seed, Counter(), 0
+    started, seed, found, steps, shapes = time.monotonic(), opts.first_seed, Counter(), 0, Counter()
     first: dict[str, Result] = {}
     while True:
         if opts.soak is None and seed >= opts.first_seed + opts.sequences:
             break
         if opts.soak is not None and time.monotonic() - started > opts.soak * 60:
             break
-        result = explore(seed, root, opts.steps, opts.shape)
+        result = explore(seed, root, opts.steps, _shape(opts.shape, seed))
         steps += len(result.steps)
+        shapes[result.shape] += 1
         if result.violation:
             found[result.violation.kind] += 1
             first.setdefault(result.violation.kind, result)
         seed += 1
     elapsed = time.monotonic() - started
-    print(f"{seed - opts.first_seed} sequences, {steps} steps in {elapsed:.1f} s "
-          f"({(seed - opts.first_seed) / elapsed:.1f} sequences/s); violations: "
-          f"{dict(found) or 'none'}")
+    print(f"{seed - opts.first_seed} sequences ({', '.join(f'{n} {s}' for s, n in shapes.items())})"
+          f", {steps} steps in {elapsed:.1f} s ({(seed - opts.first_seed) / elapsed:.1f} "
+          f"sequences/s); violations: {dict(found) or 'none'}")
     for kind, result in first.items():
         small = result if opts.no_shrink else shrink(result, root)
         print(f"\n--- {kind}: first at seed {result.seed}, shrunk from {len(result.steps)} to "
               f"{len(small.steps)} steps (replay: the steps below) ---\n{report(small)}")
     return 1 if found else 0
+
+
+def _shape(option: str, seed: int) -> str:
+    return list(SHAPES)[seed % len(SHAPES)] if option == "all" else option
 
 
 if __name__ == "__main__":

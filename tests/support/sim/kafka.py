@@ -67,10 +67,16 @@ class Kafka:
         self.topics.setdefault(topic, [Partition() for _ in range(partitions)])
 
     def value(self, topic: str, partition: int, offset: int) -> bytes:
+        if self.event_time and offset % 7 == 3:
+            return b"not json"  # a parser's dead letter
         if self.event_time:
             return json.dumps({"ts": self.topics[topic][partition].event_ms[offset],
                                "id": f"{topic}/{partition}/{offset}"}).encode()
         return f"{topic}/{partition}/{offset}".encode()
+
+    def consumer_topics(self) -> set[str]:
+        """The topics a client sees (whether Kafka is reachable or not)."""
+        return set(self.topics) - self.deleted
 
     def consumer(self) -> Consumer:
         self.reachable()
@@ -101,7 +107,7 @@ class Consumer:
         self.paused: set[TopicPartition] = set()
 
     def topics(self) -> set[str]:
-        return set(self.kafka.topics) - self.kafka.deleted
+        return self.kafka.consumer_topics()
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         parts = None if topic in self.kafka.deleted else self.kafka.topics.get(topic)

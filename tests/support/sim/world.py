@@ -139,6 +139,11 @@ SHAPES = {
     "events": ("events", "layout: {kind: event_time, granularity: hour}, lateness: 5m, "
                          "parser: {kind: json, field: ts, unit: ms}, "
                          "format: {kind: sequencefile, compression: none}"),
+    # an event-time table group: each message typed columns of its topic's table, or (not
+    # JSON) a row of the topic's dead-letter table `<topic>_dlq`
+    "parsed": ("parsed", "layout: {kind: event_time, granularity: hour}, lateness: 5m, "
+                         "parser: {kind: json, field: ts, unit: ms}, format: {kind: parquet}, "
+                         "table: {namespace: sim}"),
 }
 
 
@@ -150,13 +155,13 @@ class World:
         self.group, layout_of = SHAPES[shape]
         self.config = local_config(root, f"{self.group}: {{{layout_of}, "
                                          "policy: {max_records: 6, max_delay: 1m}}\n",
-                                   iceberg_catalog=shape == "tables")
+                                   iceberg_catalog=shape in ("tables", "parsed"))
         self.root = root
         self.faults = Faults()
-        self.tables = iceberg.Tables(self.config) if shape == "tables" else None
+        self.tables = iceberg.Tables(self.config) if shape in ("tables", "parsed") else None
         self.storage = SimStorage(self.faults)
         self.tokens = SimTokens(root / "tokens", self.faults)
-        self.kafka = Kafka(event_time=shape == "events")
+        self.kafka = Kafka(event_time=shape in ("events", "parsed"))
         for topic, partitions in TOPICS.items():
             self.kafka.create(topic, partitions)
         self.now = START
@@ -164,7 +169,7 @@ class World:
         self.abandoned = False  # an in-flight mark was deleted by hand
         # topic -> the plans (run folder -> plan.json) made before a person deleted its token
         self.deleted_under: dict[str, dict[str, bytes]] = {}
-        self.token_copies: dict[str, list[bytes]] = {t: [] for t in TOPICS}
+        self.token_copies: dict[str, list[bytes]] = {t: [] for t in TOPICS}  # (new ones too)
         # the truth the invariants are checked against
         self.ever_archived: dict[tuple[str, int], set[int]] = {}
         self.unarchivable: dict[tuple[str, int], set[int]] = {}  # deleted with no token line
@@ -250,6 +255,13 @@ class World:
         """The topic is deleted from Kafka (for good: the simulation does not create it
         again, which would start its offsets over)."""
         self.kafka.deleted.add(topic)
+
+    def _create_topic(self, out: Outcome, topic: str, partitions: int):
+        """A new topic the group selects (found by the next plan); `<topic>_dlq` is named
+        like another topic's dead-letter table."""
+        if topic not in self.kafka.topics:
+            self.kafka.create(topic, partitions)
+            self.token_copies[topic] = []
 
     def _add_partition(self, out: Outcome, topic: str):
         if topic in self.kafka.deleted:
@@ -446,8 +458,9 @@ class World:
         self.now += timedelta(days=1)
         self.faults.arm(crash)
         try:
-            for topic in sorted(TOPICS):
-                table = self.tables.find(self.group, topic)
+            for topic, dead_letters in ((t, d) for t in sorted(self.kafka.topics)
+                                        for d in self.tables.kinds(self.group)):
+                table = self.tables.find(self.group, topic, dead_letters)
                 if table is not None and not table_maintenance.settled(
                         table, self.storage, self.config.archive_root, self.group):
                     out.add(f"maintenance of {topic}: waits (a run not committed yet)")
@@ -690,7 +703,9 @@ class World:
             for f in row_files(row):
                 try:
                     for record in read_archived(Storage(), f["url"]):
-                        if record.value != self.kafka.value(*where, record.offset):
+                        # (a parsed table's rows keep typed fields, not the value's bytes)
+                        if (record.value is not None or self.shape != "parsed") and \
+                                record.value != self.kafka.value(*where, record.offset):
                             raise Violation("wrong bytes", f"{f['url']} offset {record.offset}")
                         found.add(record.offset)
                 except DamagedFile as exc:
@@ -709,7 +724,7 @@ class World:
             if folder in before and plan.exists() and plan.read_bytes() == before[folder]:
                 raise Violation("delete undone", f"token {topic}, deleted by a person, was "
                                 f"written again by run {token.run_id}, planned before the delete")
-        for topic in TOPICS if quiet else ():
+        for topic in sorted(self.kafka.topics) if quiet else ():
             token = self._token(topic)
             for partition, next_offset in (token.offsets.items() if token else ()):
                 where = (topic, partition)
@@ -772,22 +787,41 @@ class World:
                                 f"archive {sorted(_names(now))}")
 
     def _check_tables(self, rows: list[dict]) -> None:
-        """Invariant 2 for tables: each topic's table reads exactly the files of the
-        catalog's current rows (a reader of the table sees what the catalog says)."""
-        for topic in sorted(TOPICS):
+        """Invariant 2 for tables: each topic's tables (a parsed group's: its rows and its
+        dead letters) read exactly the files of the catalog's current rows (a reader of
+        the tables sees what the catalog says)."""
+        for topic in sorted(t for t in self.kafka.topics if not self._name_taken(t)):
             in_catalog = {f["url"] for row in rows if row["topic"] == topic
                           for f in row_files(row)}
-            table = self.tables.find(self.group, topic)
-            read = [] if table is None or table.current_snapshot() is None else [
-                task.file.file_path for task in table.scan().plan_files()]
-            in_table = set(read)
-            if len(read) != len(in_table):
-                twice = sorted(_names({f for f in in_table if read.count(f) > 1}))
-                raise Violation("duplicate", f"table {topic} reads {twice} twice")
+            in_table = set()
+            for dead_letters in self.tables.kinds(self.group):
+                table = self.tables.find(self.group, topic, dead_letters)
+                read = [] if table is None or table.current_snapshot() is None else [
+                    task.file.file_path for task in table.scan().plan_files()]
+                if len(read) != len(set(read)) or in_table & set(read):
+                    twice = sorted(_names({f for f in read if read.count(f) > 1
+                                           or f in in_table}))
+                    raise Violation("duplicate", f"table {topic} reads {twice} twice")
+                in_table |= set(read)
             if in_table != in_catalog:
                 raise Violation("table disagrees", f"table {topic} reads "
                                 f"{sorted(_names(in_table - in_catalog))} beyond the catalog's "
                                 f"current files and lacks {sorted(_names(in_catalog - in_table))}")
+
+    def _name_taken(self, topic: str) -> bool:
+        """A parsed group's pair of topics `X` and `X_dlq` (one table name): the one
+        archived first keeps it, the other is held (mailed: a person excludes it from the
+        group); neither archived yet, `X_dlq` is held."""
+        if self.shape != "parsed":
+            return False
+        present = self.kafka.consumer_topics()
+        archived = {t for t, _ in self.ever_archived}
+        named, base = (topic, topic.removesuffix("_dlq")) if topic.endswith("_dlq") else (
+            topic + "_dlq", topic)
+        if named not in present or base not in present:
+            return False
+        base_held = named in archived and base not in archived
+        return topic == (base if base_held else named)
 
     def drain(self) -> list[str]:
         """Liveness: only what the run's failures tell a person to do (accept a retention
@@ -808,7 +842,7 @@ class World:
                 elif not self._task(out, run_id, task, 0):
                     break
             if any("HeldTopicsError" in line or "retention" in line for line in out.lines):
-                for topic in TOPICS:  # what the mail says to do
+                for topic in sorted(self.kafka.topics):  # what the mail says to do
                     self._accept_loss(out, topic)
             said += out.lines
             if self._at_end() and not self.in_flight():
@@ -824,14 +858,14 @@ class World:
 
     def _positions(self) -> dict:
         found = {}
-        for topic in TOPICS:
+        for topic in sorted(self.kafka.topics):
             token = self._token(topic)
             found[topic] = dict(token.offsets) if token else {}
         return {"tokens": found, "in_flight": self.in_flight()}
 
     def _at_end(self) -> bool:
         for topic, parts in self.kafka.topics.items():
-            if topic in self.kafka.deleted:
+            if topic in self.kafka.deleted or self._name_taken(topic):
                 continue  # its token waits for a person (the mail says so), as designed
             token = self._token(topic)
             for partition, p in enumerate(parts):
