@@ -16,12 +16,12 @@ parser.add_argument("--plan", required=True)
 args = parser.parse_args()
 
 started = time.monotonic()
-sc = launch.job_context("kafka-archive")
+session = launch.job_session("kafka-archive")
 ready = time.monotonic()
 try:
-    manifest = job.main(sc, launch.shipped_file(args.config), args.plan)
+    manifest = job.main(session, launch.shipped_file(args.config), args.plan)
     # spark-submit's output is the task's log (the Spark provider logs each line)
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)),
           flush=True)
 finally:
-    sc.stop()
+    session.stop()

@@ -20,10 +20,10 @@ parser.add_argument("--max-rate", type=int, help="messages per second per source
 args = parser.parse_args()
 
 started = time.monotonic()
-sc = launch.job_context("kafka-archive-replay")
+session = launch.job_session("kafka-archive-replay")
 try:
     cfg = kafka_connection.connected(config.load(launch.shipped_file(args.config)))
-    rows = replay_job.run(sc, cfg, args.replay, args.max_rate)
+    rows = replay_job.run(session, cfg, args.replay, args.max_rate)
     print("\n".join(replay_job.summary_lines(rows, time.monotonic() - started)), flush=True)
 except Exception as exc:  # a task's failure, recorded beside the replay for the command
     if os.environ.get("KAFKA_ARCHIVE_VERBOSE"):
@@ -31,4 +31,4 @@ except Exception as exc:  # a task's failure, recorded beside the replay for the
     print(f"replay failed: {str(exc).splitlines()[0]}", file=sys.stderr)
     sys.exit(1)
 finally:
-    sc.stop()
+    session.stop()

@@ -10,6 +10,7 @@ a cluster whose executors have only a plain Python (README, "Running on a cluste
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib
 import importlib.util
 import os
@@ -18,6 +19,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 from kafka_archive.config import Config
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
@@ -248,26 +250,49 @@ def job_command(config: Config, application: Path, args: list[str], name: str,
 
 SPARK_LOG_LEVEL = "WARN"  # Spark's own logging in the jobs: its INFO lines would bury theirs
 
-def job_context(name: str):
-    """The SparkContext of a job of spark_jobs/: Spark's own log at the job's level (its
+def job_session(name: str):
+    """The SparkSession of a job of spark_jobs/: Spark's own log at the job's level (its
     INFO lines would bury the job's), and the driver's S3 credentials handed to the
-    executors (never on a command line). A context, not a session: the jobs schedule
-    their own tasks, and a driver that never loads Spark SQL starts faster."""
-    from pyspark import SparkConf, SparkContext
+    executors (never on a command line)."""
+    from pyspark.sql import SparkSession
 
-    conf = (SparkConf().setAppName(name).set("spark.log.level", SPARK_LOG_LEVEL)
-            .setAll(executor_env_conf(dict(os.environ)).items()))
-    return SparkContext.getOrCreate(conf)
+    builder = SparkSession.builder.appName(name).config("spark.log.level", SPARK_LOG_LEVEL)
+    for key, value in executor_env_conf(dict(os.environ)).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
-def collected(rdd, what: str) -> list:
-    """rdd.collect(), a failed task raised as the error the task raised (task_failure)."""
+# each Spark task's output: one JSON text per row (a manifest row, a replay's summary)
+TASK_OUTPUT = "row string"
+
+
+def mapped(session, tasks: int, task: Callable[[int], Iterable[dict]], what: str) -> list[dict]:
+    """task(i) for each i in range(tasks), one Spark task each, and the rows they yield,
+    on Spark's DataFrame API (a range mapped by mapInArrow): what a Spark Connect client
+    runs as well as a classic driver. A failed task is raised as the error it raised
+    (task_failure)."""
+    def over(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                for row in task(i):  # a batch per row: the rows stream as slices finish
+                    yield pa.RecordBatch.from_pydict({"row": [json.dumps(row)]})
+    frame = session.range(0, tasks, 1, numPartitions=tasks).mapInArrow(over, TASK_OUTPUT)
     try:
-        return rdd.collect()
+        return [json.loads(r.row) for r in frame.collect()]
     except ArchiveError:
         raise
-    except Exception as exc:  # Spark's Py4JJavaError (or PythonException), quoting the task's
+    except Exception as exc:  # Spark's PythonException (or Py4JJavaError), quoting the task's
         raise task_failure(exc, what) from exc
+
+
+def parallelism(session) -> int:
+    """How many tasks the session runs at once (its default parallelism)."""
+    try:
+        return session.sparkContext.defaultParallelism
+    except Exception:  # noqa: BLE001  a Connect client has no SparkContext: the server's setting
+        return int(session.conf.get("spark.default.parallelism", "2"))
 
 
 # an exception's line, as Spark quotes a failed task's traceback: `module.Class: text`
@@ -276,8 +301,8 @@ _JVM = ("org.", "java.", "scala.", "py4j.")
 
 
 def task_failure(exc: BaseException, what: str) -> ArchiveError:
-    """A Spark job's failure as the error its task raised. Spark hands the driver a
-    Py4JJavaError whose text quotes the Python worker's traceback, ending in
+    """A Spark job's failure as the error its task raised. Spark hands the driver an
+    exception (PythonException, Py4JJavaError) whose text quotes the Python worker's traceback, ending in
     `kafka_archive.errors.TransientError: <message>`: a class of ours comes back with the
     task's message (or as its family, transient or terminal, where the class needs more
     than a message to build). Anything else (a bug in a task, an executor lost) is

@@ -46,7 +46,7 @@ from kafka_archive import config as config_module, formats
 from kafka_archive.airflow.connections import s3_environment
 from kafka_archive.archive import job
 from kafka_archive.errors import TransientError
-from tests.support.pipeline import GROUP, Pipeline
+from tests.support.pipeline import GROUP, Pipeline, shared_session
 
 RUNS_PER_FAULT = 5
 PARTITIONS = 2
@@ -64,7 +64,7 @@ def bench(service_env, airflow_env, kafka, s3, toxiproxy, sc):
     statuses = HttpStatusFaults(first_port + 1, ("127.0.0.1", s3_port))
     print(f"\nfault matrix seed {SEED} (KAFKA_ARCHIVE_FAULT_SEED={SEED} repeats it)")
     yield {"toxiproxy": tox, "toxiproxy_endpoint": f"https://127.0.0.1:{first_port}",
-           "statuses": statuses, "spark": sc,
+           "statuses": statuses, "spark": sc, "session": shared_session(),
            "direct": localservices.s3_endpoint(service_env)}
     tox.delete("s3")
     tox.close()
@@ -113,11 +113,11 @@ class FaultRuns:
             step = "archive"
             cfg = config_module.load(self.pipeline.config_path)
             if during_job is None:
-                job.run(self.b["spark"], cfg, plan_url)
+                job.run(self.b["session"], cfg, plan_url)
             else:
                 failure = []
                 worker = threading.Thread(target=lambda: _capture(
-                    failure, job.run, self.b["spark"], cfg, plan_url))
+                    failure, job.run, self.b["session"], cfg, plan_url))
                 worker.start()
                 during_job()
                 worker.join(timeout=600)
@@ -283,7 +283,7 @@ def test_broker_stopped_and_restarted_during_plan(faults, bench, service_env):
 def test_a_spark_task_s_failure_reaches_the_driver_as_the_class_it_raised(faults, bench):
     """S3 answers 503 to every request after the driver's reads: the tasks'
     uploads fail in the Python workers, and job.run raises what they raised (a
-    TransientError naming the S3 call), not Spark's Py4JJavaError. Clean runs then
+    TransientError naming the S3 call), not Spark's PythonException. Clean runs then
     archive everything once."""
     faults.produce(6)
     faults.through(bench["direct"])
@@ -297,10 +297,10 @@ def test_a_spark_task_s_failure_reaches_the_driver_as_the_class_it_raised(faults
     cfg = config_module.load(faults.pipeline.config_path)
     try:
         with pytest.raises(TransientError, match=r"^cannot \w+ s3://.*\(HTTP 503\)") as failed:
-            job.run(bench["spark"], cfg, plan_url)
+            job.run(bench["session"], cfg, plan_url)
     finally:
         statuses.arm(None)
-    assert type(failed.value.__cause__).__name__ == "Py4JJavaError"  # what Spark raised
+    assert type(failed.value.__cause__).__name__ == "PythonException"  # what Spark raised
     print(f"task failure at the driver: {type(failed.value).__name__}: {failed.value}")
     faults.outcomes["archive failed: TransientError"] += 1
     faults.finish_clean("task_failure")

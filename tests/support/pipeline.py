@@ -134,7 +134,7 @@ class Pipeline:
                     if k.startswith(("AWS_", "AIRFLOW_CONN_"))}
         context.environment.update(settings)
         with mock.patch.dict(os.environ, settings):
-            archive_job.main(context, str(self.config_path), plan_url)
+            archive_job.main(shared_session(), str(self.config_path), plan_url)
 
     def commit(self, plan_url: str) -> dict:
         return tasks.commit(plan_url)
@@ -175,6 +175,15 @@ def shared_context():
                 SparkConf().setMaster("local[2]").setAppName("kafka-archive-tests")
                 .set("spark.ui.enabled", "false")))
     return _CONTEXT[0]
+
+
+def shared_session():
+    """The SparkSession over shared_context: the archive and replay jobs run on Spark's
+    DataFrame API."""
+    from pyspark.sql import SparkSession
+
+    shared_context()
+    return SparkSession.builder.getOrCreate()
 
 
 def stop_shared_context() -> None:

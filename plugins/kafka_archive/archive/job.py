@@ -17,7 +17,6 @@ import heapq
 import json
 import logging
 import math
-from itertools import chain
 from typing import Callable, Iterable, Iterator
 
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
@@ -43,27 +42,27 @@ TASKS_PER_CORE = 64   # one slice a task up to this many slices per core
 log = logging.getLogger(__name__)
 
 
-def main(sc, config_path: str, plan_url: str) -> Manifest:
+def main(session, config_path: str, plan_url: str) -> Manifest:
     """The job as spark-submit runs it (spark_jobs/archive.py): the config read, its
     Kafka connection resolved, the plan archived; a classified failure is recorded beside
     the plan for ArchiveOperator (terminal or transient) before it is raised."""
     from kafka_archive import kafka_connection  # the driver's only
 
     try:
-        return run(sc, kafka_connection.connected(load_config(config_path)), plan_url)
+        return run(session, kafka_connection.connected(load_config(config_path)), plan_url)
     except ArchiveError as failed:
         record_failure(Storage.from_environment(), plan_url, failed)
         raise
 
 
-def run(sc, config: Config, plan_url: str) -> Manifest:
+def run(session, config: Config, plan_url: str) -> Manifest:
     """The plan archived by Spark's tasks, the driver asking Kafka with kafka-python."""
     from kafka_archive import brokers
 
     def archived(plan: Plan, slices: list[Slice]) -> list[SliceRow]:
-        tasks = task_slices(slices, sc.defaultParallelism)
-        return spark.collected(sc.parallelize(tasks, len(tasks))
-                               .mapPartitions(ArchiveTask(config, plan)), "the archive job")
+        tasks = task_slices(slices, spark.parallelism(session))
+        return spark.mapped(session, len(tasks), ArchiveTask(config, plan, tasks),
+                            "the archive job")
     return archive_plan(config, plan_url, Storage.from_environment(),
                         lambda: brokers.consumer(config), archived)
 
@@ -282,14 +281,15 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
 
 
 class ArchiveTask:
-    """The body of one Spark task: archive each of its slices (a list of lists of Slices,
-    as parallelize hands them over) and yield each slice's manifest row."""
+    """The body of Spark task i: archive each slice of tasks[i] and yield each slice's
+    manifest row."""
 
-    def __init__(self, config: Config, plan: Plan):
+    def __init__(self, config: Config, plan: Plan, tasks: list[list[Slice]] = ()):
         self.config = config
         self.targets = {t: target(config, plan, t) for t in plan.topics()}
+        self.tasks = tasks
 
-    def __call__(self, tasks: Iterable[list[Slice]]) -> Iterator[dict]:
+    def __call__(self, i: int) -> Iterator[dict]:
         storage = Storage.from_environment()
         consumer = _worker_consumer(self.config)
         # PySpark's worker runs a full garbage collection after each task: everything
@@ -297,7 +297,7 @@ class ArchiveTask:
         # so spare the collections walking it
         gc.freeze()
         try:
-            for s in chain.from_iterable(tasks):
+            for s in self.tasks[i]:
                 yield self.archive(s, source.read(consumer, s.topic, s.partition, s.start, s.end),
                                    storage)
         except BaseException:  # a consumer in an unknown state is not handed to the next task

@@ -57,7 +57,7 @@ class RefusedForGood(ReplayError):
     must change first (the message says what)."""
 
 
-def run(sc, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
+def run(session, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
     """Replay every source partition of the plan, one Spark task each, each at most
     max_rate messages per second; their summaries."""
     plan = json.loads(Storage.from_environment().get_bytes(replay_url))
@@ -65,20 +65,19 @@ def run(sc, config: Config, replay_url: str, max_rate: int | None = None) -> lis
     if not parts:
         return []
     task = partial(_task, config, plan, max_rate)
-    return spark.collected(sc.parallelize(parts, len(parts)).mapPartitions(task), "the replay")
+    return spark.mapped(session, len(parts), task, "the replay")
 
 
-def _task(config: Config, plan: dict, max_rate: int | None, parts: Iterator[dict]
-          ) -> Iterator[dict]:
-    storage = Storage.from_environment()
-    for part in parts:
-        try:
-            yield replay_partition(config, plan, part, storage, max_rate)
-        except ArchiveError as exc:  # for the command that started the replay, in its words
-            storage.put_bytes(layout.replay_failure(config.archive_root, plan["replay_id"]),
-                              json.dumps({"partition": part["partition"], "error": str(exc),
-                                          "repeats": isinstance(exc, RefusedForGood)}).encode())
-            raise
+def _task(config: Config, plan: dict, max_rate: int | None, i: int) -> Iterator[dict]:
+    """Spark task i: source partition i replayed; its summary."""
+    part, storage = plan["partitions"][i], Storage.from_environment()
+    try:
+        yield replay_partition(config, plan, part, storage, max_rate)
+    except ArchiveError as exc:  # for the command that started the replay, in its words
+        storage.put_bytes(layout.replay_failure(config.archive_root, plan["replay_id"]),
+                          json.dumps({"partition": part["partition"], "error": str(exc),
+                                      "repeats": isinstance(exc, RefusedForGood)}).encode())
+        raise
 
 
 def records(storage: Storage, files: list[dict], since_ms: int | None, until_ms: int | None
