@@ -77,6 +77,7 @@ class Group:
     topic_formats: tuple[tuple[str, FormatSpec], ...] = ()  # (topic regex, format); first wins
     lateness_s: int = 3600        # event_time: a time partition is final this long after its end
     table: TableSpec | None = None  # an Iceberg table per topic (commit.iceberg)
+    spark_connect: str | None = None  # a spark_connect connection id: jobs run over Connect
 
     @property
     def parsed_table(self) -> bool:
@@ -240,6 +241,7 @@ def _group(name: str, doc: schema.Group) -> Group:
         lateness_s=doc.lateness,
         table=(TableSpec(doc.table.catalog, doc.table.namespace, doc.table.keep_snapshots,
                          tuple(doc.table.columns.items())) if doc.table else None),
+        spark_connect=doc.spark_connect,
     )
 
 

@@ -254,6 +254,9 @@ class Group(Section):
     topic_parsers: dict[Regex, Parser] = {}
     lateness: Seconds = Field(3600, ge=0)
     table: Table | None = None
+    # the group's jobs as a Spark Connect client of this connection (sc://host:port, token,
+    # TLS: the Spark provider's spark_connect type); none: spark-submit
+    spark_connect: Text | None = None
 
     @model_validator(mode="after")
     def _table_shape_fits(self) -> Group:

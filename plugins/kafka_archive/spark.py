@@ -16,6 +16,7 @@ import importlib.util
 import os
 import re
 import sys
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,6 +261,48 @@ def job_session(name: str):
     for key, value in executor_env_conf(dict(os.environ)).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+# the session setting that says which library zip a Connect session holds as an artifact
+LIBRARY_CONF = "spark.kafka_archive.library"
+CONNECT_RETRIES = 3  # a Connect call tries this often more (~3 s): a server down is named at once
+
+
+def connect_session(url: str, group: str):
+    """A Spark Connect client session for a group's jobs at `url` (sc://host:port/;token=...,
+    as the Spark provider's SparkConnectHook builds it). One server session per group and
+    library version, reattached by its id: its Python workers stay warm from run to run,
+    and the library (a session artifact, `pyfile`) is sent only when the session lacks it.
+    TransientError naming the server when it cannot be reached."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    library = library_zip()
+    session_id = uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-archive/{group}/{library.name}")
+    base, _, params = url.partition("/;")
+    remote = f"{base.rstrip('/')}/;" + ";".join(filter(None, [params, f"session_id={session_id}"]))
+    session = SparkSession.builder.remote(remote).create()
+    session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES,
+                                                     max_backoff=2000)])
+    try:
+        if session.conf.get(LIBRARY_CONF, None) != library.name:
+            session.addArtifacts(str(library), pyfile=True)
+            session.conf.set(LIBRARY_CONF, library.name)
+    except Exception as exc:  # noqa: BLE001  grpc's and pyspark's own: unreachable, refused
+        close_client(session)
+        where = base.removeprefix("sc://")
+        # (pyspark wraps grpc's error; its text is grpc's repr, its status the code)
+        status = getattr(exc, "getGrpcStatusCode", lambda: None)()
+        why = f"gRPC status {status.name}" if status is not None else str(exc).splitlines()[0]
+        raise TransientError(f"the Spark Connect server at {where} cannot be reached: "
+                             f"{why[:300]}") from exc
+    return session
+
+
+def close_client(session) -> None:
+    """Close a Connect client, its server session kept (warm for the group's next run)."""
+    session.release_session_on_close = False
+    session.stop()
 
 
 # each Spark task's output: one JSON text per row (a manifest row, a replay's summary)

@@ -70,6 +70,14 @@ def s3(service_env) -> S3:
 
 
 @pytest.fixture(scope="session")
+def spark_connect(service_env, s3) -> str:
+    """The local Spark Connect server's URL (localservices `spark-connect`: local[2], the
+    executor venv's Python workers, the local S3's credentials as its own)."""
+    with running("spark-connect", service_env):
+        yield localservices.spark_connect_url(service_env)
+
+
+@pytest.fixture(scope="session")
 def smtp_maildir(service_env) -> Path:
     """Where the capture server keeps every message it received, one .eml file each."""
     with running("smtp", service_env):

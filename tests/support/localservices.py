@@ -33,6 +33,7 @@ import os
 import shlex
 import signal
 import smtplib
+import socket
 import ssl
 import subprocess
 import sys
@@ -104,6 +105,7 @@ DEFAULT_PORTS = {
     "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
     "KAFKA_ARCHIVE_POSTGRES_PORT": "15432",
     "KAFKA_ARCHIVE_ICEBERG_REST_PORT": "18181",
+    "KAFKA_ARCHIVE_SPARK_CONNECT_PORT": "17002",
 }
 
 
@@ -906,8 +908,50 @@ SPARK_MASTER = Service(
 )
 SPARK_SERVICES = (SPARK_MASTER, *(_spark_worker(n) for n in range(1, SPARK_WORKERS + 1)))
 
+# --- Spark Connect: pyspark's own server on local[2], the archive jobs' executors --------
+
+def spark_connect_url(env: dict[str, str]) -> str:
+    return f"sc://127.0.0.1:{env['KAFKA_ARCHIVE_SPARK_CONNECT_PORT']}"
+
+
+def _spark_connect_env(env: dict[str, str]) -> dict[str, str]:
+    """The server's environment: its Python workers on the executor venv, and the local
+    S3's credentials as the server's own (a shared server's executors use theirs: an
+    instance profile, IRSA), never a client's."""
+    key, secret = _s3_credentials(env)
+    return {**_spark_process_env(SERVICES_DIR / "spark-connect"), **trust_env(),
+            "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": s3_endpoint(env),
+            # Spark's launcher gives its servers the daemons' heap: the driver's, with local[2]'s
+            # executors in it
+            "SPARK_DAEMON_MEMORY": "1g"}
+
+
+def _spark_connect_ready(env: dict[str, str]) -> None:
+    """Its gRPC port answers (bound once the server's SparkContext is up)."""
+    with socket.create_connection(("127.0.0.1", int(env["KAFKA_ARCHIVE_SPARK_CONNECT_PORT"])),
+                                  timeout=2):
+        pass
+
+
+SPARK_CONNECT = Service(
+    name="spark-connect",
+    command=lambda env, home: [
+        str(_spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--name", "kafka-archive-connect",
+        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf", f"spark.connect.grpc.binding.port={env['KAFKA_ARCHIVE_SPARK_CONNECT_PORT']}",
+        "--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN",
+        "--driver-java-options", " ".join(SERVICE_JVM_OPTIONS), "spark-internal"],
+    ready=_spark_connect_ready,
+    prepare=_spark_prepare,
+    process_env=_spark_connect_env,
+    inherit_env=False,
+)
+
 SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, ICEBERG_REST, AIRFLOW,
-                                *SPARK_SERVICES)}
+                                *SPARK_SERVICES, SPARK_CONNECT)}
 # what `start` without names starts: with PostgreSQL where it holds Airflow's database
 DEFAULT_SERVICES = ("kafka", "s3", "smtp", *(("postgres",) if postgres_installed() else ()))
 ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -22,7 +23,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kafka_archive import config, spark
 from kafka_archive.airflow import connections
 from kafka_archive.archive import job
-from kafka_archive.errors import TerminalError
+from kafka_archive.errors import ArchiveError, TerminalError
 
 
 def submit_environment(cfg: config.Config, master: str | None = None) -> dict[str, str]:
@@ -55,19 +56,25 @@ class ArchiveOperator(BaseOperator):
     job, job_name = spark.APPLICATION, "kafka-archive"
 
     def __init__(self, *, plan_url: str, config_path: str, s3_conn_id: str,
-                 conn_id: str = "spark_default", **kwargs):
+                 conn_id: str = "spark_default", group: str | None = None,
+                 connect_conn_id: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.plan_url = plan_url
         self.config_path = config_path
         self.s3_conn_id = s3_conn_id
         self.conn_id = conn_id
+        self.group = group
+        self.connect_conn_id = connect_conn_id  # the group's spark_connect: no spark-submit
         self.hook: SparkSubmitHook | None = None
+        self.session = None
 
     def job_args(self) -> list[str]:
         return ["--plan", self.plan_url]
 
     def execute(self, context):
         cfg = connections.load_config(self.config_path)
+        if self.connect_conn_id:
+            return self.over_connect(cfg)
         master = spark_master(BaseHook.get_connection(self.conn_id))
         if cfg.spark.master and cfg.spark.master != master:
             raise ValueError(f"{cfg.path}: spark.master is {cfg.spark.master} but the Spark "
@@ -98,9 +105,31 @@ class ArchiveOperator(BaseOperator):
         except TerminalError as exc:  # the job's own, recorded: no retry can help
             raise AirflowFailException(f"TerminalError: {exc}") from exc
 
+    def over_connect(self, cfg: config.Config) -> None:
+        """The job as a Spark Connect client in this task's process: no JVM here. The
+        executors are the server's, with its own S3 credentials; Kafka's reach them in the
+        Config their tasks receive, as on a cluster. The group's server session is
+        reattached: whatever an earlier attempt left running in it is interrupted first."""
+        storage = connections.storage(self.s3_conn_id)
+        url = SparkConnectHook(self.connect_conn_id).get_connection_url()
+
+        def launch():
+            self.session = spark.connect_session(url, self.group)
+            try:
+                self.session.interruptAll()  # a killed attempt's job must not write beside this one
+                job.recorded(self.session, cfg, self.plan_url, storage)
+            finally:
+                spark.close_client(self.session)
+        try:
+            job.launched(storage, self.plan_url, launch, ArchiveError)
+        except TerminalError as exc:  # the job's own, recorded: no retry can help
+            raise AirflowFailException(f"TerminalError: {exc}") from exc
+
     def on_kill(self) -> None:
         if self.hook:
             self.hook.on_kill()
+        if self.session is not None:
+            self.session.interruptAll()
 
 
 class ReplayOperator(ArchiveOperator):

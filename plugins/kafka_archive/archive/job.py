@@ -48,22 +48,29 @@ def main(session, config_path: str, plan_url: str) -> Manifest:
     the plan for ArchiveOperator (terminal or transient) before it is raised."""
     from kafka_archive import kafka_connection  # the driver's only
 
+    return recorded(session, kafka_connection.connected(load_config(config_path)), plan_url,
+                    Storage.from_environment())
+
+
+def recorded(session, config: Config, plan_url: str, storage: Storage) -> Manifest:
+    """run, a classified failure recorded beside the plan (for job.launched) and raised."""
     try:
-        return run(session, kafka_connection.connected(load_config(config_path)), plan_url)
+        return run(session, config, plan_url, storage)
     except ArchiveError as failed:
-        record_failure(Storage.from_environment(), plan_url, failed)
+        record_failure(storage, plan_url, failed)
         raise
 
 
-def run(session, config: Config, plan_url: str) -> Manifest:
-    """The plan archived by Spark's tasks, the driver asking Kafka with kafka-python."""
+def run(session, config: Config, plan_url: str, storage: Storage | None = None) -> Manifest:
+    """The plan archived by Spark's tasks (a classic driver's or a Spark Connect client's
+    session), the driver asking Kafka with kafka-python."""
     from kafka_archive import brokers
 
     def archived(plan: Plan, slices: list[Slice]) -> list[SliceRow]:
         tasks = task_slices(slices, spark.parallelism(session))
         return spark.mapped(session, len(tasks), ArchiveTask(config, plan, tasks),
                             "the archive job")
-    return archive_plan(config, plan_url, Storage.from_environment(),
+    return archive_plan(config, plan_url, storage or Storage.from_environment(),
                         lambda: brokers.consumer(config), archived)
 
 
