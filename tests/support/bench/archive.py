@@ -157,6 +157,20 @@ def spark_submit(config_path: Path, plan_url: str, spark_args: list[str],
                                 profile)
 
 
+def connect_client(config_path: Path, plan_url: str, url: str, group: str,
+                   log_path: Path) -> SparkRun:
+    """The archive task's part over Spark Connect in a process of its own (connect_client),
+    sampled like a spark-submit: what it costs on the Airflow worker. The server's CPU is
+    among the services' (spark-connect)."""
+    from kafka_archive import config
+    from kafka_archive.airflow import operators
+
+    env = operators.submit_environment(config.load(config_path))
+    command = [sys.executable, "-m", "tests.support.bench.connect_client", "--config",
+               str(config_path), "--plan", plan_url, "--url", url, "--group", group]
+    return _sampled(command, env, log_path)
+
+
 def sampled_spark_submit(command: list[str], env: dict[str, str], log_path: Path,
                          profile: Path | None = None) -> SparkRun:
     """Run `command` (a spark-submit) sampling its process tree; with `profile`, under
@@ -178,7 +192,8 @@ def _sampled(command: list[str], env: dict[str, str], log_path: Path) -> SparkRu
     with open(log_path, "wb") as log:
         started = time.perf_counter()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL, cwd=log_path.parent)
+                                stdin=subprocess.DEVNULL,
+                                cwd=log_path.parent if command[0] != sys.executable else localservices.ROOT)
         sampler = TreeSampler(proc.pid)
         sampler.start()
         returncode = proc.wait()
@@ -316,8 +331,10 @@ def timed(fn, *args):
 
 def archive_run(label: str, config_path: Path, expected_records: int, spark_args: list[str],
                 work: Path, measure_idle: bool = False, group: str = GROUP,
-                master: str | None = None, profile: Path | None = None) -> ArchiveRun:
-    """plan, spark-submit, commit, as the DAG runs them; then optionally plan again with
+                master: str | None = None, profile: Path | None = None,
+                connect: str | None = None) -> ArchiveRun:
+    """plan, spark-submit (or, with `connect`, the job as a client of that Spark Connect
+    server: connect_client), commit, as the DAG runs them; then optionally plan again with
     nothing left to archive."""
     from kafka_archive import config as config_module
     from kafka_archive.airflow import connections, tasks
@@ -328,9 +345,13 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     plan_url, plan_s = timed(tasks.plan, group, run_id)
     if plan_url is None:
         raise RuntimeError(f"{label}: the plan found nothing to archive")
-    spark_run = spark_submit(config_path, plan_url, spark_args,
-                             work / f"spark-{label}.log", master,
-                             profile / f"{label}.txt" if profile else None)
+    if connect:
+        spark_run = connect_client(config_path, plan_url, connect, group,
+                                   work / f"connect-{label}.log")
+    else:
+        spark_run = spark_submit(config_path, plan_url, spark_args,
+                                 work / f"spark-{label}.log", master,
+                                 profile / f"{label}.txt" if profile else None)
     load = uptime()
     summary, commit_s = timed(tasks.commit, plan_url)
     if summary["records"] != expected_records:
@@ -667,7 +688,44 @@ def peer_rows(peers: dict[str, PeerRun], runs: dict[str, ArchiveRun], mib: float
 
 
 def cpu_per_gib(run: SparkRun, mib: float) -> float:
-    return (sum(run.memory.cpu_s.values()) + run.services_cpu_s.get("kafka", 0.0)) / (mib / 1024)
+    """The archive's processes (spark-submit's tree, or the Connect client and server) and
+    the broker, per GiB."""
+    return (sum(run.memory.cpu_s.values()) + run.services_cpu_s.get("kafka", 0.0)
+            + run.services_cpu_s.get("spark-connect", 0.0)) / (mib / 1024)
+
+
+def describe_connect(connect: dict[str, ArchiveRun], runs: dict[str, ArchiveRun],
+                     tiny: ArchiveRun | None, tiny_connect: ArchiveRun | None,
+                     peers: dict[str, PeerRun], mib: float) -> None:
+    """Issue 43's figures: each run over Spark Connect beside the same run's spark-submit
+    and the peer, one invocation."""
+    say("over Spark Connect (the client a process of its own, as the Airflow task; the "
+        "server's CPU counted):")
+    row("", "whole s", "job s", "client RSS MiB", "CPU-s/GiB", "x spark-submit")
+    for label, run in connect.items():
+        classic = runs.get(label)
+        row(label, f"{run.total_s:.2f}", f"{run.spark.log.job_s or 0:.2f}",
+            f"{run.spark.memory.peak_total_mib:,.0f}", f"{cpu_per_gib(run.spark, mib):.1f}",
+            f"{classic.total_s / run.total_s:.2f}" if classic else "-")
+        if classic:
+            row(f"  {label}, spark-submit", f"{classic.total_s:.2f}",
+                f"{classic.spark.log.job_s or 0:.2f}",
+                f"{classic.spark.memory.peak_total_mib:,.0f}",
+                f"{cpu_per_gib(classic.spark, mib):.1f}", "")
+        peer = peers.get("parquet")
+        if peer is not None and label != "none":
+            verdict(f"{label}: whole run over Connect vs the parquet peer's, x",
+                    (peer.spark.seconds) / run.total_s, 3.0)
+        verdict(f"{label}: the client's peak RSS, MiB", run.spark.memory.peak_total_mib, 300,
+                higher_is_better=False)
+    if tiny is not None and tiny_connect is not None:
+        row("one message", f"{tiny_connect.total_s:.2f}", "", f"{tiny_connect.spark.memory.peak_total_mib:,.0f}",
+            "", f"{tiny.total_s / tiny_connect.total_s:.2f}")
+        row("  one message, spark-submit", f"{tiny.total_s:.2f}", "",
+            f"{tiny.spark.memory.peak_total_mib:,.0f}", "", "")
+        verdict("one-message run over Connect (plan + job + commit), seconds",
+                tiny_connect.total_s, 2.0, higher_is_better=False)
+    say(f"  uptime: {uptime()}")
 
 
 def verdict(what: str, value: float, target: float, higher_is_better: bool = True) -> None:
@@ -816,6 +874,11 @@ def main() -> int:
                         help="also run the default-codec archive on this Spark master (e.g. the "
                              "local standalone cluster, spark://127.0.0.1:17077) and print it "
                              "next to local[2], with the per-task skew")
+    parser.add_argument("--connect", action="store_true",
+                        help="also run each archive run, and the one-message run, over the "
+                             "local Spark Connect server (localservices spark-connect, started "
+                             "if needed): the client a process of its own, printed beside "
+                             "spark-submit (issue 43)")
     parser.add_argument("--replay", action="store_true",
                         help="also replay the default-codec archive into a new topic and print "
                              "the replay's throughput")
@@ -829,7 +892,9 @@ def main() -> int:
             return 0
     service_env = localservices.local_env()
     local_cluster = args.master == localservices.spark_master_url(service_env)
-    wanted = ["kafka", "s3"] + ([s.name for s in localservices.SPARK_SERVICES] if local_cluster else [])
+    wanted = (["kafka", "s3"] + ([s.name for s in localservices.SPARK_SERVICES] if local_cluster else [])
+              + (["spark-connect"] if args.connect else []))
+    connect_url = localservices.spark_connect_url(service_env) if args.connect else None
     started_services = [name for name in wanted if localservices.SERVICES[name].start(service_env)]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     work = Path(tempfile.mkdtemp(prefix=f"kafka-archive-bench-{stamp}-"))
@@ -878,7 +943,7 @@ def main() -> int:
         consumers = [consumer_perf(bootstrap, topic, messages)]
         describe_consumer(1, consumers[0])
 
-        runs, peers = {}, {}
+        runs, peers, connect = {}, {}, {}
         # each archive run and its peer back to back, so both see the same machine
         for compression in args.compressions:
             peer_sink = PEER_SINK[compression]
@@ -892,6 +957,14 @@ def main() -> int:
                                             work, measure_idle=compression == args.compressions[0],
                                             profile=args.profile)
             describe_spark(runs[compression], payload)
+            if connect_url:
+                say(f"archive over Spark Connect, compression={compression}:")
+                connect[compression] = archive_run(
+                    compression, write_config(work / f"{compression}-connect", topic,
+                                              f"s3://{bucket}/{prefix}{compression}-connect",
+                                              compression, level=args.level),
+                    messages, spark_args, work, connect=connect_url)
+                describe_spark(connect[compression], payload)
             if not args.skip_peer and peer_sink not in peers:
                 say(f"peer, Structured Streaming availableNow -> {peer_sink}:")
                 peers[peer_sink] = peer_run(peer_sink, bootstrap, topic, messages, spark_args,
@@ -926,7 +999,7 @@ def main() -> int:
         consumers.append(consumer_perf(bootstrap, topic, messages))
         describe_consumer(2, consumers[1])
 
-        tiny = None
+        tiny = tiny_connect = None
         if not args.skip_tiny:
             from kafka import KafkaProducer
 
@@ -940,8 +1013,17 @@ def main() -> int:
                                                     f"s3://{bucket}/{prefix}tiny", "default"),
                                1, spark_args, work)
             describe_spark(tiny, args.message_bytes)
+            if connect_url:
+                say("archive over Spark Connect, one message:")
+                tiny_connect = archive_run(
+                    "tiny", write_config(work / "tiny-connect", tiny_topic,
+                                         f"s3://{bucket}/{prefix}tiny-connect", "default"),
+                    1, spark_args, work, connect=connect_url)
+                describe_spark(tiny_connect, args.message_bytes)
 
         report(args, topic, messages, payload, produced, consumers, runs, tiny, peers)
+        if connect_url:
+            describe_connect(connect, runs, tiny, tiny_connect, peers, payload / MIB)
         if args.master:
             same = (manifest_files(s3, runs["default"].plan_url, f"s3://{bucket}/{prefix}default")
                     == manifest_files(s3, runs["cluster"].plan_url, f"s3://{bucket}/{prefix}cluster"))

@@ -107,14 +107,16 @@ class TreeSampler(threading.Thread):
 
 
 def service_cpu_s() -> dict[str, float]:
-    """CPU seconds used so far by the broker's and the S3 server's processes, and by the
+    """CPU seconds used so far by the broker's, the S3 server's and the Spark Connect
+    server's processes (its Python workers too), and by the
     whole machine (`machine`: busy time of all cores)."""
     times = psutil.cpu_times()
     out = {"machine": sum(times) - times.idle - times.iowait}
-    for name in ("kafka", "s3"):
+    for name in ("kafka", "s3", "spark-connect"):
         if pid := localservices.SERVICES[name].pid():
             try:
-                out[name] = _cpu_s(psutil.Process(pid))
+                server = psutil.Process(pid)  # the Connect server: with its Python workers
+                out[name] = sum(_cpu_s(p) for p in [server, *server.children(recursive=True)])
             except psutil.Error:
                 pass
     return out

@@ -1,0 +1,33 @@
+"""The archive task over Spark Connect, as the benchmark runs it in a process of its own
+(the Airflow task's part: no JVM here): connect to the group's server session, run the
+plan's job as a Connect client, print the job's summary (progress.lines, which the
+benchmark parses as spark-submit's) and the process's peak RSS.
+
+    python -m tests.support.bench.connect_client --config C --plan URL --url sc://... --group G
+"""
+
+import argparse
+import resource
+import time
+
+from kafka_archive import config, kafka_connection, spark
+from kafka_archive.archive import job, progress
+from kafka_archive.storage import Storage
+
+parser = argparse.ArgumentParser()
+for name in ("--config", "--plan", "--url", "--group"):
+    parser.add_argument(name, required=True)
+args = parser.parse_args()
+
+started = time.monotonic()
+session = spark.connect_session(args.url, args.group)
+ready = time.monotonic()
+try:
+    session.interruptAll()
+    manifest = job.recorded(session, kafka_connection.connected(config.load(args.config)),
+                            args.plan, Storage.from_environment())
+    print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)))
+finally:
+    spark.close_client(session)
+print(f"client peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB",
+      flush=True)
