@@ -251,6 +251,9 @@ def _airflow_test_config(bucket: str) -> Path:
     raw["token_root"] = str(home / "tokens")
     for group in raw["groups"].values():  # mail to alerts.email_to, subject naming the run
         group["deadline"] = STACK_DEADLINE
+        # the stack's tests kill and time spark-submit: the example's Connect server is the
+        # demo's (tests/integration/test_spark_connect.py runs the job over Connect)
+        group.pop("spark_connect", None)
     path = home / "test-config.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("# written by tests/integration/conftest.py for the airflow fixture\n"

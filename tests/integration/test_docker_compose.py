@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / ".env.example"
 SERVICES = {"kafka", "minio", "minio-init", "postgres", "mailpit", "airflow-init",
             "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-            "airflow-triggerer"}
+            "airflow-triggerer", "spark-connect"}
 
 
 def compose_config(env_file: Path) -> subprocess.CompletedProcess:
@@ -33,7 +33,10 @@ def test_compose_file_resolves_with_the_example_env():
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]
     assert set(services) == SERVICES
-    for name in SERVICES - {"kafka", "minio", "minio-init", "postgres", "mailpit"}:
+    assert services["spark-connect"]["image"] == "kafka-archive-airflow:local"
+    assert "ports" not in services["spark-connect"]  # reached by the Airflow containers only
+    assert "spark-connect" in services["airflow-scheduler"]["depends_on"]
+    for name in SERVICES - {"kafka", "minio", "minio-init", "postgres", "mailpit", "spark-connect"}:
         assert services[name]["image"] == "kafka-archive-airflow:local"
         mounts = {v.split(":")[1] for v in services[name]["volumes"]}
         assert {"/opt/airflow/dags", "/opt/airflow/plugins", "/opt/airflow/config"} <= mounts

@@ -915,11 +915,13 @@ def spark_connect_url(env: dict[str, str]) -> str:
 
 
 def _spark_connect_env(env: dict[str, str]) -> dict[str, str]:
-    """The server's environment: its Python workers on the executor venv, and the local
-    S3's credentials as the server's own (a shared server's executors use theirs: an
-    instance profile, IRSA), never a client's."""
+    """The server's environment: its Python workers on the project's venv (scripts/install
+    without --for-tests has no executor venv), and the local S3's credentials as the
+    server's own (a shared server's executors use theirs: an instance profile, IRSA),
+    never a client's."""
     key, secret = _s3_credentials(env)
     return {**_spark_process_env(SERVICES_DIR / "spark-connect"), **trust_env(),
+            "PYSPARK_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
             "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": s3_endpoint(env),
             # Spark's launcher gives its servers the daemons' heap: the driver's, with local[2]'s
@@ -945,7 +947,8 @@ SPARK_CONNECT = Service(
         "--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN",
         "--driver-java-options", " ".join(SERVICE_JVM_OPTIONS), "spark-internal"],
     ready=_spark_connect_ready,
-    prepare=_spark_prepare,
+    prepare=lambda env, home: [(home / sub).mkdir(parents=True, exist_ok=True)
+                               for sub in ("conf", "local", "work")],
     process_env=_spark_connect_env,
     inherit_env=False,
 )
@@ -953,7 +956,8 @@ SPARK_CONNECT = Service(
 SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, ICEBERG_REST, AIRFLOW,
                                 *SPARK_SERVICES, SPARK_CONNECT)}
 # what `start` without names starts: with PostgreSQL where it holds Airflow's database
-DEFAULT_SERVICES = ("kafka", "s3", "smtp", *(("postgres",) if postgres_installed() else ()))
+DEFAULT_SERVICES = ("kafka", "s3", "smtp", "spark-connect",
+                    *(("postgres",) if postgres_installed() else ()))
 ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers
 
 
@@ -997,6 +1001,9 @@ def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
         "AIRFLOW_CONN_KAFKA_ARCHIVE_S3": json.dumps(s3_conn),
         "AIRFLOW_CONN_KAFKA_ARCHIVE_SMTP": json.dumps(smtp_conn),
         "AIRFLOW_CONN_KAFKA_ARCHIVE_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_KAFKA_ARCHIVE_SPARK_CONNECT": json.dumps(
+            {"conn_type": "spark_connect", "host": "127.0.0.1",
+             "port": int(env["KAFKA_ARCHIVE_SPARK_CONNECT_PORT"])}),
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),

@@ -14,6 +14,7 @@ line or a log. A driver on the cluster (cluster deploy mode) uses the cluster's 
 from __future__ import annotations
 
 import os
+import time
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -22,7 +23,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kafka_archive import config, spark
 from kafka_archive.airflow import connections
-from kafka_archive.archive import job
+from kafka_archive.archive import job, progress
 from kafka_archive.errors import ArchiveError, TerminalError
 
 
@@ -114,12 +115,16 @@ class ArchiveOperator(BaseOperator):
         url = SparkConnectHook(self.connect_conn_id).get_connection_url()
 
         def launch():
+            started = time.monotonic()
             self.session = spark.connect_session(url, self.group)
+            connected = time.monotonic()
             try:
                 self.session.interruptAll()  # a killed attempt's job must not write beside this one
-                job.recorded(self.session, cfg, self.plan_url, storage)
+                manifest = job.recorded(self.session, cfg, self.plan_url, storage)
             finally:
                 spark.close_client(self.session)
+            for line in progress.lines(manifest, time.monotonic() - started, connected - started):
+                self.log.info("%s", line)
         try:
             job.launched(storage, self.plan_url, launch, ArchiveError)
         except TerminalError as exc:  # the job's own, recorded: no retry can help

@@ -40,6 +40,9 @@ def dag_bag(tmp_path, text: str) -> dict:
         print("RESULT:", json.dumps({{"ids": sorted(bag.dag_ids),
                                       "after_commit": {{i: sorted(d.get_task("commit").downstream_task_ids)
                                                        for i, d in bag.dags.items() if "commit" in d.task_ids}},
+                                      "connect": {{i: d.get_task("archive").connect_conn_id
+                                                  for i, d in bag.dags.items() if "archive" in d.task_ids
+                                                  and hasattr(d.get_task("archive"), "connect_conn_id")}},
                                       "errors": {{k: v[-300:] for k, v in bag.import_errors.items()}}}}))
     """)
     env = {**os.environ, "KAFKA_ARCHIVE_CONFIG": str(path), "AIRFLOW_HOME": str(tmp_path / "af")}
@@ -57,6 +60,14 @@ def test_a_table_groups_dag_expires_snapshots_after_commit(tmp_path):
     assert found["after_commit"]["kafka_archive_tables"] == [
         "expire_snapshots", "freshness", "held_topics"]
     assert found["after_commit"]["kafka_archive_raw"] == ["freshness", "held_topics"]
+
+
+def test_a_group_with_spark_connect_runs_its_job_over_that_connection(tmp_path):
+    found = dag_bag(tmp_path, BASE + "groups:\n  raw: {}\n"
+                              "  remote: {spark_connect: shared_connect}\n")
+    assert found["errors"] == {}
+    assert found["connect"]["kafka_archive_remote"] == "shared_connect"
+    assert found["connect"]["kafka_archive_raw"] is None  # spark-submit
 
 
 @pytest.mark.parametrize("name", CONFIGS)
