@@ -327,7 +327,30 @@ def mapped(session, tasks: int, task: Callable[[int], Iterable[dict]], what: str
     except ArchiveError:
         raise
     except Exception as exc:  # Spark's PythonException (or Py4JJavaError), quoting the task's
+        if lost := connection_lost(exc):
+            raise TransientError(f"{what}: the Spark Connect server stopped answering "
+                                 f"({lost}); the run is done again") from exc
         raise task_failure(exc, what) from exc
+
+
+# what a Connect server's shutdown (SIGTERM: its SparkContext stops first) does to a job
+_SERVER_STOPPING = ("stopped SparkContext", "SparkContext was shut down")
+
+
+def connection_lost(exc: BaseException) -> str | None:
+    """What a Connect client's error says when the server went away (restarted, killed,
+    a network cut): the gRPC status, or the client's retries given up; None otherwise."""
+    while exc is not None:
+        status = getattr(exc, "getGrpcStatusCode", lambda: None)()
+        if status is not None and status.name in ("UNAVAILABLE", "CANCELLED"):
+            return f"gRPC status {status.name}"
+        if type(exc).__name__ == "RetriesExceeded":
+            return "the client's retries given up"
+        if type(exc).__module__.startswith("pyspark.errors.exceptions.connect") and any(
+                stopped in str(exc) for stopped in _SERVER_STOPPING):
+            return "its Spark stopped under the job"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def parallelism(session) -> int:

@@ -113,3 +113,40 @@ def test_a_server_that_cannot_be_reached_is_named_within_10_s_as_transient(pipel
                                              r"cannot be reached: gRPC status UNAVAILABLE"):
         spark.connect_session(f"sc://127.0.0.1:{port}", GROUP)
     assert time.monotonic() - started < 10
+
+
+def test_a_server_restarted_mid_run_fails_it_transient_and_the_next_run_finishes(
+        pipeline, kafka, spark_connect, service_env, sc, tmp_path):
+    """The Connect server stopped while a job runs (a restart, a crash): the run fails
+    transient (Airflow retries it), and once the server is back the run is done again:
+    each message once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support import localservices
+
+    topic = pipeline.create_topic("restart", 4)
+    pipeline.produce(varied_messages(topic, 4, 400, seed=11))
+    expected = {(t, p, o) for t, p, o, *_ in consumed(kafka, [topic])}
+    plan_url = pipeline.plan("connect-restart")
+    server = localservices.SERVICES["spark-connect"]
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(over_connect, spark_connect, plan_url)
+        deadline = time.monotonic() + 120
+        while not pipeline.data_files() and not run.done():  # the job under way
+            assert time.monotonic() < deadline, "the job wrote no file"
+            time.sleep(0.05)
+        server.stop()
+        try:
+            run.result(timeout=120)
+            finished_first = True  # the job was done before the server stopped
+        except TransientError as exc:
+            finished_first = False
+            assert "Spark Connect server" in str(exc)
+    server.start(service_env)
+    if not finished_first:
+        over_connect(spark_connect, plan_url)
+    pipeline.commit(plan_url)
+    read = hadoop_read(pipeline, sc, tmp_path)
+    assert len(read) == len(set(read)) == len(expected)
+    assert set(read) == expected
+    print(f"server stopped {'after' if finished_first else 'during'} the job")

@@ -33,7 +33,6 @@ import os
 import shlex
 import signal
 import smtplib
-import socket
 import ssl
 import subprocess
 import sys
@@ -930,10 +929,14 @@ def _spark_connect_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def _spark_connect_ready(env: dict[str, str]) -> None:
-    """Its gRPC port answers (bound once the server's SparkContext is up)."""
-    with socket.create_connection(("127.0.0.1", int(env["KAFKA_ARCHIVE_SPARK_CONNECT_PORT"])),
-                                  timeout=2):
-        pass
+    """Its gRPC server takes a channel (an HTTP/2 connection, not only an open port)."""
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{env['KAFKA_ARCHIVE_SPARK_CONNECT_PORT']}") as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=2)
+        except grpc.FutureTimeoutError:
+            raise NotReady("the Spark Connect server takes no gRPC channel yet") from None
 
 
 SPARK_CONNECT = Service(
