@@ -21,14 +21,14 @@ from typing import Callable, Iterable, Iterator
 
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
 # the files import this module and should not pay for it
-from kafka_archive import layout, spark
+from kafka_archive import catalog, layout, spark
 from kafka_archive.archive import slice_writer, source
 from kafka_archive.config import Config, load as load_config
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.formats import columns, parsers
 from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
                                     write as write_manifest)
-from kafka_archive.plan import inflight
+from kafka_archive.plan import inflight, runs
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
 from kafka_archive.storage import Storage
 
@@ -269,22 +269,17 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
     eaten into, or of a topic deleted since: this attempt, starting at Kafka's earliest
     offset, wrote (and dropped) other names, or none, so theirs would stay beside the
     catalog, read by the folders' readers (the slice's messages are the run's loss,
-    recorded; a deleted topic's slice is not archived, its token stays). Files with a first
-    offset inside the slice are this plan's own: the originals a rewind replaces were moved
-    aside. A table group's files are under the run's folder (orphans, swept later). An
-    event-time group's are spread over whichever time partitions (or `_late/`) their
-    messages' times chose: the topic's whole tree is listed, which only a slice lost
-    between two attempts costs."""
+    recorded; a deleted topic's slice is not archived, its token stays). Only files no
+    current row of the catalog names go (runs.unlisted): a committed run's file of the same
+    name (its commit cut short, then found again by a rebuild) stays. A table group's files
+    are under the run's folder (orphans, swept later)."""
     group = config.group(plan.group)
-    if group.table is not None:
+    if group.table is not None or not lost:
         return
+    cat = catalog.open_catalog(storage, config, plan.group)
     for s in lost:
-        folder, after = layout.slice_listing(config.archive_root, plan.group,
-                                             group.layout.kind == "event_time", s.topic,
-                                             s.partition, plan.generation, s.start)
-        for url, _ in storage.list(folder, start_after=after):
-            if layout.of_slice(url, plan.generation, s.partition, s.start, s.end):
-                storage.delete(url)
+        for url in runs.unlisted(storage, config, group, cat, s, set(), end=s.end):
+            storage.delete(url)
 
 
 class ArchiveTask:

@@ -76,10 +76,17 @@ def run_folders(storage: Storage, runs_url: str) -> dict[str, set[str]]:
     return folders
 
 
+def committed(names: set[str]) -> bool:
+    """Whether a run folder's files say its run committed: a committed.json, and no
+    given_up.json (a commit cut short before the catalog, then given up by the next plan,
+    which undid its files: never part of the archive)."""
+    return "committed.json" in names and "given_up.json" not in names
+
+
 def committed_runs(storage: Storage, root: str, group: str) -> list[str]:
     """The folders of the group's committed runs."""
     return [run for run, names in run_folders(storage, layout.runs_dir(root, group)).items()
-            if "committed.json" in names]
+            if committed(names)]
 
 
 def run_folder(root: str, group: str, run_id: str) -> str:
@@ -150,7 +157,7 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
     rows and a window of runs, never the group's history (a year of 15-minute runs of
     100 partitions is 3.5 million rows). The rows come back in key order."""
     folders = run_folders(storage, layout.runs_dir(root, group))
-    commits = [run for run, names in folders.items() if "committed.json" in names]
+    commits = [run for run, names in folders.items() if committed(names)]
     backfill_runs = [run for run, names in folders.items() if "backfill.json" in names]
     by_id = {run.rsplit("/", 1)[-1]: run for run in commits}
     state = State()  # the fold of the same entries the commits and backfills append

@@ -23,6 +23,7 @@ from kafka import TopicPartition
 
 from kafka_archive import brokers, catalog, layout
 from kafka_archive.config import Config, Group
+from kafka_archive.plan import inflight
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import MalformedTokenError, TokenStore
 
@@ -44,10 +45,18 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
     offsets again) or finalized by an earlier attempt."""
     if group.layout.kind != "event_time":
         return {"paths": {}, "again": {}}
-    through = archived_through(config, group, tokens, consumer, now_ms)
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
     record_url = layout.run_file(config.archive_root, group.name, run_id, "finalized.json")
     earlier = json.loads(storage.get_or_none(record_url) or b"{}")
+    # a plan in flight took the watermark when it was made: its job files a message by
+    # that, so an hour finalized now could still receive files; its run finalizes after
+    # its commit (this one is a re-execution of an earlier run's, a Clear)
+    holder = inflight.holding(storage, config.archive_root, group.name)
+    if holder is not None:
+        log.warning("%s: run %s is in flight: nothing is finalized until its commit",
+                    group.name, holder)
+    through = {} if holder is not None else archived_through(config, group, tokens,
+                                                            consumer, now_ms)
     done: dict[str, dict] = {}
     for topic, through_ms in sorted(through.items()):
         mark = watermark(through_ms, group.lateness_s)

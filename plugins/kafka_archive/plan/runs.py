@@ -265,21 +265,24 @@ def _read_tokens(tokens: TokenStore, group: str, topics: list[str]
 def _names_taken(group: Group, topics: set[str], archived: set[str]) -> list[Anomaly]:
     """Pairs of topics of a parsed table group where one is named like the other's
     dead-letter table (`X` and `X_dlq`): both would write one table, and its rows of two
-    shapes fail every commit. The one archived first (the catalog knows it) keeps the
-    name; the other is held, named in the anomaly, and the group's other topics go on.
-    Neither archived yet: `X_dlq` is held."""
+    shapes fail every commit. A pair is one whether both are in Kafka or one of them was
+    archived (the catalog knows it; a topic deleted from Kafka keeps its tables). The one
+    archived first keeps the name; the other, if Kafka has it, is held, named in the
+    anomaly, and the group's other topics go on. Neither archived yet: `X_dlq` is held."""
     if not group.parsed_table:
         return []
     suffix = layout.DEAD_LETTER_SUFFIX
+    known = topics | archived
+    pairs = {(t, t.removesuffix(suffix)) for t in known if t.endswith(suffix)
+             and t.removesuffix(suffix) in known}
     held = []
-    for named in sorted(t for t in topics if t.endswith(suffix)):
-        if (base := named.removesuffix(suffix)) not in topics:
-            continue
+    for named, base in sorted(pairs):
         if named in archived and base not in archived:
-            held.append(Anomaly("name_taken", base, -1, 0, 0, "failed",
-                                f"its dead-letter table would be the table of topic {named} "
-                                f"in group {group.name}, archived first ({named})"))
-        else:
+            if base in topics:
+                held.append(Anomaly("name_taken", base, -1, 0, 0, "failed",
+                                    f"its dead-letter table would be the table of topic "
+                                    f"{named} in group {group.name}, archived first ({named})"))
+        elif named in topics:
             held.append(Anomaly("name_taken", named, -1, 0, 0, "failed",
                                 f"its table would be the dead-letter table of topic {base} "
                                 f"in group {group.name} ({named})"))
@@ -323,19 +326,20 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
         summary = topic and topic.summaries.get(part_key(s.partition, config.generation))
         if not summary or summary.end is None or s.start >= summary.end:
             continue  # not a rewind: the plan's files take the names an earlier attempt's had
-        for url in _unlisted(storage, config, group, cat, s, set(superseded) | set(found)):
+        for url in unlisted(storage, config, group, cat, s, set(superseded) | set(found)):
             log.warning("%s is in no current row of the catalog (a plan given up before its "
                         "commit wrote it): moved aside with what the rewind replaces", url)
             found.append(url)
     return found
 
 
-def _unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
-              s: planning.Slice, known: set[str]) -> list[str]:
-    """The files of the slice's Kafka partition, from the slice's first offset on, that no
-    current row of the catalog names (and not in known). One listing: the partition's
-    folder, or an event-time group's topic tree (only a rewind's or a given-up plan's
-    cost); a table's reader reads its snapshot."""
+def unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
+             s: planning.Slice, known: set[str], end: float = float("inf")) -> list[str]:
+    """The files of the slice's Kafka partition whose first offset is in [slice start,
+    end), that no current row of the catalog names (and not in known): strays, never a
+    committed file. One listing: the partition's folder, or an event-time group's topic
+    tree (only a rewind's, a given-up plan's or a lost slice's cost); a table's reader
+    reads its snapshot."""
     if group.table is not None:
         return []
     current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
@@ -344,7 +348,7 @@ def _unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catal
                                          group.layout.kind == "event_time", s.topic,
                                          s.partition, config.generation, s.start)
     return [url for url, _ in storage.list(folder, start_after=after)
-            if layout.of_slice(url, config.generation, s.partition, s.start)
+            if layout.of_slice(url, config.generation, s.partition, s.start, end)
             and url not in current and url not in known]
 
 
@@ -433,7 +437,7 @@ def _undo_given_up(storage: Storage, config: Config, group: Group, cat: catalog.
     leftovers = {f["url"] for e in (written or {}).get("slices", ()) for f in row_files(e)
                  if f["url"] not in current and storage.size(f["url"]) is not None}
     for s in plan.slices:
-        leftovers.update(_unlisted(storage, config, group, cat, s, leftovers))
+        leftovers.update(unlisted(storage, config, group, cat, s, leftovers))
     for url in sorted(leftovers):
         storage.move(url, layout.superseded(root, plan.run_id, url))
     return restored, sorted(leftovers)

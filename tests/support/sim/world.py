@@ -810,18 +810,28 @@ class World:
 
     def _name_taken(self, topic: str) -> bool:
         """A parsed group's pair of topics `X` and `X_dlq` (one table name): the one
-        archived first keeps it, the other is held (mailed: a person excludes it from the
-        group); neither archived yet, `X_dlq` is held."""
+        archived first keeps it, the other (if in Kafka) is held (mailed: a person excludes
+        it from the group); neither archived yet, `X_dlq` is held."""
         if self.shape != "parsed":
             return False
         present = self.kafka.consumer_topics()
-        archived = {t for t, _ in self.ever_archived}
+        archived = {t for t, _ in self.ever_archived} | self._topics_in_catalog()
         named, base = (topic, topic.removesuffix("_dlq")) if topic.endswith("_dlq") else (
             topic + "_dlq", topic)
-        if named not in present or base not in present:
+        # a pair: both in Kafka, or one of them archived (a deleted topic keeps its tables)
+        other = base if topic == named else named
+        if topic not in present or other not in present | archived:
             return False
         base_held = named in archived and base not in archived
         return topic == (base if base_held else named)
+
+    def _topics_in_catalog(self) -> set[str]:
+        """Topics with a current row now (archived, whether or not a check saw it quiet)."""
+        try:
+            cat = catalog.open_catalog(Storage(), self.config, self.group)
+        except catalog.CatalogUnreadable:
+            return set()
+        return {row["topic"] for row in cat.rows()}
 
     def drain(self) -> list[str]:
         """Liveness: only what the run's failures tell a person to do (accept a retention
