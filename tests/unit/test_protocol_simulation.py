@@ -243,13 +243,13 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "held topic never mailed again": HELD_TOPIC_NEVER_MAILED_AGAIN}
 
 
-# in a table group's world (--tables seed 2, red with a committed run's commit not final)
+# in a table group's world (--shape tables seed 2, red with a committed run's commit not final)
 COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE = [
     ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 0), ("produce", "t", 0, 6, True),
     ("run", "scheduled__2026-01-02T02:10:00+00:00", 0, 0, 0), ("produce", "t", 1, 3, False),
     ("clear_run", "scheduled__2026-01-01T00:03:00+00:00", 0), ("maintain", 4),
     ("task", "scheduled__2026-01-02T02:10:00+00:00", "commit", 0)]
-GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE = [  # --tables seed 69: read beside the catalog
+GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE = [  # --shape tables seed 69: read beside the catalog
     ("produce", "t", 1, 5, False), ("run", "scheduled__2026-01-01T00:23:00+00:00", 0, 0, 8),
     ("remove_inflight",)]
 # the 30-minute table-group soak of issue 41's third part, each shrunk: a given-up run's
