@@ -274,8 +274,11 @@ def connect_session(url: str, group: str):
     library version, reattached by its id: its Python workers stay warm from run to run,
     and the library (a session artifact, `pyfile`) is sent only when the session lacks it.
     TransientError naming the server when it cannot be reached."""
-    from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
+    # the Connect client's own builder: pyspark's generic one refuses a remote session in a
+    # process with a classic one, and marks the process (SPARK_CONNECT_MODE_ENABLED) so
+    # that a spark-submit it starts later cannot make a classic one
+    from pyspark.sql.connect.session import SparkSession
 
     library = library_zip()
     session_id = uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-archive/{group}/{library.name}")
