@@ -790,7 +790,7 @@ class World:
         """Invariant 2 for tables: each topic's tables (a parsed group's: its rows and its
         dead letters) read exactly the files of the catalog's current rows (a reader of
         the tables sees what the catalog says)."""
-        for topic in sorted(t for t in self.kafka.topics if not self._name_taken(t)):
+        for topic in sorted(t for t in self.kafka.topics if self._owns_its_tables(t)):
             in_catalog = {f["url"] for row in rows if row["topic"] == topic
                           for f in row_files(row)}
             in_table = set()
@@ -809,21 +809,24 @@ class World:
                                 f"current files and lacks {sorted(_names(in_catalog - in_table))}")
 
     def _name_taken(self, topic: str) -> bool:
-        """A parsed group's pair of topics `X` and `X_dlq` (one table name): the one
-        archived first keeps it, the other (if in Kafka) is held (mailed: a person excludes
-        it from the group); neither archived yet, `X_dlq` is held."""
+        """A parsed group's topic in Kafka whose table name the other of its pair (`X`,
+        `X_dlq`) owns: held (mailed: a person excludes it from the group)."""
+        return topic in self.kafka.consumer_topics() and not self._owns_its_tables(topic)
+
+    def _owns_its_tables(self, topic: str) -> bool:
+        """Whether a topic's table names are its own: of a pair `X` and `X_dlq` (both in
+        Kafka, or one archived: a deleted topic keeps its tables) the one archived first
+        owns the name; neither archived yet, `X` does."""
         if self.shape != "parsed":
-            return False
-        present = self.kafka.consumer_topics()
-        archived = {t for t, _ in self.ever_archived} | self._topics_in_catalog()
+            return True
+        known = self.kafka.consumer_topics() | (archived := {t for t, _ in self.ever_archived}
+                                                | self._topics_in_catalog())
         named, base = (topic, topic.removesuffix("_dlq")) if topic.endswith("_dlq") else (
             topic + "_dlq", topic)
-        # a pair: both in Kafka, or one of them archived (a deleted topic keeps its tables)
-        other = base if topic == named else named
-        if topic not in present or other not in present | archived:
-            return False
-        base_held = named in archived and base not in archived
-        return topic == (base if base_held else named)
+        if (base if topic == named else named) not in known:
+            return True  # no pair
+        named_first = named in archived and base not in archived
+        return named_first == (topic == named)
 
     def _topics_in_catalog(self) -> set[str]:
         """Topics with a current row now (archived, whether or not a check saw it quiet)."""
