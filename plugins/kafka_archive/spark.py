@@ -293,12 +293,9 @@ def connect_session(url: str, group: str):
             session.conf.set(LIBRARY_CONF, library.name)
     except Exception as exc:  # noqa: BLE001  grpc's and pyspark's own: unreachable, refused
         close_client(session)
-        where = base.removeprefix("sc://")
-        # (pyspark wraps grpc's error; its text is grpc's repr, its status the code)
-        status = getattr(exc, "getGrpcStatusCode", lambda: None)()
-        why = f"gRPC status {status.name}" if status is not None else str(exc).splitlines()[0]
-        raise TransientError(f"the Spark Connect server at {where} cannot be reached: "
-                             f"{why[:300]}") from exc
+        why = connection_lost(exc) or str(exc).splitlines()[0]  # (grpc's repr: not the text)
+        raise TransientError(f"the Spark Connect server at {base.removeprefix('sc://')} "
+                             f"cannot be reached: {why[:300]}") from exc
     return session
 
 

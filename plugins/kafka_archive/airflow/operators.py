@@ -123,6 +123,7 @@ class ArchiveOperator(BaseOperator):
                 manifest = job.recorded(self.session, cfg, self.plan_url, storage)
             finally:
                 spark.close_client(self.session)
+                self.session = None  # nothing left for on_kill to interrupt
             for line in progress.lines(manifest, time.monotonic() - started, connected - started):
                 self.log.info("%s", line)
         try:

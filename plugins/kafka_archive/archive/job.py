@@ -28,7 +28,7 @@ from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.formats import columns, parsers
 from kafka_archive.manifest import (Manifest, SliceRow, read as read_manifest, row_files,
                                     write as write_manifest)
-from kafka_archive.plan import inflight, runs
+from kafka_archive.plan import inflight
 from kafka_archive.plan.planning import Anomaly, Plan, Slice
 from kafka_archive.storage import Storage
 
@@ -273,6 +273,8 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
     current row of the catalog names go (runs.unlisted): a committed run's file of the same
     name (its commit cut short, then found again by a rebuild) stays. A table group's files
     are under the run's folder (orphans, swept later)."""
+    from kafka_archive.plan import runs  # the driver's, rarely: not in every Python worker
+
     group = config.group(plan.group)
     if group.table is not None or not lost:
         return
