@@ -18,6 +18,7 @@ import re
 import sys
 import uuid
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -268,12 +269,13 @@ LIBRARY_CONF = "spark.kafka_archive.library"
 CONNECT_RETRIES = 3  # a Connect call tries this often more (~3 s): a server down is named at once
 
 
-def connect_session(url: str, group: str):
-    """A Spark Connect client session for a group's jobs at `url` (sc://host:port/;token=...,
-    as the Spark provider's SparkConnectHook builds it). One server session per group and
-    library version, reattached by its id: its Python workers stay warm from run to run,
-    and the library (a session artifact, `pyfile`) is sent only when the session lacks it.
-    TransientError naming the server when it cannot be reached."""
+def connect_session(url: str, name: str):
+    """A Spark Connect client session at `url` (sc://host:port/;token=..., as the Spark
+    provider's SparkConnectHook builds it) for the jobs `name` stands for (a group's archive
+    runs: its archive root and group, which no other deployment's group shares). One server
+    session per name and library version, reattached by its id: its Python workers stay
+    warm from run to run, and the library (a session artifact, `pyfile`) is sent only when
+    the session lacks it. TransientError naming the server when it cannot be reached."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
     # the Connect client's own builder: pyspark's generic one refuses a remote session in a
     # process with a classic one, and marks the process (SPARK_CONNECT_MODE_ENABLED) so
@@ -281,7 +283,7 @@ def connect_session(url: str, group: str):
     from pyspark.sql.connect.session import SparkSession
 
     library = library_zip()
-    session_id = uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-archive/{group}/{library.name}")
+    session_id = uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-archive/{name}/{library.name}")
     base, _, params = url.partition("/;")
     remote = f"{base.rstrip('/')}/;" + ";".join(filter(None, [params, f"session_id={session_id}"]))
     session = SparkSession.builder.remote(remote).create()
@@ -299,10 +301,29 @@ def connect_session(url: str, group: str):
     return session
 
 
-def close_client(session) -> None:
-    """Close a Connect client, its server session kept (warm for the group's next run)."""
-    session.release_session_on_close = False
+def close_client(session, keep: bool = True) -> None:
+    """Close a Connect client; its server session kept (warm for the next run of the same
+    name) unless `keep` is false."""
+    session.release_session_on_close = not keep
     session.stop()
+
+
+@contextmanager
+def connected(url: str, name: str, keep: bool = True):
+    """connect_session(url, name) for one job: whatever an earlier attempt (a killed task)
+    left running in that server session is interrupted first, so it cannot write beside
+    this one; the client closed at the end (close_client)."""
+    session = connect_session(url, name)
+    try:
+        session.interruptAll()
+        yield session
+    finally:
+        close_client(session, keep)
+
+
+def archive_session_name(config: Config, group: str) -> str:
+    """The Connect session name of a group's archive runs."""
+    return f"{config.archive_root.rstrip('/')}/{group}"
 
 
 # each Spark task's output: one JSON text per row (a manifest row, a replay's summary)

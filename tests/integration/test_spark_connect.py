@@ -1,15 +1,20 @@
-"""The archive job as a Spark Connect client (issue 43) on the real local Connect server
-(`localservices start spark-connect`): every message once, read back by Hadoop's own
-reader; a client killed mid-job and the run done again; a server that cannot be reached,
-named at once and classified transient."""
+"""The archive job as a Spark Connect client (issue 43) on the real local Connect servers
+(`localservices start spark-connect`, and `spark-connect-cluster` on the standalone
+cluster): every message once, read back by Hadoop's own reader; the same bytes as
+spark-submit writes for the same plan; no credential in a command line, a plan, the
+server's UI, event log or logs; a client killed mid-job and the run done again; a server
+that cannot be reached, named at once and classified transient."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +23,9 @@ from kafka_archive.airflow import connections
 from kafka_archive.archive import job
 from kafka_archive.errors import TransientError
 from tests.integration.test_backup_archive import consumed, varied_messages
-from tests.support.pipeline import GROUP, Pipeline
+from tests.integration.test_kafka_sasl import SASL_PROPERTIES
+from tests.support import localservices
+from tests.support.pipeline import GROUP, Pipeline, forget_job, objects
 
 
 @pytest.fixture
@@ -31,12 +38,8 @@ def pipeline(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
 def over_connect(url: str, plan_url: str) -> dict:
     """What ArchiveOperator does for a group with `spark_connect` (without Airflow's task)."""
     cfg = connections.load_config()
-    session = spark.connect_session(url, GROUP)
-    try:
-        session.interruptAll()
+    with spark.connected(url, spark.archive_session_name(cfg, GROUP)) as session:
         return job.recorded(session, cfg, plan_url, connections.storage(cfg.s3_conn_id))
-    finally:
-        spark.close_client(session)
 
 
 def hadoop_read(pipeline: Pipeline, sc, tmp_path) -> list[tuple]:
@@ -69,6 +72,139 @@ def test_a_run_over_connect_archives_each_message_once(pipeline, kafka, spark_co
     read = hadoop_read(pipeline, sc, tmp_path)
     assert len(read) == len(set(read)) == 240
     assert set(read) == {(t, p, o) for t, p, o, *_ in expected}
+
+
+@pytest.fixture(scope="module")
+def spark_connect_cluster(spark_cluster, service_env, s3) -> str:
+    """The Connect server on the standalone cluster (its executors on the workers, the
+    executor venv's Python, S3 credentials from the server's spark-defaults.conf)."""
+    server = localservices.SERVICES["spark-connect-cluster"]
+    started = server.start(service_env)
+    try:
+        yield localservices.spark_connect_url(service_env, cluster=True)
+    finally:
+        if started:
+            server.stop()
+
+
+@pytest.mark.parametrize("where", ["local", "cluster"])
+def test_over_connect_the_archive_is_what_spark_submit_writes(where, request, pipeline, kafka,
+                                                              s3):
+    """The same plan archived over Connect and then, its files and manifest forgotten, by
+    spark-submit (local[2]): byte for byte the same files."""
+    url = request.getfixturevalue("spark_connect_cluster" if where == "cluster" else "spark_connect")
+    topics = [pipeline.create_topic(name, 3) for name in ("orders", "clicks")]
+    for n, topic in enumerate(topics):
+        pipeline.produce(varied_messages(topic, 3, 150, seed=20 + n))
+    plan_url = pipeline.plan(f"identity-{where}")
+    manifest = over_connect(url, plan_url)
+    over_connect_files = pipeline.data_files()
+    assert sum(r["records"] for r in manifest["slices"]) == 300
+    assert len(over_connect_files) >= 6
+
+    forget_job(s3, plan_url, pipeline.root_key, over_connect_files)
+    assert not pipeline.data_files()
+    pipeline.archive_to_end(plan_url, spark_submit=True)
+    assert pipeline.data_files() == over_connect_files, \
+        f"spark-submit wrote other bytes than the job over Connect ({where})"
+
+
+def _texts_below(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    return {str(p): p.read_text(errors="replace") for p in folder.rglob("*")
+            if p.is_file() and p.suffix not in (".jar", ".zip") and p.name not in skip}
+
+
+def _ui_pages(ui: str) -> dict[str, str]:
+    """The server's web UI: every tab and the REST API's views of the application."""
+    import httpx
+
+    with httpx.Client(base_url=ui, follow_redirects=True, timeout=30) as client:
+        app = client.get("/api/v1/applications").json()[0]["id"]
+        paths = ["/connect/", "/SQL/", "/jobs/", "/stages/", "/environment/", "/executors/",
+                 *(f"/api/v1/applications/{app}/{view}"
+                   for view in ("environment", "jobs", "stages", "sql", "executors"))]
+        pages = {path: client.get(path) for path in paths}
+        sessions = {f"/connect/session/?id={found}" for found in re.findall(
+            r"/connect/session/\?id=([\w-]+)", pages["/connect/"].text)}
+        pages |= {path: client.get(path) for path in sessions}
+    assert all(page.status_code == 200 for page in pages.values()), \
+        {path: page.status_code for path, page in pages.items()}
+    return {f"the server's UI {path}": page.text for path, page in pages.items()}
+
+
+def test_no_credential_in_a_command_line_plan_the_ui_event_log_or_a_log(
+        airflow_env, kafka, s3, service_env, unique, tmp_path, monkeypatch, spark_connect_cluster,
+        capfd):
+    """A run over Connect on the cluster, Kafka through the SASL listener (its password in
+    the Config the executors' tasks receive) and S3 with the server's own credentials: it
+    archives everything, and neither secret appears in any process's command line, the
+    plan or manifest, the server's UI (its Connect tab, SQL, jobs, environment, the REST
+    API), its event log, the service and executor logs, or the client's output."""
+    made = Pipeline(airflow_env, kafka, s3, f"cred{unique}", tmp_path,
+                    bootstrap=localservices.kafka_sasl_bootstrap(service_env),
+                    kafka_properties=SASL_PROPERTIES)
+    made.in_env(monkeypatch)
+    password = service_env["KAFKA_ARCHIVE_KAFKA_PASSWORD"]
+    s3_secret = service_env["KAFKA_ARCHIVE_S3_SECRET_KEY"]
+    topic = made.create_topic("secured", 2)
+    made.produce(varied_messages(topic, 2, 60, seed=5))
+    plan_url = made.plan("secured-1")
+    manifest = over_connect(spark_connect_cluster, plan_url)
+    made.commit(plan_url)
+    assert sum(r["records"] for r in manifest["slices"]) == 60  # Kafka's password did work
+    assert sum(made.token_offsets()[topic].values()) == 60
+
+    texts = {"the client's output": "".join(capfd.readouterr()),
+             **{f"s3://{s3.bucket}/{key}": data.decode(errors="replace")
+                for key, data in objects(s3, made.root_key, "_runs/").items()},
+             **_ui_pages(localservices.spark_connect_cluster_ui(service_env))}
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # the server's, its workers', everyone's
+        try:
+            texts[f"the command line of process {pid}"] = Path(
+                f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+    homes = [localservices.SERVICES_DIR / name for name in (
+        "spark-connect-cluster", *(s.name for s in localservices.SPARK_SERVICES))]
+    for home in homes:  # service logs, executors' stdout and stderr, the event log
+        texts |= _texts_below(home, skip=("spark-defaults.conf",))
+    events = str(localservices.spark_connect_events())  # the server's application's
+    assert any("SparkListenerConnectOperationStarted" in text
+               for where, text in texts.items() if where.startswith(events)), "no event log"
+    connect_tab = re.sub(r"<[^>]*>|\s+", " ", texts["the server's UI /connect/"])
+    # it shows the job's statement, the pickled task (the Config, Kafka's password in it)
+    # cut to its first bytes
+    assert re.search(r"python_udf .* command: \S*\[truncated\(size=[\d,]+\)\]", connect_tab), \
+        connect_tab[-3000:]
+    for where, text in texts.items():
+        assert password not in text, f"the Kafka password appears in {where}"
+        assert s3_secret not in text, f"the S3 secret key appears in {where}"
+
+
+def test_the_archive_and_replay_dags_run_over_connect(airflow_env, kafka, s3, spark_connect,
+                                                      unique, tmp_path):
+    """A group with `spark_connect`: `airflow dags test` of its archive DAG and of the replay
+    DAG run their jobs as Connect clients (no spark-submit), each message archived once
+    and replayed into its partition in order."""
+    from tests.integration.test_replay import in_order, new_topic
+    from tests.support.pipeline import airflow
+
+    made = Pipeline(airflow_env, kafka, s3, f"cd{unique}", tmp_path,
+                    group_extra="spark_connect: kafka_archive_spark_connect\n")
+    topic = made.create_topic("src", 3)
+    made.produce(varied_messages(topic, 3, 90, seed=3))
+    original = in_order(kafka, topic)
+    output = made.run_dag()  # fails the test if the run fails
+    output = output.stdout + output.stderr
+    assert sorted(made.archived_records()) == sorted(consumed(kafka, [topic]))
+    assert "archived run" in output and "spark-submit" not in output, output[-3000:]
+
+    target = new_topic(kafka, f"copy{unique}")
+    replayed = airflow(made.env, "dags", "test", "kafka_archive_replay",
+                       "--conf", json.dumps({"topic": topic, "to_topic": target}))
+    output = replayed.stdout + replayed.stderr
+    assert "replayed 90 messages" in output and "spark-submit" not in output, output[-3000:]
+    assert in_order(kafka, target) == original
 
 
 def _client(url: str, plan_url: str, env: dict, ready) -> None:

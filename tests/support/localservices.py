@@ -104,7 +104,7 @@ DEFAULT_PORTS = {
     "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
     "KAFKA_ARCHIVE_POSTGRES_PORT": "15432",
     "KAFKA_ARCHIVE_ICEBERG_REST_PORT": "18181",
-    "KAFKA_ARCHIVE_SPARK_CONNECT_PORT": "17002",
+    "KAFKA_ARCHIVE_SPARK_CONNECT_PORT": "17002",  # spark-connect-cluster: the next, its UI the one after
 }
 
 
@@ -907,57 +907,120 @@ SPARK_MASTER = Service(
 )
 SPARK_SERVICES = (SPARK_MASTER, *(_spark_worker(n) for n in range(1, SPARK_WORKERS + 1)))
 
-# --- Spark Connect: pyspark's own server on local[2], the archive jobs' executors --------
+# --- Spark Connect: pyspark's own server, the archive jobs' executors --------------------
+# `spark-connect` on local[2] (the demo's and the tests'); `spark-connect-cluster` on the
+# standalone cluster (`start spark spark-connect-cluster`), with its web UI and an event
+# log, as a deployment's server has them
 
-def spark_connect_url(env: dict[str, str]) -> str:
-    return f"sc://127.0.0.1:{env['KAFKA_ARCHIVE_SPARK_CONNECT_PORT']}"
+def spark_connect_url(env: dict[str, str], cluster: bool = False) -> str:
+    return f"sc://127.0.0.1:{_spark_connect_port(env, cluster)}"
+
+
+def _spark_connect_port(env: dict[str, str], cluster: bool) -> int:
+    return int(env["KAFKA_ARCHIVE_SPARK_CONNECT_PORT"]) + (1 if cluster else 0)
+
+
+def spark_connect_cluster_ui(env: dict[str, str]) -> str:
+    return f"http://127.0.0.1:{_spark_connect_port(env, True) + 1}"
+
+
+def spark_connect_events() -> Path:
+    """The cluster server's event log folder."""
+    return SERVICES_DIR / "spark-connect-cluster" / "events"
 
 
 def _spark_connect_env(env: dict[str, str]) -> dict[str, str]:
-    """The server's environment: its Python workers on the project's venv (scripts/install
-    without --for-tests has no executor venv), and the local S3's credentials as the
-    server's own (a shared server's executors use theirs: an instance profile, IRSA),
-    never a client's."""
+    """The local server's environment: its Python workers on the project's venv
+    (scripts/install without --for-tests has no executor venv), and the local S3's
+    credentials as the server's own (a shared server's executors use theirs: an instance
+    profile, IRSA), never a client's."""
     key, secret = _s3_credentials(env)
     return {**_spark_process_env(SERVICES_DIR / "spark-connect"), **trust_env(),
             "PYSPARK_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
             "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": s3_endpoint(env),
-            # Spark's launcher gives its servers the daemons' heap: the driver's, with local[2]'s
-            # executors in it
-            "SPARK_DAEMON_MEMORY": "1g"}
+            **_SPARK_CONNECT_MEMORY}
 
 
-def _spark_connect_ready(env: dict[str, str]) -> None:
-    """Its gRPC server takes a channel (an HTTP/2 connection, not only an open port)."""
-    import grpc
+# Spark's launcher gives its servers the daemons' heap: the driver's (on local[2] with the
+# executors in it)
+_SPARK_CONNECT_MEMORY = {"SPARK_DAEMON_MEMORY": "1g"}
 
-    with grpc.insecure_channel(f"127.0.0.1:{env['KAFKA_ARCHIVE_SPARK_CONNECT_PORT']}") as channel:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=2)
-        except grpc.FutureTimeoutError:
-            raise NotReady("the Spark Connect server takes no gRPC channel yet") from None
+
+def _spark_connect_cluster_prepare(env: dict[str, str], home: Path) -> None:
+    """The cluster's executors get the local S3's credentials from the server's
+    spark-defaults.conf (readable by its owner alone), as a deployment keeps them; Spark
+    shows them redacted. The server process itself has none: it writes nothing to S3."""
+    _spark_prepare(env, home)
+    (home / "events").mkdir(exist_ok=True)
+    key, secret = _s3_credentials(env)
+    executor_env = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": s3_endpoint(env),
+                    **trust_env()}
+    defaults = home / "conf" / "spark-defaults.conf"
+    defaults.touch(mode=0o600)
+    defaults.chmod(0o600)
+    defaults.write_text("".join(f"spark.executorEnv.{k} {v}\n" for k, v in executor_env.items()))
+
+
+def _spark_connect_ready(cluster: bool) -> Callable[[dict[str, str]], None]:
+    def ready(env: dict[str, str]) -> None:
+        """Its gRPC server takes a channel (an HTTP/2 connection, not only an open port)."""
+        import grpc
+
+        with grpc.insecure_channel(f"127.0.0.1:{_spark_connect_port(env, cluster)}") as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=2)
+            except grpc.FutureTimeoutError:
+                raise NotReady("the Spark Connect server takes no gRPC channel yet") from None
+    return ready
+
+
+def _spark_connect_command(cluster: bool) -> Callable[[dict[str, str], Path], list[str]]:
+    def command(env: dict[str, str], home: Path) -> list[str]:
+        from kafka_archive.spark import REDACTION_REGEX
+
+        conf = {"spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(_spark_connect_port(env, cluster)),
+                "spark.log.level": "WARN", "spark.redaction.regex": REDACTION_REGEX}
+        if cluster:
+            conf |= {**spark_cluster_conf(env), "spark.ui.port": str(_spark_connect_port(env, True) + 1),
+                     "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+                     "spark.eventLog.dir": f"file://{home / 'events'}"}
+        else:
+            conf["spark.ui.enabled"] = "false"
+        return [str(_spark_home() / "bin" / "spark-submit"),
+                "--master", spark_master_url(env) if cluster else "local[2]",
+                "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                "--name", "kafka-archive-connect",
+                *(arg for k, v in conf.items() for arg in ("--conf", f"{k}={v}")),
+                "--driver-java-options", " ".join(SERVICE_JVM_OPTIONS), "spark-internal"]
+    return command
 
 
 SPARK_CONNECT = Service(
     name="spark-connect",
-    command=lambda env, home: [
-        str(_spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
-        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--name", "kafka-archive-connect",
-        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-        "--conf", f"spark.connect.grpc.binding.port={env['KAFKA_ARCHIVE_SPARK_CONNECT_PORT']}",
-        "--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN",
-        "--driver-java-options", " ".join(SERVICE_JVM_OPTIONS), "spark-internal"],
-    ready=_spark_connect_ready,
+    command=_spark_connect_command(cluster=False),
+    ready=_spark_connect_ready(cluster=False),
     prepare=lambda env, home: [(home / sub).mkdir(parents=True, exist_ok=True)
                                for sub in ("conf", "local", "work")],
     process_env=_spark_connect_env,
     inherit_env=False,
 )
+SPARK_CONNECT_CLUSTER = Service(
+    name="spark-connect-cluster",
+    command=_spark_connect_command(cluster=True),
+    ready=_spark_connect_ready(cluster=True),
+    prepare=_spark_connect_cluster_prepare,
+    process_env=lambda env: {**_spark_process_env(SERVICES_DIR / "spark-connect-cluster"),
+                             **_SPARK_CONNECT_MEMORY},
+    inherit_env=False,
+    needs=("spark-master",),
+)
 
 SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, ICEBERG_REST, AIRFLOW,
-                                *SPARK_SERVICES, SPARK_CONNECT)}
+                                *SPARK_SERVICES, SPARK_CONNECT,
+                                SPARK_CONNECT_CLUSTER)}
 # what `start` without names starts: with PostgreSQL where it holds Airflow's database
 DEFAULT_SERVICES = ("kafka", "s3", "smtp", "spark-connect",
                     *(("postgres",) if postgres_installed() else ()))

@@ -220,3 +220,15 @@ def test_any_other_task_failure_is_terminal_and_names_what_was_raised():
     lost = spark.task_failure(Exception("\nExecutor lost\n"), "the replay")
     assert str(lost) == "the replay: a Spark task failed: Executor lost"
     assert str(spark.task_failure(RuntimeError(), "x")) == "x: a Spark task failed: RuntimeError"
+
+
+def test_a_groups_connect_session_is_its_own_in_every_deployment(tmp_path):
+    """Two deployments (another archive root) with a group of the same name share a Connect
+    server: their sessions differ, or one's run would interrupt the other's job."""
+    names = set()
+    for root in ("s3://prod/archive", "s3://dev/archive", "s3://prod/archive/"):
+        path = tmp_path / f"{len(names)}.yaml"
+        path.write_text(f"kafka: {{bootstrap_servers: b:9092}}\narchive_root: {root}\n")
+        names.add(spark.archive_session_name(config.load(path), "backup"))
+    assert len(names) == 2  # a trailing slash is the same root
+    assert spark.archive_session_name(config.load(path), "other") not in names

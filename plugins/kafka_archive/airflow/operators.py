@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kafka_archive import config, spark
 from kafka_archive.airflow import connections
-from kafka_archive.archive import job, progress
+from kafka_archive.archive import job, progress, replay_job
 from kafka_archive.errors import ArchiveError, TerminalError
 
 
@@ -110,26 +110,33 @@ class ArchiveOperator(BaseOperator):
         """The job as a Spark Connect client in this task's process: no JVM here. The
         executors are the server's, with its own S3 credentials; Kafka's reach them in the
         Config their tasks receive, as on a cluster. The group's server session is
-        reattached: whatever an earlier attempt left running in it is interrupted first."""
+        reattached (spark.connected: what an earlier attempt left running is interrupted)."""
         storage = connections.storage(self.s3_conn_id)
         url = SparkConnectHook(self.connect_conn_id).get_connection_url()
 
         def launch():
             started = time.monotonic()
-            self.session = spark.connect_session(url, self.group)
-            connected = time.monotonic()
             try:
-                self.session.interruptAll()  # a killed attempt's job must not write beside this one
-                manifest = job.recorded(self.session, cfg, self.plan_url, storage)
+                with spark.connected(url, *self.session_name(cfg)) as self.session:
+                    connected = time.monotonic()
+                    lines = self.run_connected(self.session, cfg, storage, started, connected)
             finally:
-                spark.close_client(self.session)
-                self.session = None  # nothing left for on_kill to interrupt
-            for line in progress.lines(manifest, time.monotonic() - started, connected - started):
+                self.session = None  # closed: nothing left for on_kill to interrupt
+            for line in lines:
                 self.log.info("%s", line)
         try:
             job.launched(storage, self.plan_url, launch, ArchiveError)
         except TerminalError as exc:  # the job's own, recorded: no retry can help
             raise AirflowFailException(f"TerminalError: {exc}") from exc
+
+    def session_name(self, cfg: config.Config) -> tuple[str, bool]:
+        """The Connect session's name, and whether the server keeps it after the job."""
+        return spark.archive_session_name(cfg, self.group), True
+
+    def run_connected(self, session, cfg, storage, started: float, connected: float) -> list[str]:
+        """The job in a Connect session; the lines to log."""
+        manifest = job.recorded(session, cfg, self.plan_url, storage)
+        return progress.lines(manifest, time.monotonic() - started, connected - started)
 
     def on_kill(self) -> None:
         if self.hook:
@@ -140,12 +147,25 @@ class ArchiveOperator(BaseOperator):
 
 class ReplayOperator(ArchiveOperator):
     """The replay job (spark_jobs/replay.py) on a replay's plan, launched like the archive
-    job; `plan_url` is the replay's replay.json, the rate limit the run's `max_rate` param."""
+    job (over the source group's `spark_connect` where it has one); `plan_url` is the
+    replay's replay.json, the rate limit the run's `max_rate` param."""
     job, job_name = spark.REPLAY_APPLICATION, "kafka-archive-replay"
 
     def execute(self, context):
         self.max_rate = context["params"].get("max_rate")
+        self.group = context["params"]["group"]
+        self.connect_conn_id = connections.load_config(self.config_path).group(
+            self.group).spark_connect
         return super().execute(context)
 
     def job_args(self) -> list[str]:
         return spark.replay_args(self.plan_url, self.max_rate)
+
+    def session_name(self, cfg: config.Config) -> tuple[str, bool]:
+        # a session of its own (the group's archive runs must not interrupt it, nor it
+        # them), released at the end: replays are rare
+        return self.plan_url, False
+
+    def run_connected(self, session, cfg, storage, started: float, connected: float) -> list[str]:
+        rows = replay_job.run(session, cfg, self.plan_url, self.max_rate, storage)
+        return replay_job.summary_lines(rows, time.monotonic() - started)

@@ -57,10 +57,12 @@ class RefusedForGood(ReplayError):
     must change first (the message says what)."""
 
 
-def run(session, config: Config, replay_url: str, max_rate: int | None = None) -> list[dict]:
+def run(session, config: Config, replay_url: str, max_rate: int | None = None,
+        storage: Storage | None = None) -> list[dict]:
     """Replay every source partition of the plan, one Spark task each, each at most
-    max_rate messages per second; their summaries."""
-    plan = json.loads(Storage.from_environment().get_bytes(replay_url))
+    max_rate messages per second; their summaries. `storage`: the driver's (its
+    environment's by default)."""
+    plan = json.loads((storage or Storage.from_environment()).get_bytes(replay_url))
     parts = plan["partitions"]
     if not parts:
         return []

@@ -20,14 +20,10 @@ for name in ("--config", "--plan", "--url", "--group"):
 args = parser.parse_args()
 
 started = time.monotonic()
-session = spark.connect_session(args.url, args.group)
-ready = time.monotonic()
-try:
-    session.interruptAll()
-    manifest = job.recorded(session, kafka_connection.connected(config.load(args.config)),
-                            args.plan, Storage.from_environment())
+cfg = kafka_connection.connected(config.load(args.config))
+with spark.connected(args.url, spark.archive_session_name(cfg, args.group)) as session:
+    ready = time.monotonic()
+    manifest = job.recorded(session, cfg, args.plan, Storage.from_environment())
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)))
-finally:
-    spark.close_client(session)
 print(f"client peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB",
       flush=True)

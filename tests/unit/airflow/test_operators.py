@@ -79,12 +79,14 @@ def test_a_config_master_that_disagrees_with_the_connection_fails(submitted):
 
 
 def test_the_replay_job_is_launched_like_the_archive_job_with_the_runs_rate(submitted, tmp_path):
-    hook = submitted("spark://127.0.0.1:7077", "", ReplayOperator, {"params": {"max_rate": 50}})
+    hook = submitted("spark://127.0.0.1:7077", "", ReplayOperator,
+                     {"params": {"max_rate": 50, "group": "backup"}})
     assert hook.submitted[0] == str(spark.REPLAY_APPLICATION)
     assert hook.kwargs["application_args"][2:] == ["--replay", f"file://{tmp_path}/p/plan.json",
                                                    "--max-rate", "50"]
     assert hook.kwargs["env_vars"]["AWS_SECRET_ACCESS_KEY"] == SECRET
-    unlimited = submitted("local[2]", "", ReplayOperator, {"params": {"max_rate": None}})
+    unlimited = submitted("local[2]", "", ReplayOperator,
+                          {"params": {"max_rate": None, "group": "backup"}})
     assert unlimited.kwargs["application_args"][2:] == ["--replay",
                                                          f"file://{tmp_path}/p/plan.json"]
 
