@@ -271,11 +271,12 @@ CONNECT_RETRIES = 3  # a Connect call tries this often more (~3 s): a server dow
 
 def connect_session(url: str, name: str):
     """A Spark Connect client session at `url` (sc://host:port/;token=..., as the Spark
-    provider's SparkConnectHook builds it) for the jobs `name` stands for (a group's archive
-    runs: its archive root and group, which no other deployment's group shares). One server
-    session per name and library version, reattached by its id: its Python workers stay
-    warm from run to run, and the library (a session artifact, `pyfile`) is sent only when
-    the session lacks it. TransientError naming the server when it cannot be reached."""
+    provider's SparkConnectHook builds it) for a deployment's jobs (`name`: its archive
+    root). One server session per name and library version, reattached by its id: its
+    Python workers stay warm from run to run (and Spark 4.1 ends a session's workers only
+    with the server: a session per run would leave ~300 MiB of them behind each time),
+    and the library (a session artifact, `pyfile`) is sent only when the session lacks it.
+    TransientError naming the server when it cannot be reached."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
     # the Connect client's own builder: pyspark's generic one refuses a remote session in a
     # process with a classic one, and marks the process (SPARK_CONNECT_MODE_ENABLED) so
@@ -283,9 +284,8 @@ def connect_session(url: str, name: str):
     from pyspark.sql.connect.session import SparkSession
 
     library = library_zip()
-    session_id = uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-archive/{name}/{library.name}")
     base, _, params = url.partition("/;")
-    remote = f"{base.rstrip('/')}/;" + ";".join(filter(None, [params, f"session_id={session_id}"]))
+    remote = f"{base.rstrip('/')}/;" + ";".join(filter(None, [params, f"session_id={session_id(name, library)}"]))
     session = SparkSession.builder.remote(remote).create()
     session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES,
                                                      max_backoff=2000)])
@@ -301,29 +301,41 @@ def connect_session(url: str, name: str):
     return session
 
 
-def close_client(session, keep: bool = True) -> None:
-    """Close a Connect client; its server session kept (warm for the next run of the same
-    name) unless `keep` is false."""
-    session.release_session_on_close = not keep
+def session_id(name: str, library: Path) -> uuid.UUID:
+    """The Connect session id of a deployment's jobs (`name`) with one library zip."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-archive/{name}/{library.name}")
+
+
+def job_tag(job: str) -> str:
+    """The Connect operation tag of a job's every attempt (Spark's tags allow no comma)."""
+    return "job-" + hashlib.sha256(job.encode()).hexdigest()[:32]
+
+
+def close_client(session) -> None:
+    """Close a Connect client, its server session kept (warm for the next job)."""
+    session.release_session_on_close = False
     session.stop()
 
 
+def session_name(config: Config) -> str:
+    """A deployment's Connect session name: its archive root (no other deployment's)."""
+    return config.archive_root.rstrip("/")
+
+
 @contextmanager
-def connected(url: str, name: str, keep: bool = True):
-    """connect_session(url, name) for one job: whatever an earlier attempt (a killed task)
-    left running in that server session is interrupted first, so it cannot write beside
-    this one; the client closed at the end (close_client)."""
-    session = connect_session(url, name)
+def connected(url: str, config: Config, job: str):
+    """The deployment's Connect session (connect_session, named by the archive root) for
+    one job: `job` (its plan's URL) tags the job's operations, so that what an earlier
+    attempt of the same job (a killed task) left running is interrupted first and cannot
+    write beside this one, while other groups' jobs in the session run on. The client is
+    closed at the end (close_client)."""
+    session = connect_session(url, session_name(config))
     try:
-        session.interruptAll()
+        session.interruptTag(job_tag(job))
+        session.addTag(job_tag(job))
         yield session
     finally:
-        close_client(session, keep)
-
-
-def archive_session_name(config: Config, group: str) -> str:
-    """The Connect session name of a group's archive runs."""
-    return f"{config.archive_root.rstrip('/')}/{group}"
+        close_client(session)
 
 
 # each Spark task's output: one JSON text per row (a manifest row, a replay's summary)

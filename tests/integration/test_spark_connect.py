@@ -38,7 +38,7 @@ def pipeline(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
 def over_connect(url: str, plan_url: str) -> dict:
     """What ArchiveOperator does for a group with `spark_connect` (without Airflow's task)."""
     cfg = connections.load_config()
-    with spark.connected(url, spark.archive_session_name(cfg, GROUP)) as session:
+    with spark.connected(url, cfg, plan_url) as session:
         return job.recorded(session, cfg, plan_url, connections.storage(cfg.s3_conn_id))
 
 

@@ -222,13 +222,18 @@ def test_any_other_task_failure_is_terminal_and_names_what_was_raised():
     assert str(spark.task_failure(RuntimeError(), "x")) == "x: a Spark task failed: RuntimeError"
 
 
-def test_a_groups_connect_session_is_its_own_in_every_deployment(tmp_path):
-    """Two deployments (another archive root) with a group of the same name share a Connect
-    server: their sessions differ, or one's run would interrupt the other's job."""
-    names = set()
+def test_each_deployment_has_its_connect_session_and_each_job_its_tag(tmp_path):
+    """Two deployments (another archive root) share a Connect server: their sessions
+    differ. In a session, a job's attempts share a tag (a retry interrupts what a killed
+    attempt left running) that no other job has (other groups' runs go on)."""
+    ids = set()
     for root in ("s3://prod/archive", "s3://dev/archive", "s3://prod/archive/"):
-        path = tmp_path / f"{len(names)}.yaml"
+        path = tmp_path / f"{len(ids)}.yaml"
         path.write_text(f"kafka: {{bootstrap_servers: b:9092}}\narchive_root: {root}\n")
-        names.add(spark.archive_session_name(config.load(path), "backup"))
-    assert len(names) == 2  # a trailing slash is the same root
-    assert spark.archive_session_name(config.load(path), "other") not in names
+        ids.add(spark.session_id(spark.session_name(config.load(path)), spark.library_zip()))
+    assert len(ids) == 2  # a trailing slash is the same root
+    plans = [f"s3://prod/archive/_runs/{g}/scheduled__2026-01-01T00:00:00+00:00/plan.json"
+             for g in ("backup", "tables")]
+    tags = {spark.job_tag(plan) for plan in plans}
+    assert len(tags) == 2 and spark.job_tag(plans[0]) in tags
+    assert not any("," in tag for tag in tags)

@@ -69,7 +69,7 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
         plan_url = plan()
         archive = ArchiveOperator(task_id="archive", plan_url=plan_url, config_path=str(cfg.path),
                                   s3_conn_id=cfg.s3_conn_id, conn_id="kafka_archive_spark",
-                                  group=group.name, connect_conn_id=group.spark_connect)
+                                  connect_conn_id=group.spark_connect)
         committed = commit(plan_url)
         archive >> committed
 

@@ -57,14 +57,13 @@ class ArchiveOperator(BaseOperator):
     job, job_name = spark.APPLICATION, "kafka-archive"
 
     def __init__(self, *, plan_url: str, config_path: str, s3_conn_id: str,
-                 conn_id: str = "spark_default", group: str | None = None,
-                 connect_conn_id: str | None = None, **kwargs):
+                 conn_id: str = "spark_default", connect_conn_id: str | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.plan_url = plan_url
         self.config_path = config_path
         self.s3_conn_id = s3_conn_id
         self.conn_id = conn_id
-        self.group = group
         self.connect_conn_id = connect_conn_id  # the group's spark_connect: no spark-submit
         self.hook: SparkSubmitHook | None = None
         self.session = None
@@ -109,15 +108,16 @@ class ArchiveOperator(BaseOperator):
     def over_connect(self, cfg: config.Config) -> None:
         """The job as a Spark Connect client in this task's process: no JVM here. The
         executors are the server's, with its own S3 credentials; Kafka's reach them in the
-        Config their tasks receive, as on a cluster. The group's server session is
-        reattached (spark.connected: what an earlier attempt left running is interrupted)."""
+        Config their tasks receive, as on a cluster. The deployment's server session is
+        reattached (spark.connected: what an earlier attempt of this job left running is
+        interrupted)."""
         storage = connections.storage(self.s3_conn_id)
         url = SparkConnectHook(self.connect_conn_id).get_connection_url()
 
         def launch():
             started = time.monotonic()
             try:
-                with spark.connected(url, *self.session_name(cfg)) as self.session:
+                with spark.connected(url, cfg, self.plan_url) as self.session:
                     connected = time.monotonic()
                     lines = self.run_connected(self.session, cfg, storage, started, connected)
             finally:
@@ -129,10 +129,6 @@ class ArchiveOperator(BaseOperator):
         except TerminalError as exc:  # the job's own, recorded: no retry can help
             raise AirflowFailException(f"TerminalError: {exc}") from exc
 
-    def session_name(self, cfg: config.Config) -> tuple[str, bool]:
-        """The Connect session's name, and whether the server keeps it after the job."""
-        return spark.archive_session_name(cfg, self.group), True
-
     def run_connected(self, session, cfg, storage, started: float, connected: float) -> list[str]:
         """The job in a Connect session; the lines to log."""
         manifest = job.recorded(session, cfg, self.plan_url, storage)
@@ -141,8 +137,8 @@ class ArchiveOperator(BaseOperator):
     def on_kill(self) -> None:
         if self.hook:
             self.hook.on_kill()
-        if self.session is not None:
-            self.session.interruptAll()
+        if self.session is not None:  # this job's operations, not the other groups'
+            self.session.interruptTag(spark.job_tag(self.plan_url))
 
 
 class ReplayOperator(ArchiveOperator):
@@ -153,18 +149,12 @@ class ReplayOperator(ArchiveOperator):
 
     def execute(self, context):
         self.max_rate = context["params"].get("max_rate")
-        self.group = context["params"]["group"]
         self.connect_conn_id = connections.load_config(self.config_path).group(
-            self.group).spark_connect
+            context["params"]["group"]).spark_connect
         return super().execute(context)
 
     def job_args(self) -> list[str]:
         return spark.replay_args(self.plan_url, self.max_rate)
-
-    def session_name(self, cfg: config.Config) -> tuple[str, bool]:
-        # a session of its own (the group's archive runs must not interrupt it, nor it
-        # them), released at the end: replays are rare
-        return self.plan_url, False
 
     def run_connected(self, session, cfg, storage, started: float, connected: float) -> list[str]:
         rows = replay_job.run(session, cfg, self.plan_url, self.max_rate, storage)

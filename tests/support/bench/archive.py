@@ -157,8 +157,7 @@ def spark_submit(config_path: Path, plan_url: str, spark_args: list[str],
                                 profile)
 
 
-def connect_client(config_path: Path, plan_url: str, url: str, group: str,
-                   log_path: Path) -> SparkRun:
+def connect_client(config_path: Path, plan_url: str, url: str, log_path: Path) -> SparkRun:
     """The archive task's part over Spark Connect in a process of its own (connect_client),
     sampled like a spark-submit: what it costs on the Airflow worker. The server's CPU is
     among the services' (spark-connect)."""
@@ -167,7 +166,7 @@ def connect_client(config_path: Path, plan_url: str, url: str, group: str,
 
     env = operators.submit_environment(config.load(config_path))
     command = [sys.executable, "-m", "tests.support.bench.connect_client", "--config",
-               str(config_path), "--plan", plan_url, "--url", url, "--group", group]
+               str(config_path), "--plan", plan_url, "--url", url]
     return _sampled(command, env, log_path)
 
 
@@ -346,7 +345,7 @@ def archive_run(label: str, config_path: Path, expected_records: int, spark_args
     if plan_url is None:
         raise RuntimeError(f"{label}: the plan found nothing to archive")
     if connect:
-        spark_run = connect_client(config_path, plan_url, connect, group,
+        spark_run = connect_client(config_path, plan_url, connect,
                                    work / f"connect-{label}.log")
     else:
         spark_run = spark_submit(config_path, plan_url, spark_args,

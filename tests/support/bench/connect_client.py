@@ -1,9 +1,9 @@
 """The archive task over Spark Connect, as the benchmark runs it in a process of its own
-(the Airflow task's part: no JVM here): connect to the group's server session, run the
+(the Airflow task's part: no JVM here): connect to the deployment's server session, run the
 plan's job as a Connect client, print the job's summary (progress.lines, which the
 benchmark parses as spark-submit's) and the process's peak RSS.
 
-    python -m tests.support.bench.connect_client --config C --plan URL --url sc://... --group G
+    python -m tests.support.bench.connect_client --config C --plan URL --url sc://...
 """
 
 import argparse
@@ -15,13 +15,13 @@ from kafka_archive.archive import job, progress
 from kafka_archive.storage import Storage
 
 parser = argparse.ArgumentParser()
-for name in ("--config", "--plan", "--url", "--group"):
+for name in ("--config", "--plan", "--url"):
     parser.add_argument(name, required=True)
 args = parser.parse_args()
 
 started = time.monotonic()
 cfg = kafka_connection.connected(config.load(args.config))
-with spark.connected(args.url, spark.archive_session_name(cfg, args.group)) as session:
+with spark.connected(args.url, cfg, args.plan) as session:
     ready = time.monotonic()
     manifest = job.recorded(session, cfg, args.plan, Storage.from_environment())
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)))
