@@ -1,6 +1,10 @@
 # The Airflow image of docker-compose.yml: Airflow 3.3 with kafka-archive's pinned Python
 # requirements (pyspark among them: Spark runs inside the task, as `local[2]`; its tasks
 # read Kafka with librdkafka, from confluent-kafka's wheel) and a Java 17 runtime for Spark.
+# The compose stack's spark-connect service runs on this image too, and its groups without
+# `spark_connect` use spark-submit: both need the Java stage. An Airflow image for a
+# deployment whose every group has `spark_connect` (its server elsewhere) needs none: its
+# tasks are Connect clients in Python (README, "Spark Connect").
 # Build context: the repository root.
 
 FROM eclipse-temurin:17-jre AS java
