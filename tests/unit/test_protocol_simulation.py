@@ -366,9 +366,18 @@ def test_a_found_event_time_sequence_now_keeps_every_invariant(steps, tmp_path):
 DEAD_LETTER_TABLE_OF_A_DELETED_TOPIC = [
     ("produce", "t", 1, 4, False, 0), ("run", "scheduled__2026-01-01T00:16:00+00:00", 0, 0, 0),
     ("delete_topic", "t"), ("create_topic", "t_dlq", 1)]
+# the third soak, seed 10004703: topic t planned, deleted before its job, its slice recorded
+# as lost: the catalog knew t (a loss, no row, no table), and the name rule held t_dlq as
+# t's dead-letter table for good
+DEAD_LETTER_NAME_HELD_FOR_A_TOPIC_NEVER_ARCHIVED = [
+    ("create_topic", "t_dlq", 2), ("produce", "t_dlq", 1, 5, False, 0),
+    ("produce", "t", 0, 1, False, 0), ("run", "scheduled__2026-01-01T00:19:00+00:00", 7, -1, 0),
+    ("delete_topic", "t")]
 FOUND_IN_PARSED = {"dead-letter table name taken by an archived topic":
                    DEAD_LETTER_TABLE_NAME_TAKEN_BY_AN_ARCHIVED_TOPIC,
-                   "dead-letter table of a deleted topic": DEAD_LETTER_TABLE_OF_A_DELETED_TOPIC}
+                   "dead-letter table of a deleted topic": DEAD_LETTER_TABLE_OF_A_DELETED_TOPIC,
+                   "dead-letter name held for a topic never archived":
+                   DEAD_LETTER_NAME_HELD_FOR_A_TOPIC_NEVER_ARCHIVED}
 
 
 @pytest.mark.parametrize("steps", FOUND_IN_PARSED.values(), ids=FOUND_IN_PARSED.keys())

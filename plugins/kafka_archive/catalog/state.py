@@ -140,6 +140,12 @@ class State:
             topic = self.topics[name] = Topic()
         return topic
 
+    def with_rows(self) -> set[str]:
+        """Topics a row was ever in the catalog for: the ones with tables in a table group.
+        A topic known only by a loss (deleted before its slice was archived) or a spot
+        (begun without a message) has none."""
+        return {name for name, topic in self.topics.items() if topic.summaries}
+
     def has_run(self, run_id: str, kind: str = "commit") -> bool:
         return any(r["run_id"] == run_id and r.get("kind", "commit") == kind for r in self.recent)
 

@@ -49,7 +49,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     _refuse_other_clusters(config, group.name, reads)
     states = [s for s in states if s.topic in reads]  # an unreadable token holds its topic
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
-    taken = _names_taken(group, {s.topic for s in states}, set(cat.state.topics))
+    taken = _names_taken(group, {s.topic for s in states}, cat.state.with_rows())
     states = [s for s in states if s.topic not in {a.topic for a in taken}]
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     if not dry_run:
