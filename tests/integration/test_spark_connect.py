@@ -207,6 +207,46 @@ def test_the_archive_and_replay_dags_run_over_connect(airflow_env, kafka, s3, sp
     assert in_order(kafka, target) == original
 
 
+def _sleeping(seconds: float, started: str):
+    """A task that says it started (a file in `started`, the server's workers being local),
+    then sleeps."""
+    def task(i: int):
+        Path(started, str(i)).touch()
+        time.sleep(seconds)
+        yield {"i": i}
+    return task
+
+
+def test_a_retry_interrupts_its_own_jobs_earlier_attempt_and_no_other(pipeline, spark_connect,
+                                                                     tmp_path):
+    """One deployment's session holds every group's jobs: connecting for a job interrupts
+    what an earlier attempt of that job left running, while another job (another group's
+    run) goes on to its end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cfg = connections.load_config()
+
+    def job_running(plan_url: str, started: Path):
+        started.mkdir()
+        with spark.connected(spark_connect, cfg, plan_url) as session:
+            return spark.mapped(session, 2, _sleeping(10, str(started)), "a long job")
+
+    backup_run = "s3://b/root/_runs/backup/r1/plan.json"
+    with ThreadPoolExecutor(2) as pool:
+        other = pool.submit(job_running, "s3://b/root/_runs/tables/r1/plan.json",
+                            tmp_path / "other")
+        killed = pool.submit(job_running, backup_run, tmp_path / "killed")
+        deadline = time.monotonic() + 60
+        while not (any((tmp_path / "other").glob("*")) and any((tmp_path / "killed").glob("*"))):
+            assert time.monotonic() < deadline, "the jobs did not start"
+            time.sleep(0.05)
+        with spark.connected(spark_connect, cfg, backup_run):
+            pass  # the retry of backup's run: its earlier attempt's job is interrupted
+        with pytest.raises(Exception, match="(?i)cancel|interrupt"):
+            killed.result(timeout=60)
+        assert sorted(r["i"] for r in other.result(timeout=60)) == [0, 1]
+
+
 def _client(url: str, plan_url: str, env: dict, ready) -> None:
     os.environ.update(env)
     ready.set()
