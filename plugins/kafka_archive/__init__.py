@@ -19,7 +19,8 @@ event-time parsers, the audit's per-window counting) and on the base modules: er
 retries (the one classification of failures), config and config_schema, storage (S3 or
 local files), tokens (the offset token files), layout (every path under the archive root,
 and back), manifest (what a run wrote, one typed row per slice), catalog (what is
-where), brokers (every Kafka client) and spark (how a job is launched).
+where), brokers (every Kafka client), spark (how a job is launched) and spark_connect
+(the jobs as Spark Connect clients).
 
 Imports only look down, in this order (tests/unit/test_imports.py checks every import,
 inside functions too): errors, retries < formats < base < plan < archive < commit < audit

@@ -5,6 +5,8 @@ without any command line holding them.
 Every launcher (ArchiveOperator, `archive_command` for the benchmark and tests) takes what
 it passes to spark-submit from `archive_submit`, so a job runs alike on `local[2]` and on
 a cluster whose executors have only a plain Python (README, "Running on a cluster").
+Both launchers, spark-submit and a Spark Connect client (kafka_archive.spark_connect), run
+the jobs' one DataFrame job (`mapped`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ import importlib.util
 import os
 import re
 import sys
-import uuid
 import zipfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -262,80 +262,6 @@ def job_session(name: str):
     for key, value in executor_env_conf(dict(os.environ)).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-# the session setting that says which library zip a Connect session holds as an artifact
-LIBRARY_CONF = "spark.kafka_archive.library"
-CONNECT_RETRIES = 3  # a Connect call tries this often more (~3 s): a server down is named at once
-
-
-def connect_session(url: str, name: str):
-    """A Spark Connect client session at `url` (sc://host:port/;token=..., as the Spark
-    provider's SparkConnectHook builds it) for a deployment's jobs (`name`: its archive
-    root). One server session per name and library version, reattached by its id: its
-    Python workers stay warm from run to run (and Spark 4.1 ends a session's workers only
-    with the server: a session per run would leave ~300 MiB of them behind each time),
-    and the library (a session artifact, `pyfile`) is sent only when the session lacks it.
-    TransientError naming the server when it cannot be reached."""
-    from pyspark.sql.connect.client.retries import DefaultPolicy
-    # the Connect client's own builder: pyspark's generic one refuses a remote session in a
-    # process with a classic one, and marks the process (SPARK_CONNECT_MODE_ENABLED) so
-    # that a spark-submit it starts later cannot make a classic one
-    from pyspark.sql.connect.session import SparkSession
-
-    library = library_zip()
-    base, _, params = url.partition("/;")
-    remote = f"{base.rstrip('/')}/;" + ";".join(filter(None, [params, f"session_id={session_id(name, library)}"]))
-    session = SparkSession.builder.remote(remote).create()
-    session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES,
-                                                     max_backoff=2000)])
-    try:
-        if session.conf.get(LIBRARY_CONF, None) != library.name:
-            session.addArtifacts(str(library), pyfile=True)
-            session.conf.set(LIBRARY_CONF, library.name)
-    except Exception as exc:  # noqa: BLE001  grpc's and pyspark's own: unreachable, refused
-        close_client(session)
-        why = connection_lost(exc) or str(exc).splitlines()[0]  # (grpc's repr: not the text)
-        raise TransientError(f"the Spark Connect server at {base.removeprefix('sc://')} "
-                             f"cannot be reached: {why[:300]}") from exc
-    return session
-
-
-def session_id(name: str, library: Path) -> uuid.UUID:
-    """The Connect session id of a deployment's jobs (`name`) with one library zip."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-archive/{name}/{library.name}")
-
-
-def job_tag(job: str) -> str:
-    """The Connect operation tag of a job's every attempt (Spark's tags allow no comma)."""
-    return "job-" + hashlib.sha256(job.encode()).hexdigest()[:32]
-
-
-def close_client(session) -> None:
-    """Close a Connect client, its server session kept (warm for the next job)."""
-    session.release_session_on_close = False
-    session.stop()
-
-
-def session_name(config: Config) -> str:
-    """A deployment's Connect session name: its archive root (no other deployment's)."""
-    return config.archive_root.rstrip("/")
-
-
-@contextmanager
-def connected(url: str, config: Config, job: str):
-    """The deployment's Connect session (connect_session, named by the archive root) for
-    one job: `job` (its plan's URL) tags the job's operations, so that what an earlier
-    attempt of the same job (a killed task) left running is interrupted first and cannot
-    write beside this one, while other groups' jobs in the session run on. The client is
-    closed at the end (close_client)."""
-    session = connect_session(url, session_name(config))
-    try:
-        session.interruptTag(job_tag(job))
-        session.addTag(job_tag(job))
-        yield session
-    finally:
-        close_client(session)
 
 
 # each Spark task's output: one JSON text per row (a manifest row, a replay's summary)

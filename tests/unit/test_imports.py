@@ -67,7 +67,7 @@ LAYERS = [
     {"errors", "retries"},
     {"formats"},                                  # bytes in, bytes out: codecs, parsers
     {"storage", "tokens", "brokers", "kafka_connection", "layout", "config", "config_schema", "catalog",
-     "manifest", "spark", "progress_bars"},                  # base: where things are and how to reach them
+     "manifest", "spark", "spark_connect", "progress_bars"},                # base: where things are and how to reach them
     {"plan"},
     {"archive"},
     {"commit"},

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from kafka_archive import config, spark
+from kafka_archive import config, spark, spark_connect
 
 
 def load(tmp_path, spark_section=""):
@@ -230,10 +230,10 @@ def test_each_deployment_has_its_connect_session_and_each_job_its_tag(tmp_path):
     for root in ("s3://prod/archive", "s3://dev/archive", "s3://prod/archive/"):
         path = tmp_path / f"{len(ids)}.yaml"
         path.write_text(f"kafka: {{bootstrap_servers: b:9092}}\narchive_root: {root}\n")
-        ids.add(spark.session_id(spark.session_name(config.load(path)), spark.library_zip()))
+        ids.add(spark_connect.session_id(spark_connect.session_name(config.load(path)), spark.library_zip()))
     assert len(ids) == 2  # a trailing slash is the same root
     plans = [f"s3://prod/archive/_runs/{g}/scheduled__2026-01-01T00:00:00+00:00/plan.json"
              for g in ("backup", "tables")]
-    tags = {spark.job_tag(plan) for plan in plans}
-    assert len(tags) == 2 and spark.job_tag(plans[0]) in tags
+    tags = {spark_connect.job_tag(plan) for plan in plans}
+    assert len(tags) == 2 and spark_connect.job_tag(plans[0]) in tags
     assert not any("," in tag for tag in tags)

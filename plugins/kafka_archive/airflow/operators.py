@@ -21,7 +21,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kafka_archive import config, spark
+from kafka_archive import config, spark, spark_connect
 from kafka_archive.airflow import connections
 from kafka_archive.archive import job, progress, replay_job
 from kafka_archive.errors import ArchiveError, TerminalError
@@ -73,8 +73,8 @@ class ArchiveOperator(BaseOperator):
 
     def execute(self, context):
         cfg = connections.load_config(self.config_path)
-        if self.connect_conn_id:
-            return self.over_connect(cfg)
+        if connect_conn_id := self.connect_conn(cfg, context):
+            return self.over_connect(cfg, connect_conn_id)
         master = spark_master(BaseHook.get_connection(self.conn_id))
         if cfg.spark.master and cfg.spark.master != master:
             raise ValueError(f"{cfg.path}: spark.master is {cfg.spark.master} but the Spark "
@@ -105,19 +105,23 @@ class ArchiveOperator(BaseOperator):
         except TerminalError as exc:  # the job's own, recorded: no retry can help
             raise AirflowFailException(f"TerminalError: {exc}") from exc
 
-    def over_connect(self, cfg: config.Config) -> None:
+    def connect_conn(self, cfg: config.Config, context) -> str | None:
+        """The Spark Connect connection the job runs over; None: spark-submit."""
+        return self.connect_conn_id
+
+    def over_connect(self, cfg: config.Config, connect_conn_id: str) -> None:
         """The job as a Spark Connect client in this task's process: no JVM here. The
         executors are the server's, with its own S3 credentials; Kafka's reach them in the
         Config their tasks receive, as on a cluster. The deployment's server session is
-        reattached (spark.connected: what an earlier attempt of this job left running is
+        reattached (spark_connect.connected: what an earlier attempt of this job left running is
         interrupted)."""
         storage = connections.storage(self.s3_conn_id)
-        url = SparkConnectHook(self.connect_conn_id).get_connection_url()
+        url = SparkConnectHook(connect_conn_id).get_connection_url()
 
         def launch():
             started = time.monotonic()
             try:
-                with spark.connected(url, cfg, self.plan_url) as self.session:
+                with spark_connect.connected(url, cfg, self.plan_url) as self.session:
                     connected = time.monotonic()
                     lines = self.run_connected(self.session, cfg, storage, started, connected)
             finally:
@@ -138,7 +142,7 @@ class ArchiveOperator(BaseOperator):
         if self.hook:
             self.hook.on_kill()
         if self.session is not None:  # this job's operations, not the other groups'
-            self.session.interruptTag(spark.job_tag(self.plan_url))
+            self.session.interruptTag(spark_connect.job_tag(self.plan_url))
 
 
 class ReplayOperator(ArchiveOperator):
@@ -149,9 +153,10 @@ class ReplayOperator(ArchiveOperator):
 
     def execute(self, context):
         self.max_rate = context["params"].get("max_rate")
-        self.connect_conn_id = connections.load_config(self.config_path).group(
-            context["params"]["group"]).spark_connect
         return super().execute(context)
+
+    def connect_conn(self, cfg: config.Config, context) -> str | None:
+        return cfg.group(context["params"]["group"]).spark_connect  # the source group's
 
     def job_args(self) -> list[str]:
         return spark.replay_args(self.plan_url, self.max_rate)

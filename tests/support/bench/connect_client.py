@@ -10,7 +10,7 @@ import argparse
 import resource
 import time
 
-from kafka_archive import config, kafka_connection, spark
+from kafka_archive import config, kafka_connection, spark_connect
 from kafka_archive.archive import job, progress
 from kafka_archive.storage import Storage
 
@@ -21,7 +21,7 @@ args = parser.parse_args()
 
 started = time.monotonic()
 cfg = kafka_connection.connected(config.load(args.config))
-with spark.connected(args.url, cfg, args.plan) as session:
+with spark_connect.connected(args.url, cfg, args.plan) as session:
     ready = time.monotonic()
     manifest = job.recorded(session, cfg, args.plan, Storage.from_environment())
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)))
