@@ -57,6 +57,8 @@ class TableSpec:
     # event_time groups (the parsed shape): declared (field, type) columns, before any
     # a message brings (formats.columns)
     columns: tuple[tuple[str, str], ...] = ()
+    compact_after_s: int | None = 3600  # commit.compaction; None: never compacted
+    target_file_size: int = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,8 @@ def _group(name: str, doc: schema.Group) -> Group:
         topic_parsers=tuple(doc.topic_parsers.items()),
         lateness_s=doc.lateness,
         table=(TableSpec(doc.table.catalog, doc.table.namespace, doc.table.keep_snapshots,
-                         tuple(doc.table.columns.items())) if doc.table else None),
+                         tuple(doc.table.columns.items()), doc.table.compact_after,
+                         doc.table.target_file_size) if doc.table else None),
         spark_connect=doc.spark_connect,
     )
 

@@ -224,6 +224,10 @@ class Table(Section):
                                                            "and _")] = "kafka_archive"
     # older snapshots expire (time travel ends there), and the files only they read go
     keep_snapshots: Seconds = Field(7 * 86400, ge=0)
+    # compaction (commit.compaction): files of runs planned longer ago than this are
+    # rewritten into files of about target_file_size bytes; null: never compacted
+    compact_after: Seconds | None = Field(3600, ge=0)
+    target_file_size: Count = 256 << 20
     # an event_time group's parsed shape: {field: type}; other fields get a column of
     # their own type as messages bring them (formats.columns)
     columns: dict[Text, str] = {}

@@ -333,6 +333,11 @@ def inflight_marker(root: str, group: str) -> str:
     return join(runs_dir(root, group), "_inflight.json")
 
 
+def compaction_lease(root: str, group: str) -> str:
+    """The compaction of a group under way (commit.compaction)."""
+    return join(runs_dir(root, group), "_compacting.json")
+
+
 def last_plan_marker(root: str, group: str) -> str:
     """The run last marked in flight, kept when a person deletes the mark itself."""
     return join(runs_dir(root, group), "_last_plan.json")

@@ -275,6 +275,15 @@ MAINTENANCE_UNDER_A_GIVEN_UP_REWIND = [  # soak seed 3003203: the catalog's file
     ("produce", "u", 0, 8, True), ("run", "scheduled__2026-01-01T00:08:00+00:00", 0, 0, 0),
     ("delete_token", "u"), ("run", "scheduled__2026-01-01T00:11:00+00:00", 4, 0, 6),
     ("remove_inflight",), ("maintain", 0)]
+# issue 44: a compaction killed after its table's replace snapshot, before its catalog
+# entry; then a person deletes the token. Were the plan made from the catalog (which still
+# lists the compacted rows) its commit would add the re-archived rows beside the
+# compacted file: it gives way to the lease, and the next compact task finishes first
+COMPACTION_KILLED_THEN_A_REWIND = [
+    ("produce", "t", 0, 5, False, 0), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
+    ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
+    ("compact", 2, 10), ("delete_token", "t"),
+    ("run", "scheduled__2026-01-01T05:00:00+00:00", 0, 0, 0)]
 FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":
@@ -284,7 +293,8 @@ FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    GIVEN_UP_RUNS_COMMIT_THEN_MAINTENANCE,
                    "given-up run's commit sticks the next plan":
                    GIVEN_UP_RUNS_COMMIT_STICKS_THE_NEXT_PLAN,
-                   "maintenance under a given-up rewind": MAINTENANCE_UNDER_A_GIVEN_UP_REWIND}
+                   "maintenance under a given-up rewind": MAINTENANCE_UNDER_A_GIVEN_UP_REWIND,
+                   "compaction killed, then a rewind": COMPACTION_KILLED_THEN_A_REWIND}
 
 
 # in an event-time group's world (--shape events), each red before its fix
@@ -399,6 +409,23 @@ def test_the_table_check_finds_the_old_name_rule(tmp_path):
     assert result.violation is not None and result.violation.kind == "stuck", \
         explore.report(result)
     assert "does not fit table sim.v_dlq" in str(result.violation)
+
+
+def test_the_table_check_finds_a_plan_that_ignores_the_compaction_lease(tmp_path):
+    """With a plan that marks itself and goes on whatever the compaction lease says, the
+    found sequence sticks the group: the rewind's commit added its rows beside the
+    compacted file, and the killed compaction can never be finished."""
+    from kafka_archive.plan import inflight, runs
+
+    def mark_only(storage, config, group, run_id, plan_url):
+        inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
+
+    with patch.object(runs, "_mark", mark_only):
+        result = explore.run_steps(COMPACTION_KILLED_THEN_A_REWIND, tmp_path / "world",
+                                   shape="tables")
+    assert result.violation is not None and result.violation.kind == "stuck", \
+        explore.report(result)
+    assert "changed in the catalog after the compaction's tables did" in str(result.violation)
 
 
 def _failure_key_with_run_ids(task_id, error_class, error, run_ids):

@@ -108,6 +108,15 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
                 return tasks.expire_snapshots(group.name)
 
             expire_snapshots(committed)
+
+            # also when the run failed: a plan gives way to a killed compaction's lease
+            # until a compact task finishes that compaction's work
+            @task(trigger_rule="all_done")
+            @alerting.fails_at_once_when_terminal
+            def compact(dag_run=None) -> dict:
+                return tasks.compact(group.name, dag_run.run_id)
+
+            committed >> compact()
     return dag
 
 

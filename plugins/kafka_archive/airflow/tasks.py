@@ -11,8 +11,8 @@ from kafka_archive import brokers, catalog, config as config_module, layout
 from kafka_archive.airflow import alerting, connections
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
-from kafka_archive.commit import (finalizing, iceberg, mirror, protocol as committing,
-                                  table_maintenance)
+from kafka_archive.commit import (compaction, finalizing, iceberg, mirror,
+                                  protocol as committing, table_maintenance)
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import losses, rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
@@ -158,6 +158,14 @@ def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
                 "orphans": table_maintenance.remove_orphans(
                     table, storage, cfg.archive_root, group, keep_ms, now_ms)}
     return done
+
+
+def compact(group: str, run_id: str) -> dict:
+    """A table group's small files of older runs rewritten into large ones
+    (commit.compaction); what it did."""
+    cfg = connections.load_config()
+    return compaction.compact(cfg, connections.storage(cfg.s3_conn_id),
+                              connections.iceberg_tables(cfg), group, run_id, runs.now_utc())
 
 
 def backfill(group: str, topic: str, run_id: str, from_offset: int | None = None,

@@ -1,4 +1,5 @@
-"""One rebuild of a group's catalog at a time: a lease, `_catalog/<group>/_rebuilding.json`,
+"""One rebuild of a group's catalog at a time (and the liveness of a lease, which a table
+group's compaction lease shares: plan.inflight.compacting): a lease, `_catalog/<group>/_rebuilding.json`,
 created with `If-None-Match: *`. A second rebuilder fails fast (TransientError, retried
 later) instead of doing the same minutes of work. A lease is taken over when it has
 expired or when its holder, on this host, is gone (a killed rebuild). Only a guard
@@ -32,15 +33,14 @@ def lease_url(root: str, group: str) -> str:
 def one_at_a_time(storage: Storage, root: str, group: str):
     """Hold the group's rebuild lease while the block runs; released after it."""
     url = lease_url(root, group)
-    mine = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
-            "until": time.time() + LEASE_S}
+    mine = {**this_process(), "since": time.time(), "until": time.time() + LEASE_S}
     data = json.dumps(mine).encode()
     try:
         storage.put_if(url, data, None)
     except VersionConflict:
         found, version = storage.get_versioned(url)
         held = _lease_of(found)
-        if held and held["until"] > time.time() and not _gone(held):
+        if held and alive(held):
             raise TransientError(
                 f"catalog of group {group} is being rebuilt by process {held['pid']} on "
                 f"{held['host']} since {_utc(held['since'])}"
@@ -66,6 +66,17 @@ def _lease_of(data: bytes | None) -> dict | None:
         return held if {"host", "pid", "since", "until"} <= set(held) else None
     except (TypeError, ValueError):
         return None
+
+
+def this_process() -> dict:
+    """Who holds a lease, as alive() checks it."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def alive(held: dict) -> bool:
+    """Whether a lease ({host, pid, until}) may still be held: not expired, and its
+    process not known to have ended."""
+    return held["until"] > time.time() and not _gone(held)
 
 
 def _gone(held: dict) -> bool:

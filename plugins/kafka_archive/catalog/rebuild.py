@@ -101,8 +101,9 @@ def catalog_row(row: dict, run: str, plan: dict, spec: layout.LayoutSpec, root: 
     latest = plan.get("latest", {}).get(row["topic"], {}).get(str(row["partition"]))
     caught_up = ({"caught_up_at": plan["created_at"]}
                  if latest is not None and row["end"] >= latest and plan.get("created_at") else {})
+    planned = {"planned_at": plan["created_at"]} if plan.get("created_at") else {}
     return with_time_partitions({**row, "_run": run, "_generation": plan.get("generation", 1),
-                                 **caught_up}, spec, root, group)
+                                 **caught_up, **planned}, spec, root, group)
 
 
 def run_summary(plan: dict, manifest: dict, committed: dict) -> dict:
@@ -159,6 +160,7 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
     folders = run_folders(storage, layout.runs_dir(root, group))
     commits = [run for run, names in folders.items() if committed(names)]
     backfill_runs = [run for run, names in folders.items() if "backfill.json" in names]
+    compactions = [run for run, names in folders.items() if "compacted.json" in names]  # some dropped
     by_id = {run.rsplit("/", 1)[-1]: run for run in commits}
     state = State()  # the fold of the same entries the commits and backfills append
     spill = Spill(root, spec)
@@ -175,7 +177,9 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
             [(c["committed_at"], run, "commit", c)
              for run, c in zip(commits, pool.map(load("committed.json"), commits))]
             + [(b["at"], run, "backfill", b)
-               for run, b in zip(backfill_runs, pool.map(load("backfill.json"), backfill_runs))],
+               for run, b in zip(backfill_runs, pool.map(load("backfill.json"), backfill_runs))]
+            + [(c["at"], run, "compaction", c)
+               for run, c in zip(compactions, pool.map(load("compacted.json"), compactions))],
             key=log_order)
 
         def documents(event) -> tuple[dict, dict] | None:
@@ -193,6 +197,14 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
                 spill.event(plan.get("superseded", ()), not_archived(manifest), added)
                 state.apply({"kind": "commit", "seq": 0, "run_id": plan.get("run_id"), "at": at,
                              "run": run_summary(plan, manifest, doc), **plan_marks(plan)})
+                continue
+            if kind == "compaction":  # commit.compaction: rows swapped for merged ones
+                if doc.get("dropped"):
+                    continue
+                units = _load_json(storage, f"{run}/compaction.json")["units"]
+                spill.event([f["url"] for u in units for r in u["replaced"] for f in row_files(r)],
+                            set(), [{**u["merged"], "_run": run} for u in units])
+                state.apply({"kind": "compaction", "seq": 0})
                 continue
             added = []
             for r in doc["slices"]:

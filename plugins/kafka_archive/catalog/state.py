@@ -10,7 +10,9 @@ Entries (one JSON object each, written to the log in order):
 - `commit`:   a run's rows added, the rows its rewind moved aside removed, its losses;
 - `backfill`: rows replaced (removed, then added under the same keys);
 - `loss`:     a range lost to retention and accepted;
-- `finalize`: time partitions that became final, and the topic's new watermark.
+- `finalize`: time partitions that became final, and the topic's new watermark;
+- `compaction`: contiguous rows replaced by one whose files are theirs rewritten
+  (commit.compaction).
 """
 
 from __future__ import annotations
@@ -156,7 +158,13 @@ class State:
         row already covers, after the entry's removals: the archive would hold a message
         twice."""
         kind = entry["kind"]
+        # a compaction rewrites files, whatever their time partitions' state: none opens
+        still_open = ({name: set(t.open_time) for name, t in self.topics.items()}
+                      if kind == "compaction" else None)
         self.apply_rows(entry.get("remove", ()), entry.get("add", ()), check)
+        if kind == "compaction":
+            for name, topic in self.topics.items():
+                topic.open_time &= still_open.get(name, set())
         for loss in entry.get("lost", ()):
             ranges = self.topic(loss["topic"]).lost.setdefault(loss["partition"], [])
             if [loss["lost_from"], loss["lost_to"]] not in ranges:

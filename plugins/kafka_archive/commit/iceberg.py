@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 RUN_ID = "kafka-archive.run-id"      # snapshot summary: the run the snapshot commits
 OFFSETS = "kafka-archive.offsets"    # snapshot summary: the offset ranges it adds
+COMPACTED = "kafka-archive.compacted"  # snapshot summary: a compaction's files, before -> after
 ATTEMPTS = 5                         # lost compare-and-swap races before giving up
 DEAD_LETTER_SUFFIX = layout.DEAD_LETTER_SUFFIX  # an event-time group's topic's dead letters
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2",
@@ -373,6 +374,59 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
         return run_snapshot(table.refresh(), run_id)
     raise TransientError(f"table {name(table)}: lost the race to commit run "
                          f"{run_id} {ATTEMPTS} times; run again")
+
+
+def replace_files(table, compaction_id: str, remove: list[str], add: list[str], offsets: str,
+                  what: str):
+    """A compaction's files in place of the files it rewrote, in one `replace` snapshot
+    (data unchanged: incremental readers skip it) whose summary names the compaction and
+    the offset ranges; nothing when the table holds it already. A file to remove that is
+    no longer current is refused (the rows changed under the compaction); a lost
+    compare-and-swap reads the table again."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(1, ATTEMPTS + 1):
+        table.refresh()
+        if (found := run_snapshot(table, compaction_id)) is not None:
+            return found
+        current = current_files(table, remove)
+        if gone := [path for path in remove if path not in current]:
+            raise TerminalError(f"table {name(table)}: compaction {compaction_id} would replace "
+                                f"{gone[0]}, which is no longer a current file (and "
+                                f"{len(gone) - 1} more): refused, nothing committed")
+        tx = table.transaction()
+        properties = {RUN_ID: compaction_id, OFFSETS: offsets, COMPACTED: what}
+        with _replacing(tx, table.io, properties) as producer:
+            for path in remove:
+                producer.delete_data_file(current[path])
+            for path in add:
+                producer.append_data_file(data_file(table, tx.table_metadata, path))
+        try:
+            tx.commit_transaction()
+        except CommitFailedException as exc:
+            log.warning("table %s: another writer committed first (%s); again (%d)",
+                        name(table), exc, attempt)
+            continue
+        return run_snapshot(table.refresh(), compaction_id)
+    raise TransientError(f"table {name(table)}: lost the race to commit compaction "
+                         f"{compaction_id} {ATTEMPTS} times; run again")
+
+
+def _replacing(tx, io, properties: dict[str, str]):
+    """A producer of a `replace` snapshot. pyiceberg (0.12) has none, and its summary code
+    takes only append, overwrite and delete: its overwrite producer writes exactly what a
+    replace is (files out, files in), and the summary it computes gets the operation
+    Iceberg's spec gives a rewrite of files that changes no data."""
+    from pyiceberg.table.snapshots import Operation, Summary
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class Replace(_OverwriteFiles):
+        def _summary(self, snapshot_properties=None):
+            found = super()._summary(snapshot_properties or {})
+            return Summary(Operation.REPLACE, **found.additional_properties)
+
+    return Replace(operation=Operation.OVERWRITE, transaction=tx, io=io,
+                   snapshot_properties=properties)
 
 
 def _add_columns(tx, table, wanted: dict[str, str]) -> None:

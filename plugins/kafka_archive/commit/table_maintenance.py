@@ -4,19 +4,20 @@ Run by the group's DAG after each commit (airflow.tasks.expire_snapshots)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
 from kafka_archive import layout
 from kafka_archive.commit.iceberg import RUN_ID, WITHDRAWN, name
 from kafka_archive.plan import inflight, runs
-from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
 
 log = logging.getLogger(__name__)
 
 ORPHANS_SWEPT = "kafka-archive.orphans-swept-at"  # table property: ms of the last sweep
 SWEEP_EVERY_MS = 86_400_000
+STARTED = "started.json"  # a compaction's folder: when it began, before any file is written
 
 
 def settled(table, storage: Storage, root: str, group: str) -> bool:
@@ -52,7 +53,7 @@ def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:
         return {"snapshots": 0, "files": 0}
     gone = [path for s in table.metadata.snapshots
             if s.parent_snapshot_id in old and s.summary is not None
-            and s.summary.operation.value in ("overwrite", "delete")
+            and s.summary.operation.value in ("overwrite", "delete", "replace")
             for path in removed_by(table, s)]
     for path in gone:
         try:
@@ -93,9 +94,7 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
         if url in read or (in_flight and folder == layout.run_folder_name(in_flight)):
             continue
         if folder not in planned:
-            plan = storage.get_or_none(layout.run_file(root, group, folder, "plan.json"))
-            planned[folder] = None if plan is None else int(datetime.fromisoformat(
-                Plan.from_json(plan).created_at).timestamp() * 1000)
+            planned[folder] = _started_ms(storage, root, group, folder)
         if planned[folder] is not None and planned[folder] < now_ms - keep_ms:
             storage.delete(url)
             gone += 1
@@ -104,6 +103,16 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
     if gone:
         log.warning("table %s: %d files of runs that never committed deleted", name(table), gone)
     return gone
+
+
+def _started_ms(storage: Storage, root: str, group: str, folder: str) -> int | None:
+    """When the run (its plan) or the compaction (commit.compaction) whose folder it is
+    began; None when neither says."""
+    for name in ("plan.json", STARTED):
+        found = storage.get_or_none(layout.run_file(root, group, folder, name))
+        if found is not None:
+            return int(datetime.fromisoformat(json.loads(found)["created_at"]).timestamp() * 1000)
+    return None
 
 
 def removed_by(table, snapshot) -> list[str]:

@@ -4,6 +4,10 @@
 commit clears it; everything else that must not act while a plan is in flight (rewind,
 accept-loss, backfill, the alerts) asks here, per topic: a plan in flight holds the
 topics whose tokens it will advance.
+
+Its counterpart for a table group's compaction (commit.compaction) is the compaction
+lease, `_runs/<group>/_compacting.json`: a plan looks for it after marking itself, a
+compaction for the mark after taking it (see compacting).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kafka_archive import layout
+from kafka_archive.catalog import lease
 from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
 
@@ -90,3 +95,18 @@ def clear(storage: Storage, root: str, group: str, run_id: str) -> None:
     marker = storage.get_or_none(url)
     if marker is not None and json.loads(marker).get("run_id") == run_id:
         storage.delete(url)
+
+
+def compacting(storage: Storage, root: str, group: str) -> dict | None:
+    """The group's compaction lease as found ({id, host, pid, until, ..., alive}), or
+    None. alive: its process may still be running (another host's: until its claim
+    expires)."""
+    data = storage.get_or_none(layout.compaction_lease(root, group))
+    if data is None:
+        return None
+    try:
+        held = json.loads(data)
+    except ValueError:
+        held = {}
+    return {**held, "alive": {"host", "pid", "until"} <= set(held) and lease.alive(held)}
+

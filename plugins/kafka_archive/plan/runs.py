@@ -16,7 +16,7 @@ from kafka_archive.catalog.state import State, part_key
 from kafka_archive.manifest import row_files
 from kafka_archive.plan import losses
 from kafka_archive.config import Config, Group
-from kafka_archive.errors import TerminalError
+from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.plan import inflight, planning, rewinds
 from kafka_archive.plan.planning import Anomaly, Caps, Plan
 from kafka_archive.storage import Storage
@@ -58,8 +58,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     if not dry_run and cut:
         log.warning("run %s advanced tokens but its commit never finished (its in-flight "
                     "mark was deleted): re-executing its plan unchanged", cut.run_id)
-        inflight.mark(storage, config.archive_root, group.name, cut.run_id,
-                      layout.run_file(config.archive_root, group.name, cut.run_id, "plan.json"))
+        _mark(storage, config, group, cut.run_id,
+              layout.run_file(config.archive_root, group.name, cut.run_id, "plan.json"))
         _move_aside(storage, config, cut)
         return cut
     for topic in stale:  # its lines claim what no current row holds: archived again
@@ -106,9 +106,37 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
     storage.put_bytes(plan_url, plan.to_json())
-    inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
+    _mark(storage, config, group, run_id, plan_url)
     _move_aside(storage, config, plan)
     return plan
+
+
+class CompactionUnderWay(TransientError):
+    """The group's tables are being compacted: the plan gave way, nothing was planned."""
+
+
+def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url: str) -> None:
+    """Mark the plan in flight, then look for a compaction of the group's tables
+    (commit.compaction): one that took its lease before the mark may be replacing rows
+    this plan read, so the plan gives way (its mark taken off) and is made again when the
+    run is retried; a killed compaction's lease stays until the next compaction task
+    finishes its work. The compaction looks for the mark after taking its lease: of the
+    two, at least one sees the other."""
+    inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
+    if group.table is None:
+        return
+    held = inflight.compacting(storage, config.archive_root, group.name)
+    if held is None:
+        return
+    inflight.clear(storage, config.archive_root, group.name, run_id)
+    # it moved and wrote nothing: no later plan has anything of it to undo
+    inflight.note_given_up(storage, config.archive_root, group.name,
+                           {"run_id": run_id, "plan": plan_url})
+    raise CompactionUnderWay(
+        f"group {group.name} is being compacted ({held.get('id')}, process {held.get('pid')} "
+        f"on {held.get('host')}" + ("" if held["alive"] else ", which is gone: the group's "
+                                    "next compaction task finishes its work") +
+        f"): run {run_id} planned nothing and gives way; run it again")
 
 
 def _judged(cat: catalog.Catalog, config: Config, states: list[planning.PartitionState],

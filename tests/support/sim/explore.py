@@ -45,6 +45,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
     # a job's launch may also fail before the job starts (spark-submit's own failure)
     launch = lambda: LAUNCH_FAILS if rng.random() < 0.05 else crash()  # noqa: E731
     runs = sorted(world.runs)
+    if world.tables is not None and rng.random() < 0.05:
+        return ("compact", rng.randint(0, 3), crash())
     r = rng.random()
     if r < 0.28:
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
@@ -188,7 +190,8 @@ def shrink(result: Result, root: Path) -> Result:
                 break
             chunks = min(len(best.steps), chunks * 2)
     for i, step in enumerate(list(best.steps)):
-        if step[0] in ("run", "task", "clear_run", "rebuild", "maintain", "finalize") and any(isinstance(a, int) and a for a in
+        if step[0] in ("run", "task", "clear_run", "rebuild", "maintain", "finalize",
+                       "compact") and any(isinstance(a, int) and a for a in
                                                             step[-3:]):
             calm = step[:2] + tuple(0 if isinstance(a, int) else a for a in step[2:])
             attempt(best.steps[:i] + [calm] + best.steps[i + 1:])
@@ -233,6 +236,7 @@ _SAID = {
     "rebuild": lambda n: f"kafka-archive catalog --rebuild{_kill(n)}",
     "damage_catalog": lambda n: f"a catalog snapshot or row chunk is damaged (file #{n})",
     "maintain": lambda n: f"a day later, the tables' maintenance (expiry, orphans){_kill(n)}",
+    "compact": lambda hours, n: f"{hours} hours later, the tables' compaction{_kill(n)}",
     "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",
 }
 

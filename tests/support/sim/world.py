@@ -10,6 +10,7 @@ not exist (yet) is a no-op, so a shrunk sequence stays runnable. `World.step` ru
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,9 +19,11 @@ from pathlib import Path
 from unittest.mock import patch
 
 from kafka_archive import catalog, layout
+from kafka_archive.catalog import lease
 from kafka_archive.archive import job
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
-from kafka_archive.commit import finalizing, iceberg, protocol as committing, table_maintenance
+from kafka_archive.commit import (compaction, finalizing, iceberg, protocol as committing,
+                                  table_maintenance)
 from kafka_archive.errors import ArchiveError
 from kafka_archive.manifest import row_files
 from kafka_archive.monitor.alerts import Message
@@ -55,6 +58,7 @@ class LaunchFailed(Exception):
     JVM): what the Spark provider raises, with no record of the job's own."""
 
 
+DEAD_PID = 4_194_304 + 1  # above Linux's pid_max: no process has it
 LAUNCH_FAILS = -1  # a job task's "crash" that makes its launch fail before the job starts
 
 
@@ -165,6 +169,7 @@ class World:
         for topic, partitions in TOPICS.items():
             self.kafka.create(topic, partitions)
         self.now = START
+        self.compactions = 0
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
         # topic -> the plans (run folder -> plan.json) made before a person deleted its token
@@ -318,8 +323,11 @@ class World:
         self.runs[run_id] = Run(run_id)
         for task, crash in (("plan", crash_plan), ("job", crash_job), ("commit", crash_commit)):
             if not self._task(out, run_id, task, crash):
-                return
-        self._finalize(out, run_id, 0)  # (its kills: a finalize step of its own)
+                break
+        else:
+            self._finalize(out, run_id, 0)  # (its kills: a finalize step of its own)
+        if self.tables is not None:  # a table group's compact task runs after all others
+            self._compaction_task(out, run_id, 0)
 
     def _task(self, out: Outcome, run_id: str, task: str, crash: int) -> bool:
         """One task of a run executed (again: a retry, a Clear); whether it succeeded."""
@@ -476,6 +484,31 @@ class World:
         except ArchiveError as failed:
             out.add(f"maintenance: failed: {type(failed).__name__}: {failed}")
 
+    def _compact(self, out: Outcome, hours: int, crash: int):
+        """A table group's compaction task (airflow.tasks.compact), `hours` later: rows
+        planned more than an hour before are merged. A kill ends its process: its lease
+        names one that is gone (a pid no process has), as after a real kill."""
+        if self.tables is None:
+            return
+        self.now += timedelta(hours=hours)
+        self.compactions += 1
+        self._compaction_task(out, f"sim{self.compactions}", crash)
+
+    def _compaction_task(self, out: Outcome, run_id: str, crash: int):
+        """The compact task of a DAG run (run_id; it runs whatever its run's other tasks
+        did), or of the step above."""
+        self.faults.arm(crash)
+        try:
+            with patch.object(lease, "this_process", lambda: {"host": socket.gethostname(),
+                                                              "pid": DEAD_PID}):
+                done = compaction.compact(self.config, self.storage, self.tables, self.group,
+                                          run_id, self.now)
+            out.add(f"compaction: {done}")
+        except Crash as kill:
+            out.add(f"compaction: killed before {kill}")
+        except ArchiveError as failed:
+            out.add(f"compaction: failed: {type(failed).__name__}: {failed}")
+
     def _remove_inflight(self, out: Outcome):
         """A person deletes `_inflight.json` by hand."""
         if self.in_flight():
@@ -610,6 +643,9 @@ class World:
     def plan_in_flight(self) -> Plan | None:
         return inflight.plan(Storage(), self.config.archive_root, self.group)
 
+    def compacting(self) -> bool:
+        return inflight.compacting(self.storage, self.config.archive_root, self.group) is not None
+
     def in_flight(self) -> bool:
         return inflight.holding(self.storage, self.config.archive_root, self.group) is not None
 
@@ -686,7 +722,9 @@ class World:
             rows = cat.rows()
         # while a plan is in flight (or was abandoned: its mark deleted by hand, until the
         # next plan), its files may be moved aside and its tokens ahead of the catalog
-        quiet = final or not (self.in_flight() or self.abandoned)
+        # and while a compaction is under way (its lease held: a killed one's tables may
+        # be ahead of the catalog until the next compaction or plan finishes it)
+        quiet = final or not (self.in_flight() or self.abandoned or self.compacting())
         held_now: dict[tuple[str, int], set[int]] = {}
         for row in rows:
             where = (row["topic"], row["partition"])
@@ -854,11 +892,13 @@ class World:
                     self._finalize(out, run_id, 0)
                 elif not self._task(out, run_id, task, 0):
                     break
+            if self.tables is not None:
+                self._compaction_task(out, run_id, 0)
             if any("HeldTopicsError" in line or "retention" in line for line in out.lines):
                 for topic in sorted(self.kafka.topics):  # what the mail says to do
                     self._accept_loss(out, topic)
             said += out.lines
-            if self._at_end() and not self.in_flight():
+            if self._at_end() and not self.in_flight() and not self.compacting():
                 retried = Outcome()
                 for owed in sorted(self.finalize_owed):  # retried, or Cleared after its mail
                     self._finalize(retried, owed, 0)

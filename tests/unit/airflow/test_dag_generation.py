@@ -53,12 +53,12 @@ def dag_bag(tmp_path, text: str) -> dict:
     return json.loads(line[len("RESULT: "):])
 
 
-def test_a_table_groups_dag_expires_snapshots_after_commit(tmp_path):
+def test_a_table_groups_dag_expires_snapshots_and_compacts_after_commit(tmp_path):
     found = dag_bag(tmp_path, BASE + "groups:\n  raw: {}\n"
                               "  tables: {format: {kind: parquet}, table: {}}\n")
     assert found["errors"] == {}
     assert found["after_commit"]["kafka_archive_tables"] == [
-        "expire_snapshots", "freshness", "held_topics"]
+        "compact", "expire_snapshots", "freshness", "held_topics"]
     assert found["after_commit"]["kafka_archive_raw"] == ["freshness", "held_topics"]
 
 

@@ -1,0 +1,375 @@
+"""Compaction: a table group's small files of older runs rewritten into large ones.
+
+Each run adds one file per Kafka partition (key_value) or per partition and event hour
+(parsed) to a table: at a 15-minute schedule, 35,000 a year per partition. Compaction
+merges the catalog rows of runs planned longer than `compact_after` ago, a Kafka
+partition's contiguous small rows at a time (`choose`, pure), into one row whose files
+are the rows' files concatenated in offset order, one per table and time partition, of
+at most about `target_file_size` bytes. Every table gets one `replace` snapshot (its
+summary names the compaction and the offset ranges), the catalog one `compaction` entry
+that swaps the rows for the merged ones, which keep the rows they were made of as
+`pieces`: a rewind into a compacted row treats its pieces as it treated the rows
+(plan.rewinds), and the audit counts stay what they were.
+
+Exactly once, against the runs: a compaction holds the group's compaction lease
+(`_runs/<group>/_compacting.json`, created with If-None-Match) and then looks for a plan
+in flight, giving way to it; a new plan marks itself in flight and then looks for the
+lease, giving way to a compaction (plan.runs). Of two that start at once at least one
+sees the other, so no plan is made from rows a compaction is replacing, and no
+compaction replaces rows a plan in flight may move aside.
+
+Any crash is finished by the next compaction (or the plan that finds the lease of a
+dead one): the record of what it does (`compaction.json` in its folder under `_runs/`)
+is written before any table changes, so its tables' snapshots (each idempotent: found by
+the compaction id in the summary), its catalog entry and its done record (`compacted.json`,
+which a catalog rebuild replays) are all made again from it. A compaction killed before
+its record leaves only files no snapshot reads: the orphan sweep deletes them.
+
+The rewrite is pyarrow's, in the task: the inputs are small by definition and already in
+offset order, so a merge is reading them and writing one Parquet file, no shuffle or sort.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from kafka_archive import catalog, layout
+from kafka_archive.catalog import lease as leases
+from kafka_archive.catalog.state import row_key, with_time_partitions
+from kafka_archive.commit import table_maintenance
+from kafka_archive.config import Config
+from kafka_archive.errors import TerminalError, TransientError, VersionConflict
+from kafka_archive.manifest import row_files
+from kafka_archive.plan import inflight
+from kafka_archive.storage import Storage, crc32c, s3_checksum
+
+log = logging.getLogger(__name__)
+
+PREFIX = "compaction."          # a compaction's id: PREFIX + the Airflow run id
+SMALL = 0.75                    # a row under this share of the target is compacted (Iceberg's
+                                # rewrite_data_files default min-file-size-bytes)
+LEASE_S = 1800                  # a compaction's claim on its group
+RECORD, DONE = "compaction.json", "compacted.json"
+COMPACTION = "kafka-archive.compaction"  # snapshot summary: how many rows became how many
+
+
+class CompactionBusy(TransientError):
+    """Another compaction of the group is under way."""
+
+
+# --- which rows (pure) ---------------------------------------------------------------
+
+def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
+    """The bins of one Kafka partition's rows (in offset order) to merge: runs of at least
+    two contiguous rows, each planned before `older_than` (ISO-8601) and smaller than
+    SMALL x target, packed in offset order up to target bytes. A row not yet that old,
+    a large one or a gap (offsets lost to retention) ends a bin."""
+    bins, current, size = [], [], 0
+
+    def close():
+        if len(current) > 1:
+            bins.append(list(current))
+        current.clear()
+
+    for row in rows:
+        small = (row.get("planned_at") or "") < older_than and (row.get("bytes") or 0) < SMALL * target
+        if not small:
+            close()
+            size = 0
+            continue
+        if current and (row["start"] != current[-1]["end"] or size + (row.get("bytes") or 0) > target):
+            close()
+            size = 0
+        current.append(row)
+        size += row.get("bytes") or 0
+    close()
+    return bins
+
+
+PIECE_FIELDS = ("start", "end", "records", "quarantined", "late", "min_timestamp_ms",
+                "max_timestamp_ms", "gaps", "audit", "placed_by", "planned_at", "caught_up_at")
+
+
+def pieces(row: dict) -> list[dict]:
+    """The rows a row was made of: its own `pieces` when compacted, else itself."""
+    if row.get("pieces"):
+        return row["pieces"]
+    return [{**{k: row[k] for k in PIECE_FIELDS if k in row}, "run": row["_run"].rsplit("/", 1)[-1]}]
+
+
+def merged(rows: list[dict], files: list[dict], run: str) -> dict:
+    """The catalog row that replaces contiguous `rows` (offset order) once their files are
+    `files`: their counts summed, their pieces kept."""
+    first, last = rows[0], rows[-1]
+    audit: dict[tuple, int] = defaultdict(int)
+    for r in rows:
+        for source, window, n in r.get("audit", ()):
+            audit[(source, window)] += n
+    stamps = lambda key, pick: pick((r[key] for r in rows if r.get(key) is not None),  # noqa: E731
+                                    default=None)
+    row = {"topic": first["topic"], "partition": first["partition"], "start": first["start"],
+           "end": last["end"], "cut": last.get("cut", False),
+           "records": sum(r["records"] for r in rows),
+           "quarantined": sum(r.get("quarantined", 0) for r in rows),
+           "late": sum(r.get("late", 0) for r in rows),
+           "bytes": sum(f["bytes"] for f in files), "crc32c": None, "url": None,
+           "files": files, "errors": [e for r in rows for e in r.get("errors", ())][:10],
+           "min_timestamp_ms": stamps("min_timestamp_ms", min),
+           "max_timestamp_ms": stamps("max_timestamp_ms", max),
+           "gaps": [g for r in rows for g in r.get("gaps", ())],
+           "audit": sorted([s, w, n] for (s, w), n in audit.items()),
+           "planned_at": max(r.get("planned_at") or "" for r in rows),
+           "pieces": [p for r in rows for p in pieces(r)],
+           "_run": run, "_generation": first["_generation"]}
+    if any("placed_by" in r for r in rows):
+        row["placed_by"] = [step for r in rows for step in r.get("placed_by", ())]
+    if caught := stamps("caught_up_at", max):
+        row["caught_up_at"] = caught
+    return row
+
+
+# --- the rewrite ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Output:
+    """Where a bin's files of one destination (a table's Kafka partition, or its time
+    partition) go."""
+    url: str
+    inputs: tuple[str, ...]
+
+
+def outputs(config: Config, group: str, compaction_id: str, rows: list[dict]) -> list[Output]:
+    """One output per table and time partition the rows' files are in, named by the first
+    offset its inputs start at, in the compaction's own folder of the table's data/."""
+    root, spec = config.archive_root, config.group(group).layout
+    by_place: dict[tuple, list[tuple[int, str]]] = defaultdict(list)
+    for row in rows:
+        for f in row_files(row):
+            where = layout.parse_url(root, f["url"], spec)
+            if where is None:
+                raise TerminalError(f"{f['url']}: not a table file of group {group}; not compacted")
+            by_place[(where.place, where.time_path)].append((where.name.first_offset, f["url"]))
+    first, made = rows[0], []
+    for (place, time_path), files in sorted(by_place.items(), key=lambda kv: str(kv[0])):
+        start = min(offset for offset, _ in files)
+        args = (root, group, first["topic"], compaction_id, first["partition"],
+                first["_generation"], start)
+        url = (layout.dead_letter_file(*args) if place == "quarantine"
+               else layout.table_data_file(*args, "parquet", time_path=time_path))
+        made.append(Output(url, tuple(u for _, u in sorted(files))))
+    return made
+
+
+def rewrite(storage: Storage, output: Output) -> dict:
+    """The inputs concatenated, in order, into one Parquet file (columns a later run added
+    are null in the earlier rows); its file entry. Same inputs, same bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kafka_archive.formats import parquet
+
+    tables = [pq.read_table(pa.BufferReader(storage.get_bytes(url))) for url in output.inputs]
+    table = pa.concat_tables(tables, promote_options="default")
+    columns = [[name, kind] for name, kind in
+               {c: k for f in tables for c, k in _columns_of(f.schema)}.items()]
+    fd, tmp = tempfile.mkstemp(prefix="kafka-archive-compaction-", suffix=".parquet")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            pq.write_table(table, out, compression=parquet.COMPRESSION, row_group_size=1 << 20)
+        data_crc = 0
+        with open(tmp, "rb") as written:
+            while chunk := written.read(8 << 20):
+                data_crc = crc32c(chunk, data_crc)
+        storage.upload_file(Path(tmp), output.url, data_crc)
+        entry = {"url": output.url, "records": table.num_rows, "bytes": os.path.getsize(tmp),
+                 "crc32c": s3_checksum(data_crc)}
+    finally:
+        os.unlink(tmp)
+    return {**entry, "columns": columns} if columns else entry
+
+
+def _columns_of(schema) -> list[tuple[str, str]]:
+    """A parsed file's field columns as formats.columns types (none in key_value files)."""
+    from kafka_archive.formats import columns as kinds
+    from kafka_archive.formats.parquet import _ARROW
+
+    by_type = {str(t): k for k, t in _ARROW.items()}
+    return [(f.name, by_type[str(f.type)]) for f in schema
+            if f.name not in kinds.RESERVED and str(f.type) in by_type]
+
+
+# --- the group's lease ---------------------------------------------------------------
+
+@contextmanager
+def lease(storage: Storage, root: str, group: str, compaction_id: str, settle):
+    """Hold the group's compaction lease while the block runs; released when it ends
+    without an error. A lease of a compaction that is gone (its process ended, or its
+    claim expired) is taken over after `settle(its id)` finished what it began."""
+    url = layout.compaction_lease(root, group)
+    data = json.dumps({"id": compaction_id, **leases.this_process(), "since": time.time(),
+                       "until": time.time() + LEASE_S}).encode()
+    try:
+        storage.put_if(url, data, None)
+    except VersionConflict:
+        _, version = storage.get_versioned(url)
+        held = inflight.compacting(storage, root, group) or {}
+        if held.get("alive") and held.get("id") != compaction_id:
+            raise CompactionBusy(f"group {group} is being compacted by {held.get('id')} "
+                                 f"(process {held.get('pid')} on {held.get('host')}); "
+                                 "compaction waits for the next run") from None
+        if held.get("id"):
+            settle(held["id"])
+        storage.put_if(url, data, version)
+    yield
+    # not on an error: a compaction may have changed tables but not the catalog yet, and
+    # no plan may start until the next compaction (or plan) has finished it: the lease of
+    # a failed process is a dead one's
+    storage.delete(url)
+
+
+
+# --- a compaction --------------------------------------------------------------------
+
+def compaction_id(run_id: str) -> str:
+    return PREFIX + run_id
+
+
+def compact(config: Config, storage: Storage, tables, group: str, run_id: str,
+            now: datetime) -> dict:
+    """Compact the group's tables (tables: commit.iceberg.Tables); what it did."""
+    spec = tables.spec(group)
+    root, cid = config.archive_root, compaction_id(run_id)
+    if storage.get_or_none(layout.run_file(root, group, cid, DONE)) is not None:
+        return {"compaction": cid, "repeated": True}
+    if spec.compact_after_s is None:
+        return {"compaction": cid, "skipped": "compact_after is null"}
+    settle = lambda other: finish(config, storage, tables, group, other)  # noqa: E731
+    try:
+        with lease(storage, root, group, cid, settle):
+            return _compact(config, storage, tables, group, cid, now)
+    except CompactionBusy as busy:
+        log.info("%s", busy)  # that one does the work
+        return {"compaction": cid, "skipped": str(busy)}
+
+
+def _compact(config: Config, storage: Storage, tables, group: str, cid: str,
+             now: datetime) -> dict:
+    root, spec = config.archive_root, tables.spec(group)
+    if storage.get_or_none(layout.run_file(root, group, cid, RECORD)) is not None:
+        return finish(config, storage, tables, group, cid)  # this one, killed before
+    if run := inflight.holding(storage, root, group):
+        log.info("group %s: run %s is in flight; compaction waits for the next run", group, run)
+        return {"compaction": cid, "skipped": f"run {run} is in flight"}
+    cat = catalog.open_catalog(storage, config, group, may_rebuild=True)
+    older = datetime.fromtimestamp(now.timestamp() - spec.compact_after_s,
+                                   now.tzinfo).isoformat(timespec="seconds")
+    folder = catalog.run_folder(root, group, cid)
+    storage.put_bytes(layout.run_file(root, group, cid, table_maintenance.STARTED),
+                      json.dumps({"created_at": now.isoformat(timespec="seconds")}).encode())
+    units = []
+    for topic in sorted(cat.state.with_rows()):
+        for key in sorted(cat.state.topics[topic].summaries):
+            partition, generation = map(int, key.split(":"))
+            rows = [_with_planned_at(cat, r) for r in cat.rows(topic, partition, generation)]
+            for chosen in choose(rows, older, spec.target_file_size):
+                files = [rewrite(storage, out)
+                         for out in outputs(config, group, cid, chosen)]
+                units.append({"replaced": chosen,
+                              "merged": with_time_partitions(
+                                  merged(chosen, files, folder), config.group(group).layout,
+                                  root, group)})
+    if not units:
+        return {"compaction": cid, "rows": 0}
+    storage.put_bytes(layout.run_file(root, group, cid, RECORD), json.dumps(
+        {"id": cid, "created_at": now.isoformat(timespec="seconds"), "units": units},
+        indent=1).encode())
+    return finish(config, storage, tables, group, cid)
+
+
+def _with_planned_at(cat, row: dict) -> dict:
+    """A row with `planned_at`, its plan's time (rows from before it was recorded: read
+    from the run's plan)."""
+    if row.get("planned_at"):
+        return row
+    data = cat.storage.get_or_none(f"{row['_run']}/plan.json")
+    return {**row, "planned_at": json.loads(data)["created_at"] if data else ""}
+
+
+def finish(config: Config, storage: Storage, tables, group: str, cid: str) -> dict:
+    """Make the recorded compaction's table snapshots, catalog entry and done record,
+    whichever are missing (idempotent). A record none of whose rows is current any more
+    was overtaken (nothing of it reached a table): it is dropped."""
+    from kafka_archive.commit import iceberg
+
+    root = config.archive_root
+    stored = storage.get_or_none(layout.run_file(root, group, cid, RECORD))
+    if stored is None or storage.get_or_none(layout.run_file(root, group, cid, DONE)):
+        return {"compaction": cid, "repeated": True}
+    record = json.loads(stored)
+    units = record["units"]
+    by_table: dict[tuple[str, bool], tuple[list[str], list[str], list[str]]] = {}
+    for unit in units:
+        old, new = unit["replaced"], unit["merged"]
+        for dead_letters in tables.kinds(group):
+            inside = tables.location(group, new["topic"], dead_letters) + "/"
+            remove, add, ranges = by_table.setdefault((new["topic"], dead_letters), ([], [], []))
+            remove += [f["url"] for r in old for f in row_files(r) if f["url"].startswith(inside)]
+            add += [f["url"] for f in row_files(new) if f["url"].startswith(inside)]
+            ranges.append(f"{new['partition']}: [{new['start']}, {new['end']})")
+    work = [(tables.table(group, topic, dead_letters), remove, add, ranges)
+            for (topic, dead_letters), (remove, add, ranges) in sorted(by_table.items()) if remove]
+    if not any(iceberg.run_snapshot(t.refresh(), cid) for t, *_ in work) and (stale := [
+            path for t, remove, *_ in work
+            for path in sorted(set(remove) - set(iceberg.current_files(t, remove)))]):
+        # nothing of it reached a table, and its rows changed since it chose them (a plan
+        # that went ahead after its lease expired): dropped, its files are orphans
+        log.warning("compaction %s of group %s dropped: %s is no longer a current file",
+                    cid, group, stale[0])
+        storage.put_bytes(layout.run_file(root, group, cid, DONE), json.dumps(
+            {"id": cid, "at": record["created_at"], "dropped": f"{stale[0]} changed"}).encode())
+        return {"compaction": cid, "dropped": stale[0]}
+    for table, remove, add, ranges in work:
+        iceberg.replace_files(table, cid, remove, add, ", ".join(ranges),
+                              f"{len(remove)} files -> {len(add)}")
+
+    def entry(cat) -> dict | None:
+        current = {}
+        for unit in units:
+            new = unit["merged"]
+            current.update((row_key(r), r) for r in cat.rows(new["topic"], new["partition"],
+                                                            new["_generation"]))
+        done = all(current.get(row_key(u["merged"]), {}).get("_run", "").endswith("/" + layout.run_folder_name(cid))
+                   for u in units)
+        if done:  # a finish killed after its entry: no commit came since (the lease)
+            seen.append(cat.state.seq)
+            return None
+        if gone := [r for u in units for r in u["replaced"]
+                    if current.get(row_key(r), {}).get("_run") != r["_run"]]:
+            raise TerminalError(f"compaction {cid} of group {group}: {gone[0]['topic']} partition "
+                                f"{gone[0]['partition']} [{gone[0]['start']}, {gone[0]['end']}) "
+                                "changed in the catalog after the compaction's tables did")
+        return {"kind": "compaction", "run_id": cid, "at": record["created_at"],
+                "remove": [r for u in units for r in u["replaced"]],
+                "add": [u["merged"] for u in units]}
+
+    seen: list[int] = []
+    seq = catalog.append(storage, config, group, entry).appended
+    seq = seq if seq is not None else seen[-1]
+    storage.put_bytes(layout.run_file(root, group, cid, DONE), json.dumps(
+        {"id": cid, "at": record["created_at"], "entry": seq}).encode())
+    files = sum(len(row_files(r)) for u in units for r in u["replaced"])
+    made = sum(len(row_files(u["merged"])) for u in units)
+    log.info("compaction %s of group %s: %d rows in %d files -> %d rows in %d files", cid,
+             group, sum(len(u["replaced"]) for u in units), files, len(units), made)
+    return {"compaction": cid, "rows": sum(len(u["replaced"]) for u in units),
+            "files_before": files, "files_after": made, "entry": seq}
+

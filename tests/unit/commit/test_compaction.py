@@ -1,0 +1,68 @@
+"""Which rows a compaction merges, and the row that replaces them (commit.compaction's
+pure part); the protocol around it is the simulation's (test_protocol_simulation)."""
+
+from kafka_archive.commit.compaction import choose, merged, pieces
+
+OLD, NEW = "2026-01-01T10:00:00+00:00", "2026-01-01T12:30:00+00:00"
+BEFORE = "2026-01-01T12:00:00+00:00"  # compact rows planned before this
+TARGET = 1000
+
+
+def row(start, end, size=100, planned=OLD, run="r", **more):
+    return {"topic": "t", "partition": 0, "start": start, "end": end, "records": end - start,
+            "bytes": size, "planned_at": planned, "_run": f"root/_runs/g/{run}{start}",
+            "_generation": 1, "files": [{"url": f"u{start}", "records": end - start,
+                                         "bytes": size}], **more}
+
+
+def spans(bins):
+    return [[(r["start"], r["end"]) for r in b] for b in bins]
+
+
+def test_contiguous_small_rows_of_old_runs_are_merged():
+    rows = [row(0, 5), row(5, 9), row(9, 12)]
+    assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 5), (5, 9), (9, 12)]]
+
+
+def test_rows_of_recent_runs_stay_as_they_are():
+    rows = [row(0, 5), row(5, 9), row(9, 12, planned=NEW), row(12, 13, planned=NEW)]
+    assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 5), (5, 9)]]
+
+
+def test_a_lone_small_row_is_not_rewritten():
+    assert choose([row(0, 5)], BEFORE, TARGET) == []
+    assert choose([row(0, 5), row(5, 9, planned=NEW)], BEFORE, TARGET) == []
+
+
+def test_a_large_row_or_a_gap_ends_a_bin():
+    rows = [row(0, 5), row(5, 9), row(9, 20, size=800), row(20, 22), row(22, 24),
+            row(30, 31), row(31, 33)]  # [24, 30) lost to retention
+    assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 5), (5, 9)], [(20, 22), (22, 24)],
+                                                  [(30, 31), (31, 33)]]
+
+
+def test_bins_are_packed_up_to_the_target_in_offset_order():
+    rows = [row(i, i + 1, size=400) for i in range(5)]
+    assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 1), (1, 2)], [(2, 3), (3, 4)]]
+
+
+def test_the_merged_row_sums_its_rows_and_keeps_them_as_pieces():
+    a = row(0, 5, audit=[["p1", 0, 3], ["p2", 0, 2]], min_timestamp_ms=10,
+            max_timestamp_ms=20, gaps=[[3, 4]], placed_by=[[5, None]])
+    b = row(5, 9, audit=[["p1", 0, 4]], min_timestamp_ms=5, max_timestamp_ms=15, gaps=[],
+            placed_by=[[9, 1000]], caught_up_at=OLD)
+    files = [{"url": "m", "records": 9, "bytes": 150}]
+    m = merged([a, b], files, "root/_runs/g/compaction.x")
+    assert (m["start"], m["end"], m["records"], m["bytes"]) == (0, 9, 9, 150)
+    assert m["files"] == files and m["_run"] == "root/_runs/g/compaction.x"
+    assert m["audit"] == [["p1", 0, 7], ["p2", 0, 2]]
+    assert (m["min_timestamp_ms"], m["max_timestamp_ms"]) == (5, 20)
+    assert m["gaps"] == [[3, 4]] and m["placed_by"] == [[5, None], [9, 1000]]
+    assert m["caught_up_at"] == OLD
+    assert [(p["start"], p["end"], p["run"]) for p in m["pieces"]] == [(0, 5, "r0"), (5, 9, "r5")]
+
+
+def test_a_merged_row_merged_again_keeps_the_first_pieces():
+    first = merged([row(0, 5), row(5, 9)], [{"url": "m", "records": 9, "bytes": 150}], "c1")
+    again = merged([first, row(9, 12)], [{"url": "n", "records": 12, "bytes": 200}], "c2")
+    assert [(p["start"], p["end"]) for p in pieces(again)] == [(0, 5), (5, 9), (9, 12)]
