@@ -47,10 +47,11 @@ class SliceRow(TypedDict, total=False):
     audit: list[list]                  # [source, window start ms, messages]
 
 
-class Manifest(TypedDict):
+class Manifest(TypedDict, total=False):
     run_id: str
     group: str
     slices: list[SliceRow]
+    kept: list[SliceRow]               # what a rewind keeps of compacted rows (Plan.cuts)
     vanished: list[list]               # [topic, partition] deleted since the plan
     retention_lost: list[dict]         # planning.Anomaly as dicts
 
@@ -80,6 +81,11 @@ def row_files(row: SliceRow) -> list[FileEntry]:
         return [{"url": row["url"], "records": row["records"], "bytes": row["bytes"],
                  "sha256": row.get("sha256")}]
     return []
+
+
+def added_rows(manifest: dict) -> list[SliceRow]:
+    """The rows a run adds: its slices', and what its rewind keeps of compacted rows."""
+    return [*manifest["slices"], *manifest.get("kept", ())]
 
 
 def not_archived(manifest: dict) -> set[tuple[str, int]]:

@@ -22,7 +22,8 @@ from typing import Callable, Iterable, Iterator
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
 # the files import this module and should not pay for it
 from kafka_archive import catalog, layout, spark
-from kafka_archive.archive import slice_writer, source
+from kafka_archive.archive import slice_writer, source, table_files
+from kafka_archive.catalog.pieces import merged
 from kafka_archive.config import Config, load as load_config
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.formats import columns, parsers
@@ -112,10 +113,38 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
     rows = _drop_slices(storage, rows, lost_at)
     _drop_earlier_attempts(config, plan, storage, gone + [s for s in to_read
                                                           if (s.topic, s.partition) in lost_at])
+    archived = {(s.topic, s.partition) for s in to_read} - lost_at
     manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
-                          "vanished": vanished, "retention_lost": [dataclasses.asdict(a) for a in lost]}
+                          "vanished": vanished, "retention_lost": [dataclasses.asdict(a) for a in lost],
+                          **({"kept": kept_of_cuts(config, plan, storage, archived)}
+                             if plan.cuts else {})}
     write_manifest(storage, config.archive_root, manifest)
     return manifest
+
+
+def kept_of_cuts(config: Config, plan: Plan, storage: Storage,
+                 archived: set[tuple[str, int]]) -> list[SliceRow]:
+    """What the plan's rewind keeps of compacted rows (Plan.cuts) where its slices were
+    archived: each row's rows below the cut, written again (a copy of its files without the
+    rest: copy-on-write) into this run's folder, as one row of the pieces kept. The
+    driver's work: a rewind is rare, and a compacted file is at most a target size."""
+    kept = []
+    for cut in plan.cuts:
+        if (cut["topic"], cut["partition"]) not in archived:
+            continue  # not archived again: the compacted row stays as it is
+        row, below = cut["row"], cut["below"]
+        files = [f for out in table_files.outputs(config, plan.group, plan.run_id, [row])
+                 if (f := table_files.rewrite(storage, out, below)) is not None]
+        pieces = [{**p, "topic": row["topic"], "partition": row["partition"],
+                   "_generation": row["_generation"]} for p in row["pieces"] if p["end"] <= below]
+        made = merged(pieces, files, "")
+        if sum(f["records"] for f in files) != made["records"]:
+            raise TerminalError(f"{row['topic']} partition {row['partition']}: the compacted "
+                                f"files {[f['url'] for f in row_files(row)]} hold "
+                                f"{sum(f['records'] for f in files)} rows below offset {below}, "
+                                f"its pieces say {made['records']}")
+        kept.append({k: v for k, v in made.items() if k not in ("_run", "_generation")})
+    return kept
 
 
 def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Plan,

@@ -32,7 +32,7 @@ from kafka_archive.catalog.store import (Catalog, StoredRow, entry_url, folder, 
                                          snapshot_url, _load_json)
 from kafka_archive.catalog.lease import one_at_a_time
 from kafka_archive.errors import TerminalError, VersionConflict
-from kafka_archive.manifest import not_archived, row_files
+from kafka_archive.manifest import added_rows, not_archived, row_files
 from kafka_archive.storage import Storage, join
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,8 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
         for (at, run, kind, doc), fetched in zip(events, _ahead(pool, documents, events)):
             if kind == "commit":
                 plan, manifest = fetched
-                added = [catalog_row(r, run, plan, spec, root, group) for r in manifest["slices"]]
+                added = [catalog_row(r, run, plan, spec, root, group)
+                         for r in added_rows(manifest)]
                 # a slice the job could not archive replaces nothing: its old rows stay
                 spill.event(plan.get("superseded", ()), not_archived(manifest), added)
                 state.apply({"kind": "commit", "seq": 0, "run_id": plan.get("run_id"), "at": at,

@@ -33,24 +33,21 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
-from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from kafka_archive import catalog, layout
+from kafka_archive.archive.table_files import outputs, rewrite
 from kafka_archive.catalog import lease as leases
+from kafka_archive.catalog.pieces import merged
 from kafka_archive.catalog.state import row_key, with_time_partitions
 from kafka_archive.commit import table_maintenance
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError, TransientError, VersionConflict
 from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight
-from kafka_archive.storage import Storage, crc32c, s3_checksum
+from kafka_archive.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -93,118 +90,6 @@ def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
         size += row.get("bytes") or 0
     close()
     return bins
-
-
-PIECE_FIELDS = ("start", "end", "records", "quarantined", "late", "min_timestamp_ms",
-                "max_timestamp_ms", "gaps", "audit", "placed_by", "planned_at", "caught_up_at")
-
-
-def pieces(row: dict) -> list[dict]:
-    """The rows a row was made of: its own `pieces` when compacted, else itself."""
-    if row.get("pieces"):
-        return row["pieces"]
-    return [{**{k: row[k] for k in PIECE_FIELDS if k in row}, "run": row["_run"].rsplit("/", 1)[-1]}]
-
-
-def merged(rows: list[dict], files: list[dict], run: str) -> dict:
-    """The catalog row that replaces contiguous `rows` (offset order) once their files are
-    `files`: their counts summed, their pieces kept."""
-    first, last = rows[0], rows[-1]
-    audit: dict[tuple, int] = defaultdict(int)
-    for r in rows:
-        for source, window, n in r.get("audit", ()):
-            audit[(source, window)] += n
-    stamps = lambda key, pick: pick((r[key] for r in rows if r.get(key) is not None),  # noqa: E731
-                                    default=None)
-    row = {"topic": first["topic"], "partition": first["partition"], "start": first["start"],
-           "end": last["end"], "cut": last.get("cut", False),
-           "records": sum(r["records"] for r in rows),
-           "quarantined": sum(r.get("quarantined", 0) for r in rows),
-           "late": sum(r.get("late", 0) for r in rows),
-           "bytes": sum(f["bytes"] for f in files), "crc32c": None, "url": None,
-           "files": files, "errors": [e for r in rows for e in r.get("errors", ())][:10],
-           "min_timestamp_ms": stamps("min_timestamp_ms", min),
-           "max_timestamp_ms": stamps("max_timestamp_ms", max),
-           "gaps": [g for r in rows for g in r.get("gaps", ())],
-           "audit": sorted([s, w, n] for (s, w), n in audit.items()),
-           "planned_at": max(r.get("planned_at") or "" for r in rows),
-           "pieces": [p for r in rows for p in pieces(r)],
-           "_run": run, "_generation": first["_generation"]}
-    if any("placed_by" in r for r in rows):
-        row["placed_by"] = [step for r in rows for step in r.get("placed_by", ())]
-    if caught := stamps("caught_up_at", max):
-        row["caught_up_at"] = caught
-    return row
-
-
-# --- the rewrite ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Output:
-    """Where a bin's files of one destination (a table's Kafka partition, or its time
-    partition) go."""
-    url: str
-    inputs: tuple[str, ...]
-
-
-def outputs(config: Config, group: str, compaction_id: str, rows: list[dict]) -> list[Output]:
-    """One output per table and time partition the rows' files are in, named by the first
-    offset its inputs start at, in the compaction's own folder of the table's data/."""
-    root, spec = config.archive_root, config.group(group).layout
-    by_place: dict[tuple, list[tuple[int, str]]] = defaultdict(list)
-    for row in rows:
-        for f in row_files(row):
-            where = layout.parse_url(root, f["url"], spec)
-            if where is None:
-                raise TerminalError(f"{f['url']}: not a table file of group {group}; not compacted")
-            by_place[(where.place, where.time_path)].append((where.name.first_offset, f["url"]))
-    first, made = rows[0], []
-    for (place, time_path), files in sorted(by_place.items(), key=lambda kv: str(kv[0])):
-        start = min(offset for offset, _ in files)
-        args = (root, group, first["topic"], compaction_id, first["partition"],
-                first["_generation"], start)
-        url = (layout.dead_letter_file(*args) if place == "quarantine"
-               else layout.table_data_file(*args, "parquet", time_path=time_path))
-        made.append(Output(url, tuple(u for _, u in sorted(files))))
-    return made
-
-
-def rewrite(storage: Storage, output: Output) -> dict:
-    """The inputs concatenated, in order, into one Parquet file (columns a later run added
-    are null in the earlier rows); its file entry. Same inputs, same bytes."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from kafka_archive.formats import parquet
-
-    tables = [pq.read_table(pa.BufferReader(storage.get_bytes(url))) for url in output.inputs]
-    table = pa.concat_tables(tables, promote_options="default")
-    columns = [[name, kind] for name, kind in
-               {c: k for f in tables for c, k in _columns_of(f.schema)}.items()]
-    fd, tmp = tempfile.mkstemp(prefix="kafka-archive-compaction-", suffix=".parquet")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            pq.write_table(table, out, compression=parquet.COMPRESSION, row_group_size=1 << 20)
-        data_crc = 0
-        with open(tmp, "rb") as written:
-            while chunk := written.read(8 << 20):
-                data_crc = crc32c(chunk, data_crc)
-        storage.upload_file(Path(tmp), output.url, data_crc)
-        entry = {"url": output.url, "records": table.num_rows, "bytes": os.path.getsize(tmp),
-                 "crc32c": s3_checksum(data_crc)}
-    finally:
-        os.unlink(tmp)
-    return {**entry, "columns": columns} if columns else entry
-
-
-def _columns_of(schema) -> list[tuple[str, str]]:
-    """A parsed file's field columns as formats.columns types (none in key_value files)."""
-    from kafka_archive.formats import columns as kinds
-    from kafka_archive.formats.parquet import _ARROW
-
-    by_type = {str(t): k for k, t in _ARROW.items()}
-    return [(f.name, by_type[str(f.type)]) for f in schema
-            if f.name not in kinds.RESERVED and str(f.type) in by_type]
 
 
 # --- the group's lease ---------------------------------------------------------------

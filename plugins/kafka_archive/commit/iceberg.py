@@ -27,7 +27,7 @@ from kafka_archive import layout
 from kafka_archive.config import Config, TableSpec
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.formats import columns
-from kafka_archive.manifest import not_archived, row_files
+from kafka_archive.manifest import added_rows, not_archived, row_files
 from kafka_archive.plan.planning import Plan
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,7 @@ WITHDRAWN = " (withdrawn)"  # the run id of a snapshot that takes a run's commit
 
 def manifest_files(manifest: dict, topic: str) -> list[dict]:
     """A run's file entries (url, records, columns, ...) of one topic."""
-    return [f for e in manifest["slices"] if e["topic"] == topic for f in row_files(e)]
+    return [f for e in added_rows(manifest) if e["topic"] == topic for f in row_files(e)]
 
 
 def files_of(manifest: dict, topic: str) -> list[str]:

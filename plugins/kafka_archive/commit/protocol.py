@@ -45,7 +45,7 @@ from kafka_archive.catalog.state import part_key
 from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
-from kafka_archive.manifest import not_archived, row_files
+from kafka_archive.manifest import added_rows, not_archived, row_files
 from kafka_archive.plan import inflight, runs
 from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
@@ -107,6 +107,10 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
             problems.append(f"{where}: " + "; ".join(wrong))
         else:
             ends[(s.topic, s.partition)] = e["end"]
+    for e in manifest.get("kept", ()):  # what a rewind kept of a compacted row
+        problems += [f"{f['url']} (kept of a compacted row) is {size_of(f['url'])} bytes, "
+                     f"manifest says {f['bytes']}" for f in row_files(e)
+                     if size_of(f["url"]) != f["bytes"]]
     if problems:
         raise ManifestMismatchError(f"run {plan.run_id} cannot commit: " + "; ".join(problems))
     return ends
@@ -137,7 +141,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
         raise ManifestMismatchError(
             f"run {plan.run_id} cannot commit: no {manifests.url(root, plan.group, plan.run_id)}; "
             "the archive job did not finish, so nothing was committed")
-    sizes = storage.sizes([f["url"] for e in manifest.get("slices", ()) for f in row_files(e)])
+    sizes = storage.sizes([f["url"] for e in added_rows(manifest) for f in row_files(e)])
     ends = verify(plan, manifest, sizes.get)
     _keep_what_was_not_archived_again(config, plan, manifest, storage, ends)
     # refused before any token moves; the entry it saw orders a rebuild from the runs
@@ -331,7 +335,8 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
     run = catalog.run_folder(root, group, plan.run_id)
     plan_dict = json.loads(plan.to_json())
     spec = config.group(group).layout
-    rows = [catalog.catalog_row(e, run, plan_dict, spec, root, group) for e in manifest["slices"]]
+    rows = [catalog.catalog_row(e, run, plan_dict, spec, root, group)
+            for e in added_rows(manifest)]
     committed = {"run_id": plan.run_id, "committed_at": now.isoformat(timespec="seconds")}
 
     def entry(cat: catalog.Catalog) -> dict | None:
@@ -347,6 +352,11 @@ def add_to_catalog(config: Config, plan: Plan, manifest: dict, storage: Storage,
                 removed += [r for r in cat.rows(s.topic, s.partition, plan.generation,
                                                 end_after=s.start)
                             if s.start <= r["start"] < s.end]
+        for cut in plan.cuts:  # a compacted row the job kept a part of (as a row of its own)
+            if (cut["topic"], cut["partition"]) not in missed:
+                removed += [r for r in cat.rows(cut["topic"], cut["partition"], cut["generation"],
+                                                end_after=cut["below"])
+                            if r["start"] == cut["row"]["start"]]
         return {"kind": "commit", "run_id": plan.run_id, "at": committed["committed_at"],
                 "run": catalog.run_summary(plan_dict, manifest, committed),
                 "add": rows, "remove": removed, **catalog.plan_marks(plan_dict)}

@@ -15,7 +15,7 @@ tools that read files have it.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator, Mapping
+from typing import BinaryIO, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -190,6 +190,24 @@ class ParsedWriter:
 
 def _micros(ms: list[int | None]) -> pa.Array:
     return pc.multiply(pa.array(ms, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+
+
+def concatenate(files: Iterable[bytes], out: BinaryIO, below: int | None = None
+                ) -> tuple[int, list[list[str]]]:
+    """Files of one table's shape (key_value, dead letters or parsed), in order, written
+    as one to `out`: their rows with a Kafka offset below `below` (all: None). A column a
+    later file brings is null in the earlier rows. Returns the rows written and the
+    parsed shape's field columns ([name, type], in order of appearance)."""
+    tables = [pq.read_table(pa.BufferReader(data)) for data in files]
+    table = pa.concat_tables(tables, promote_options="default")
+    if below is not None:
+        table = table.filter(pc.less(pc.struct_field(table.column(columns.KAFKA), "offset"),
+                                     below))
+    _write(table, out)
+    kinds = {str(t): k for k, t in _ARROW.items()}
+    found = {f.name: kinds[str(f.type)] for t in tables for f in t.schema
+             if f.name not in columns.RESERVED and str(f.type) in kinds}
+    return table.num_rows, [[name, kind] for name, kind in found.items()]
 
 
 

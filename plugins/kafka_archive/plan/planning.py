@@ -124,6 +124,10 @@ class Plan:
     # advanced by another run if that run's commit came after it, else it is an older
     # copy a person put back (None: a plan from before this was recorded)
     catalog_seq: int | None = None
+    # a rewind into a compacted row (catalog.pieces): per such row, {topic, partition,
+    # generation, row (the catalog row), below}: the job keeps its rows below `below`
+    # as a row of this run, the rest is archived again (rewinds.supersede)
+    cuts: tuple[dict, ...] = ()
 
     def format_for(self, topic: str) -> dict:
         return self.topic_formats.get(topic, self.format)
@@ -138,6 +142,7 @@ class Plan:
             tuple(step) for step in s.get("archived_before", ()))}) for s in raw["slices"])
         raw["anomalies"] = tuple(Anomaly(**a) for a in raw["anomalies"])
         raw["superseded"] = tuple(raw["superseded"])
+        raw["cuts"] = tuple(raw.get("cuts", ()))
         return cls(**raw)
 
     def topics(self) -> list[str]:

@@ -143,8 +143,9 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
         if offsets[p] == current:
             changes.append(f"{where}: token already at {current}, unchanged")
             continue
+        # (a compacted row holding it: rewritten without what is archived again)
         beyond = sum(len(row_files(r)) for r in _beyond(cat, config, topic, p, offsets[p])
-                     if r["start"] >= offsets[p])
+                     if r["start"] >= offsets[p] or r.get("pieces"))
         changes.append(f"{where}: token {current} -> {offsets[p]} ({why}); the next run moves "
                        f"{beyond} archived file{'s' if beyond != 1 else ''} aside and archives "
                        f"from {offsets[p]}")
@@ -183,19 +184,31 @@ def _beyond(cat: catalog.Catalog, config: Config, topic: str, partition: int,
 def _straddler(cat: catalog.Catalog, config: Config, topic: str, partition: int,
                offset: int) -> Straddler | None:
     """The current row holding offsets both below and at or beyond offset, if any."""
-    below = [r for r in _beyond(cat, config, topic, partition, offset) if r["start"] < offset]
+    below = [(p, row) for p, row in _in_pieces(_beyond(cat, config, topic, partition, offset))
+             if p["start"] < offset]
     if not below:
         return None
-    row = below[-1]
+    piece, row = below[-1]
     files = row_files(row)
     what = files[0]["url"] if len(files) == 1 else (
         f"slice [{row['start']}, {row['end']}) of run {row['_run'].rsplit('/', 1)[-1]} "
         f"({len(files)} files)")
-    return Straddler(what, row["start"], row["end"] - 1)
+    if piece is not row:  # a compacted row's piece: archived again as the row was
+        what = (f"slice [{piece['start']}, {piece['end']}) of run "
+                f"{piece['_run'].rsplit('/', 1)[-1]}, compacted into {what}")
+    return Straddler(what, piece["start"], piece["end"] - 1)
+
+
+def _in_pieces(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(piece, its row) in offset order: a compacted row's pieces (catalog.pieces), each
+    as a row of its own; any other row as itself."""
+    return [({**piece, "topic": row["topic"], "partition": row["partition"],
+              "_generation": row["_generation"]} if row.get("pieces") else row, row)
+            for row in rows for piece in (row.get("pieces") or [row])]
 
 
 def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
-              ) -> tuple[list[Slice], list[str]]:
+              ) -> tuple[list[Slice], list[str], list[dict]]:
     """The slices adjusted so no message is archived twice, and the archived files the
     plan must move aside: every file of the rows this run archives again, the rows at or
     beyond a slice's start. Such rows exist only after a rewind (a token line deleted or
@@ -208,26 +221,33 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
     the same time partitions."""
     event_time = config.group(cat.group).layout.kind == "event_time"
     watermarks: dict[str, dict] = {}  # run folder -> its plan's finalize watermarks
-    adjusted, superseded = [], []
+    adjusted, superseded, cuts = [], [], []
     for s in slices:
         beyond = _beyond(cat, config, s.topic, s.partition, s.start)
         if not beyond:
             adjusted.append(s)
             continue
-        straddling = [r for r in beyond if r["start"] < s.start]
-        start = max([s.start] + [r["end"] for r in straddling])
+        parts = _in_pieces(beyond)
+        straddling = [p for p, _ in parts if p["start"] < s.start]
+        start = max([s.start] + [p["end"] for p in straddling])
         # past the slice's end: a slice of no offsets that moves the token past the row
-        end, replaced = max(start, s.end), []
-        for r in beyond:  # in offset order
-            if start <= r["start"] < end:
-                replaced.append(r)
-                end = max(end, r["end"])
-        superseded += [f["url"] for r in replaced for f in row_files(r)]
+        end, replaced, owners = max(start, s.end), [], {}
+        for p, row in parts:  # in offset order
+            if start <= p["start"] < end:
+                replaced.append(p)
+                owners[row["start"]] = row
+                # a compacted row's file is one: what is not kept of it is archived again
+                end = max(end, row["end"] if row.get("pieces") else p["end"])
+        for row in owners.values():
+            superseded += [f["url"] for f in row_files(row)]
+            if row["start"] < start:  # a compacted row: the job keeps its rows below start
+                cuts.append({"topic": s.topic, "partition": s.partition,
+                             "generation": row["_generation"], "row": row, "below": start})
         before = tuple(step for r in replaced
                        for step in (_placed_by(cat, r, watermarks) if event_time
                                     else [(r["end"], None)]))
         adjusted.append(replace(s, start=start, end=end, archived_before=before))
-    return adjusted, superseded
+    return adjusted, superseded, cuts
 
 
 def _placed_by(cat: catalog.Catalog, row: dict, known: dict[str, dict]

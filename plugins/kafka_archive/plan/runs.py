@@ -86,7 +86,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     "on_retention_gap: skip", now.isoformat(timespec="seconds"),
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
-    slices, superseded = rewinds.supersede(cat, config, slices)
+    slices, superseded, cuts = rewinds.supersede(cat, config, slices)
     superseded += _strays(storage, config, group, cat, slices, superseded)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
@@ -101,7 +101,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
         finalized=_watermarks(cat, group, topics),
         latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics},
-        columns=_columns(group, topics, tables), catalog_seq=cat.state.seq)
+        columns=_columns(group, topics, tables), catalog_seq=cat.state.seq, cuts=tuple(cuts))
     if dry_run or not slices:
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")

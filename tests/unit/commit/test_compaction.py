@@ -1,7 +1,8 @@
 """Which rows a compaction merges, and the row that replaces them (commit.compaction's
 pure part); the protocol around it is the simulation's (test_protocol_simulation)."""
 
-from kafka_archive.commit.compaction import choose, merged, pieces
+from kafka_archive.catalog.pieces import merged, pieces
+from kafka_archive.commit.compaction import choose
 
 OLD, NEW = "2026-01-01T10:00:00+00:00", "2026-01-01T12:30:00+00:00"
 BEFORE = "2026-01-01T12:00:00+00:00"  # compact rows planned before this
@@ -59,7 +60,8 @@ def test_the_merged_row_sums_its_rows_and_keeps_them_as_pieces():
     assert (m["min_timestamp_ms"], m["max_timestamp_ms"]) == (5, 20)
     assert m["gaps"] == [[3, 4]] and m["placed_by"] == [[5, None], [9, 1000]]
     assert m["caught_up_at"] == OLD
-    assert [(p["start"], p["end"], p["run"]) for p in m["pieces"]] == [(0, 5, "r0"), (5, 9, "r5")]
+    assert [(p["start"], p["end"], p["_run"]) for p in m["pieces"]] == [
+        (0, 5, "root/_runs/g/r0"), (5, 9, "root/_runs/g/r5")]
 
 
 def test_a_merged_row_merged_again_keeps_the_first_pieces():
