@@ -265,3 +265,61 @@ def test_a_compaction_and_a_run_racing_keep_each_message_once(
     run(pipeline, monkeypatch, "while-compacting")  # retried: planned now
     holds_each_message_once(pipeline, kafka, topic)
     verified(pipeline)
+
+
+def test_a_parsed_groups_compaction_keeps_its_hours_columns_and_dead_letters(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    from test_iceberg_tables import HOUR_MS, by_offset, json_events
+
+    pipeline = Pipeline(
+        airflow_env, kafka, s3, f"cparsed{unique}", tmp_path,
+        group_extra="layout: {kind: event_time, granularity: hour}\n"
+                    "parser: {kind: json, field: ts, unit: ms}\nformat: {kind: parquet}\n"
+                    "table: {namespace: archive, compact_after: 0}\n",
+        extra=f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{tmp_path}/c.db'}}}}\n")
+    topic = pipeline.create_topic("events", 3)
+    start_ms = (int(time.time() * 1000) // HOUR_MS - 8) * HOUR_MS
+    for i in range(2):
+        pipeline.produce(json_events(topic, 60, start_ms, seed=60 * i))
+        run(pipeline, monkeypatch, f"run-{i}")
+    # a field none had before: the table gains a column (schema evolution) in run-2
+    pipeline.produce((topic, i % 3, None, json.dumps({"ts": start_ms + i * 60_000,
+                                                      "color": f"c{i}"}).encode(), [])
+                     for i in range(9))
+    run(pipeline, monkeypatch, "run-2")
+    tables = connections.iceberg_tables(config.load(pipeline.config_path))
+    table, dead = tables.find(GROUP, topic), tables.find(GROUP, topic, dead_letters=True)
+    before = (by_offset(table), by_offset(dead))
+    files_before = (len(list(table.scan().plan_files())), len(list(dead.scan().plan_files())))
+
+    done = tasks.compact(GROUP, "c-0")
+    table.refresh()
+    dead.refresh()
+    assert (by_offset(table), by_offset(dead)) == before  # the same rows, values and nulls
+    assert "color" in {f.name for f in table.schema().fields}
+    assert before[0][next(k for k, r in before[0].items() if r["color"])]["color"]
+    files = {t.file.file_path: t.file for t in table.scan().plan_files()}
+    for path, data_file in files.items():  # each file one hour and one Kafka partition
+        import pyarrow.parquet as pq
+
+        with table.io.new_input(path).open() as stream:
+            rows = pq.read_table(stream).to_pylist()
+        assert {int(r["event_time"].timestamp() // 3600) for r in rows} == {data_file.partition[0]}
+        assert len({r["kafka"]["partition"] for r in rows}) == 1
+        assert [r["kafka"]["offset"] for r in rows] == sorted(r["kafka"]["offset"] for r in rows)
+    hours_and_partitions = {(r["kafka"]["partition"], int(r["event_time"].timestamp() // 3600))
+                            for r in before[0].values()}
+    assert len(files) == len(hours_and_partitions) < files_before[0]
+    assert len(list(dead.scan().plan_files())) == 3 < files_before[1]  # one per partition
+    for t in (table, dead):
+        assert t.current_snapshot().summary.operation.value == "replace"
+    assert done["files_after"] == len(files) + 3
+
+    rewound = cli(pipeline, "rewind", "--group", GROUP, "--topic", topic, "--partition", "1",
+                  "--to-offset", "25")
+    assert rewound.returncode == 0, rewound.stderr[-2000:]
+    run(pipeline, monkeypatch, "rewind")
+    table.refresh()
+    dead.refresh()
+    assert (by_offset(table), by_offset(dead)) == before
+    verified(pipeline)
