@@ -248,6 +248,28 @@ def peer_run(sink: str, bootstrap: str, topic: str, expected_records: int,
     return PeerRun(sink, run, result["query_s"], size, uptime())
 
 
+CONNECT_PEER = "iceberg-connect"  # beside the table run: Iceberg's Kafka Connect sink
+
+
+def connect_peer_run(bootstrap: str, topic: str, expected_records: int, work: Path) -> PeerRun:
+    """tests/support/bench/connect_peer.py: Iceberg's Kafka Connect sink draining the topic
+    into a table, its worker's process tree sampled as a spark-submit's is."""
+    folder = work / f"peer-{CONNECT_PEER}"
+    log_path = work / f"peer-{CONNECT_PEER}.log"
+    run = _sampled([sys.executable, "-m", "tests.support.bench.connect_peer", "--bootstrap",
+                    bootstrap, "--topic", topic, "--rows", str(expected_records), "--work",
+                    str(folder)], dict(os.environ), log_path)
+    result = json.loads(re.search(r"^peer-result (.*)$", log_path.read_text(errors="replace"),
+                                  re.M)[1])
+    if result["rows"] != expected_records:
+        raise RuntimeError(f"peer {CONNECT_PEER} committed {result['rows']} rows, expected "
+                           f"{expected_records}")
+    size = sum(f.stat().st_size for f in (folder / "warehouse").rglob("*") if f.is_file())
+    say(f"  {CONNECT_PEER}: {result['files']} data files in {result['snapshots']} snapshots")
+    shutil.rmtree(folder, ignore_errors=True)
+    return PeerRun(CONNECT_PEER, run, result["query_s"], size, uptime())
+
+
 def describe_peer(peer: PeerRun, payload_bytes: int) -> None:
     s, m = peer.spark, peer.spark.memory
     cpu = ", ".join(f"{k} {v:,.1f}" for k, v in sorted(m.cpu_s.items()) if v >= 0.05)
@@ -621,8 +643,8 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
             f"peak RSS {tiny.spark.memory.peak_total_mib:,.0f} MiB; uptime: {tiny.load}")
         verdict("fixed cost of a whole run archiving one message (plan + spark-submit + "
                 "commit), seconds", tiny.total_s, TARGET_FIXED_COST_S, higher_is_better=False)
-    for r in order:
-        peer = peers.get(PEER_SINK[r.label])
+    for r, peer in [(r, peers.get(PEER_SINK[r.label])) for r in order] + [
+            (r, peers.get(CONNECT_PEER)) for r in order if r.label == TABLE]:
         if peer is None:
             continue
         what = f"archive ({r.label}) / peer ({peer.sink}) throughput"
@@ -1005,6 +1027,10 @@ def main() -> int:
                 peers[peer_sink] = peer_run(peer_sink, bootstrap, topic, messages, spark_args,
                                             work)
                 describe_peer(peers[peer_sink], payload)
+            if not args.skip_peer and compression == TABLE:
+                say("peer, Iceberg's Kafka Connect sink (standalone worker) -> iceberg:")
+                peers[CONNECT_PEER] = connect_peer_run(bootstrap, topic, messages, work)
+                describe_peer(peers[CONNECT_PEER], payload)
 
         if args.master:
             say(f"archive, default codec, on {args.master}:")
