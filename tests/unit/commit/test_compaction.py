@@ -68,3 +68,20 @@ def test_a_merged_row_merged_again_keeps_the_first_pieces():
     first = merged([row(0, 5), row(5, 9)], [{"url": "m", "records": 9, "bytes": 150}], "c1")
     again = merged([first, row(9, 12)], [{"url": "n", "records": 12, "bytes": 200}], "c2")
     assert [(p["start"], p["end"]) for p in pieces(again)] == [(0, 5), (5, 9), (9, 12)]
+
+
+def test_compact_after_and_target_file_size_come_from_the_group_config(tmp_path):
+    import pytest
+
+    from kafka_archive.errors import ConfigError
+    from tests.support.local_config import local_config
+
+    def table(settings: str):
+        return local_config(tmp_path, f"t: {{format: {{kind: parquet}}, table: {{{settings}}}}}\n",
+                            iceberg_catalog=True).group("t").table
+
+    assert (table("").compact_after_s, table("").target_file_size) == (3600, 256 << 20)
+    assert table("compact_after: 2h, target_file_size: 1000").compact_after_s == 7200
+    assert table("compact_after: null").compact_after_s is None  # never compacted
+    with pytest.raises(ConfigError, match="compact_after: must be a duration"):
+        table("compact_after: soon")
