@@ -150,6 +150,13 @@ def json_events(topic: str, count: int, start_ms: int, seed: int):
         yield topic, partition, f"k{i}".encode(), value, [("h", bytes([i % 256]))]
 
 
+def parsed_group(table: str) -> str:
+    """An event-time table group's settings (JSON events, hours) with these table ones."""
+    return ("layout: {kind: event_time, granularity: hour}\n"
+            "parser: {kind: json, field: ts, unit: ms}\nformat: {kind: parquet}\n"
+            f"table: {{{table}}}\n")
+
+
 def by_offset(table) -> dict[tuple[int, int], dict]:
     return {(r["kafka"]["partition"], r["kafka"]["offset"]): r
             for r in table.scan().to_arrow().to_pylist()}
@@ -160,9 +167,7 @@ def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_besi
     catalog_db = tmp_path / "catalog.db"
     pipeline = Pipeline(
         airflow_env, kafka, s3, f"parsed{unique}", tmp_path,
-        group_extra="layout: {kind: event_time, granularity: hour}\n"
-                    "parser: {kind: json, field: ts, unit: ms}\nformat: {kind: parquet}\n"
-                    "table: {namespace: archive, columns: {user: string}}\n",
+        group_extra=parsed_group("namespace: archive, columns: {user: string}"),
         extra=f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{catalog_db}'}}}}\n")
     topic = pipeline.create_topic("events", 3)
     start_ms = (int(time.time() * 1000) // HOUR_MS - 8) * HOUR_MS

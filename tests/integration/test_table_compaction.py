@@ -58,6 +58,16 @@ def storage_of(pipeline: Pipeline) -> Storage:
     return connections.storage(config.load(pipeline.config_path).s3_conn_id)
 
 
+def archived_twice(pipeline: Pipeline, monkeypatch, seed: int) -> str:
+    """A topic of the pipeline and two runs of it: two small files per partition, to
+    compact; the topic."""
+    topic = pipeline.create_topic("events", PARTITIONS)
+    for i in range(2):
+        pipeline.produce(varied_messages(topic, PARTITIONS, 30, seed=seed + i))
+        run(pipeline, monkeypatch, f"first-{i}")
+    return topic
+
+
 def the_table(pipeline: Pipeline, topic: str):
     return connections.iceberg_tables(config.load(pipeline.config_path)).find(GROUP, topic)
 
@@ -194,10 +204,7 @@ tasks.compact(sys.argv[3], sys.argv[4])
 def test_a_compaction_killed_at_each_of_its_steps_loses_and_duplicates_nothing(
         airflow_env, kafka, s3, postgres, service_env, unique, tmp_path, monkeypatch):
     pipeline, _ = table_pipeline(service_env, airflow_env, kafka, s3, unique, tmp_path, "ckill")
-    topic = pipeline.create_topic("events", PARTITIONS)
-    for i in range(2):
-        pipeline.produce(varied_messages(topic, PARTITIONS, 30, seed=90 + i))
-        run(pipeline, monkeypatch, f"first-{i}")
+    topic = archived_twice(pipeline, monkeypatch, seed=90)
     for i, (point, (patched, when)) in enumerate(KILL_POINTS.items()):
         killed = subprocess.run([sys.executable, "-c", KILLED_AFTER, patched, when, GROUP,
                                  f"killed-{i}"], env=pipeline.env, capture_output=True,
@@ -224,10 +231,7 @@ def test_a_compaction_killed_at_each_of_its_steps_loses_and_duplicates_nothing(
 def test_a_compaction_and_a_run_racing_keep_each_message_once(
         airflow_env, kafka, s3, postgres, service_env, unique, tmp_path, monkeypatch):
     pipeline, _ = table_pipeline(service_env, airflow_env, kafka, s3, unique, tmp_path, "crace")
-    topic = pipeline.create_topic("events", PARTITIONS)
-    for i in range(2):
-        pipeline.produce(varied_messages(topic, PARTITIONS, 30, seed=110 + i))
-        run(pipeline, monkeypatch, f"first-{i}")
+    topic = archived_twice(pipeline, monkeypatch, seed=110)
     storage = storage_of(pipeline)
     # a plan in flight: the compaction gives way to it
     pipeline.tokens.delete(GROUP, topic)  # a rewind: its plan moves the rows aside
@@ -269,13 +273,11 @@ def test_a_compaction_and_a_run_racing_keep_each_message_once(
 
 def test_a_parsed_groups_compaction_keeps_its_hours_columns_and_dead_letters(
         airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
-    from test_iceberg_tables import HOUR_MS, by_offset, json_events
+    from test_iceberg_tables import HOUR_MS, by_offset, json_events, parsed_group
 
     pipeline = Pipeline(
         airflow_env, kafka, s3, f"cparsed{unique}", tmp_path,
-        group_extra="layout: {kind: event_time, granularity: hour}\n"
-                    "parser: {kind: json, field: ts, unit: ms}\nformat: {kind: parquet}\n"
-                    "table: {namespace: archive, compact_after: 0}\n",
+        group_extra=parsed_group("namespace: archive, compact_after: 0"),
         extra=f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{tmp_path}/c.db'}}}}\n")
     topic = pipeline.create_topic("events", 3)
     start_ms = (int(time.time() * 1000) // HOUR_MS - 8) * HOUR_MS

@@ -22,7 +22,7 @@ from kafka_archive.storage import Storage, join
 
 log = logging.getLogger(__name__)
 
-LEASE_S = 1800  # a rebuild's claim on its group; one longer than this may meet a second
+LEASE_S = 1800  # a claim on its group (a rebuild, a compaction); one longer than this may meet a second
 
 
 def lease_url(root: str, group: str) -> str:
@@ -33,34 +33,55 @@ def lease_url(root: str, group: str) -> str:
 def one_at_a_time(storage: Storage, root: str, group: str):
     """Hold the group's rebuild lease while the block runs; released after it."""
     url = lease_url(root, group)
-    mine = {**this_process(), "since": time.time(), "until": time.time() + LEASE_S}
-    data = json.dumps(mine).encode()
+
+    def busy(held: dict) -> TransientError:
+        return TransientError(
+            f"catalog of group {group} is being rebuilt by process {held['pid']} on "
+            f"{held['host']} since {_utc(held['since'])}; try again when it ends (its claim, "
+            f"{url}, expires at {_utc(held['until'])})")
+
+    with claimed(storage, url, {}, busy):
+        yield
+
+
+@contextmanager
+def claimed(storage: Storage, url: str, claim: dict, busy, take_over=None,
+            release_on_error: bool = True):
+    """Hold the lease at url (claim, this process, its expiry) while the block runs. A
+    lease of another that is alive: busy(it) is raised. One expired or whose process is
+    gone: take_over(it), if given, then it is ours. Released after the block; after an
+    error too unless release_on_error is False (then it names a process that ends, and
+    the next one takes it over)."""
+    data = json.dumps({**claim, **this_process(), "since": time.time(),
+                       "until": time.time() + LEASE_S}).encode()
     try:
         storage.put_if(url, data, None)
     except VersionConflict:
         found, version = storage.get_versioned(url)
-        held = _lease_of(found)
+        held = parsed(found)
         if held and alive(held):
-            raise TransientError(
-                f"catalog of group {group} is being rebuilt by process {held['pid']} on "
-                f"{held['host']} since {_utc(held['since'])}"
-                f"; try again when it ends (its claim, {url}, expires at "
-                f"{_utc(held['until'])})") from None
+            raise busy(held) from None
+        if held and take_over is not None:
+            take_over(held)
         storage.put_if(url, data, version)  # expired or its holder gone: ours (or a conflict)
+    done = False
     try:
         yield
+        done = True
     finally:
-        try:
-            storage.delete(url)
-        except Exception as exc:  # it expires
-            log.warning("catalog of group %s: rebuild lease not released (%r)", group, exc)
+        if done or release_on_error:
+            try:
+                storage.delete(url)
+            except Exception as exc:  # it expires
+                log.warning("lease %s not released (%r)", url, exc)
 
 
 def _utc(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
 
 
-def _lease_of(data: bytes | None) -> dict | None:
+def parsed(data: bytes | None) -> dict | None:
+    """A lease as stored, or None when there is none or it does not read as one."""
     try:
         held = json.loads(data)
         return held if {"host", "pid", "since", "until"} <= set(held) else None

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from contextlib import contextmanager
 from datetime import datetime
 
 from kafka_archive import catalog, layout
@@ -44,7 +42,7 @@ from kafka_archive.catalog.pieces import merged
 from kafka_archive.catalog.state import row_key, with_time_partitions
 from kafka_archive.commit import table_maintenance
 from kafka_archive.config import Config
-from kafka_archive.errors import TerminalError, TransientError, VersionConflict
+from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight
 from kafka_archive.storage import Storage
@@ -54,7 +52,6 @@ log = logging.getLogger(__name__)
 PREFIX = "compaction."          # a compaction's id: PREFIX + the Airflow run id
 SMALL = 0.75                    # a row under this share of the target is compacted (Iceberg's
                                 # rewrite_data_files default min-file-size-bytes)
-LEASE_S = 1800                  # a compaction's claim on its group
 RECORD, DONE = "compaction.json", "compacted.json"
 COMPACTION = "kafka-archive.compaction"  # snapshot summary: how many rows became how many
 
@@ -94,32 +91,20 @@ def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
 
 # --- the group's lease ---------------------------------------------------------------
 
-@contextmanager
 def lease(storage: Storage, root: str, group: str, compaction_id: str, settle):
-    """Hold the group's compaction lease while the block runs; released when it ends
-    without an error. A lease of a compaction that is gone (its process ended, or its
-    claim expired) is taken over after `settle(its id)` finished what it began."""
-    url = layout.compaction_lease(root, group)
-    data = json.dumps({"id": compaction_id, **leases.this_process(), "since": time.time(),
-                       "until": time.time() + LEASE_S}).encode()
-    try:
-        storage.put_if(url, data, None)
-    except VersionConflict:
-        _, version = storage.get_versioned(url)
-        held = inflight.compacting(storage, root, group) or {}
-        if held.get("alive") and held.get("id") != compaction_id:
-            raise CompactionBusy(f"group {group} is being compacted by {held.get('id')} "
-                                 f"(process {held.get('pid')} on {held.get('host')}); "
-                                 "compaction waits for the next run") from None
-        if held.get("id"):
-            settle(held["id"])
-        storage.put_if(url, data, version)
-    yield
-    # not on an error: a compaction may have changed tables but not the catalog yet, and
-    # no plan may start until the next compaction (or plan) has finished it: the lease of
-    # a failed process is a dead one's
-    storage.delete(url)
+    """The group's compaction lease while the block runs, released only when it ends
+    without an error: a compaction may have changed tables but not the catalog yet, and
+    no plan may start until the next compaction has finished it (the lease of a failed
+    process is then a dead one's). A dead one's lease is taken over after `settle(its
+    id)` finished what it began."""
+    def busy(held: dict) -> CompactionBusy:
+        return CompactionBusy(f"group {group} is being compacted by {held.get('id')} (process "
+                              f"{held['pid']} on {held['host']}); compaction waits for the "
+                              "next run")
 
+    return leases.claimed(storage, layout.compaction_lease(root, group), {"id": compaction_id},
+                          busy, lambda held: held.get("id") and settle(held["id"]),
+                          release_on_error=False)
 
 
 # --- a compaction --------------------------------------------------------------------

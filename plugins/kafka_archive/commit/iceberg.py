@@ -340,20 +340,12 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
     twice. (No two runs share a path (layout.table_data_file) and our own catalog refuses
     overlapping offsets before this, so a plain append reads no manifest: at a year of runs
     that would be every commit reading the whole table.)"""
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(1, ATTEMPTS + 1):
-        table.refresh()
-        if (found := run_snapshot(table, run_id)) is not None:
-            log.info("table %s holds run %s already (snapshot %d)", name(table), run_id,
-                     found.snapshot_id)
-            return found
+    def changes(tx) -> None:
         current = current_files(table, [*add, *remove]) if remove else {}
         if twice := sorted(set(add) & set(current) - set(remove)):
             raise TerminalError(f"table {name(table)}: run {run_id} would add "
                                 f"{twice[0]}, which the table holds already (and "
                                 f"{len(twice) - 1} more): refused, nothing committed")
-        tx = table.transaction()
         _add_columns(tx, table, evolve or {})
         properties = {RUN_ID: run_id, **({OFFSETS: offsets} if offsets else {})}
         update = tx.update_snapshot(snapshot_properties=properties)
@@ -365,15 +357,8 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
                     producer.delete_data_file(current[path])
             for path in add:
                 producer.append_data_file(data_file(table, tx.table_metadata, path))
-        try:
-            tx.commit_transaction()
-        except CommitFailedException as exc:
-            log.warning("table %s: another writer committed first (%s); again (%d)",
-                        name(table), exc, attempt)
-            continue
-        return run_snapshot(table.refresh(), run_id)
-    raise TransientError(f"table {name(table)}: lost the race to commit run "
-                         f"{run_id} {ATTEMPTS} times; run again")
+
+    return _once(table, run_id, "run", changes)
 
 
 def replace_files(table, compaction_id: str, remove: list[str], add: list[str], offsets: str,
@@ -381,35 +366,46 @@ def replace_files(table, compaction_id: str, remove: list[str], add: list[str], 
     """A compaction's files in place of the files it rewrote, in one `replace` snapshot
     (data unchanged: incremental readers skip it) whose summary names the compaction and
     the offset ranges; nothing when the table holds it already. A file to remove that is
-    no longer current is refused (the rows changed under the compaction); a lost
-    compare-and-swap reads the table again."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(1, ATTEMPTS + 1):
-        table.refresh()
-        if (found := run_snapshot(table, compaction_id)) is not None:
-            return found
+    no longer current is refused (the rows changed under the compaction)."""
+    def changes(tx) -> None:
         current = current_files(table, remove)
         if gone := [path for path in remove if path not in current]:
             raise TerminalError(f"table {name(table)}: compaction {compaction_id} would replace "
                                 f"{gone[0]}, which is no longer a current file (and "
                                 f"{len(gone) - 1} more): refused, nothing committed")
-        tx = table.transaction()
         properties = {RUN_ID: compaction_id, OFFSETS: offsets, COMPACTED: what}
         with _replacing(tx, table.io, properties) as producer:
             for path in remove:
                 producer.delete_data_file(current[path])
             for path in add:
                 producer.append_data_file(data_file(table, tx.table_metadata, path))
+
+    return _once(table, compaction_id, "compaction", changes)
+
+
+def _once(table, run_id: str, what: str, changes):
+    """The snapshot whose summary names run_id: the table's, when it holds one already,
+    else the one `changes(transaction)` makes (or refuses, raising), committed. On a lost
+    compare-and-swap the table is read again and asked first."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(1, ATTEMPTS + 1):
+        table.refresh()
+        if (found := run_snapshot(table, run_id)) is not None:
+            log.info("table %s holds %s %s already (snapshot %d)", name(table), what, run_id,
+                     found.snapshot_id)
+            return found
+        tx = table.transaction()
+        changes(tx)
         try:
             tx.commit_transaction()
         except CommitFailedException as exc:
             log.warning("table %s: another writer committed first (%s); again (%d)",
                         name(table), exc, attempt)
             continue
-        return run_snapshot(table.refresh(), compaction_id)
-    raise TransientError(f"table {name(table)}: lost the race to commit compaction "
-                         f"{compaction_id} {ATTEMPTS} times; run again")
+        return run_snapshot(table.refresh(), run_id)
+    raise TransientError(f"table {name(table)}: lost the race to commit {what} {run_id} "
+                         f"{ATTEMPTS} times; run again")
 
 
 def _replacing(tx, io, properties: dict[str, str]):

@@ -104,9 +104,5 @@ def compacting(storage: Storage, root: str, group: str) -> dict | None:
     data = storage.get_or_none(layout.compaction_lease(root, group))
     if data is None:
         return None
-    try:
-        held = json.loads(data)
-    except ValueError:
-        held = {}
-    return {**held, "alive": {"host", "pid", "until"} <= set(held) and lease.alive(held)}
-
+    held = lease.parsed(data)
+    return {**(held or {}), "alive": held is not None and lease.alive(held)}
