@@ -270,6 +270,15 @@ def connect_peer_run(bootstrap: str, topic: str, expected_records: int, work: Pa
     return PeerRun(CONNECT_PEER, run, result["query_s"], size, uptime())
 
 
+def peer_cpu_per_gib(peer: PeerRun, mib: float) -> float:
+    """A peer's processes and the broker per GiB, as cpu_per_gib; the Connect peer's Python
+    process is this benchmark's poller of its table, not the peer: left out."""
+    if peer.sink == CONNECT_PEER:
+        jvm = peer.spark.memory.cpu_s.get("jvm", 0.0)
+        return (jvm + peer.spark.services_cpu_s.get("kafka", 0.0)) / (mib / 1024)
+    return cpu_per_gib(peer.spark, mib)
+
+
 def describe_peer(peer: PeerRun, payload_bytes: int) -> None:
     s, m = peer.spark, peer.spark.memory
     cpu = ", ".join(f"{k} {v:,.1f}" for k, v in sorted(m.cpu_s.items()) if v >= 0.05)
@@ -277,7 +286,8 @@ def describe_peer(peer: PeerRun, payload_bytes: int) -> None:
         f"query without start-up {peer.query_s:.1f} s ({payload_bytes / MIB / peer.query_s:,.1f} "
         f"MiB/s); {peer.output_bytes / MIB:,.1f} MiB written; peak RSS {m.peak_total_mib:,.0f} MiB; "
         f"CPU seconds {cpu}, broker {s.services_cpu_s.get('kafka', 0.0):,.1f}, everything else "
-        f"{other_cpu_s(s):,.1f}; uptime: {peer.load}")
+        f"{other_cpu_s(s):,.1f}; {peer_cpu_per_gib(peer, payload_bytes / MIB):,.1f} CPU-s/GiB; "
+        f"uptime: {peer.load}")
 
 
 # --- one archive run ------------------------------------------------------------------------
@@ -656,6 +666,9 @@ def report(args, topic: str, messages: int, payload: int, produced: Throughput,
         if r.label != "none":
             verdict(f"archive ({r.label}) output / peer ({peer.sink}) output",
                     r.output_bytes / peer.output_bytes, 1.0, higher_is_better=False)
+        say(f"  CPU seconds per GiB (processes + broker): archive ({r.label}) "
+            f"{cpu_per_gib(r.spark, mib):,.1f}, peer ({peer.sink}) "
+            f"{peer_cpu_per_gib(peer, mib):,.1f}")
     for r in order:
         if r.spark.log.job_s:
             verdict(f"archive ({r.label}) without start-up / ConsumerPerformance",

@@ -8,7 +8,14 @@ compact_after), and Spark SQL through Iceberg's runtime, in one session: a count
 filtered scan (one Kafka partition, an offset range) over the day's last run snapshot
 (time travel) and over the compacted one, best and median of 5 each.
 
+With --peers, the same day for the two peers, and the files each leaves in its table's
+current snapshot: Structured Streaming into Iceberg (tests/support/bench/peer.py's query)
+with one micro-batch per 15 minutes of data (availableNow with maxOffsetsPerTrigger of a
+run's messages, over the same topic), and Iceberg's Kafka Connect sink committing once per
+run's messages (a topic of its own, fed a run at a time, each waited for in the table).
+
     python -m tests.support.bench.compaction [--runs 96] [--partitions 8] [--kib-per-run 512]
+        [--peers]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from tests.support import localservices
+from tests.support.bench.connect_peer import ConnectSink
 from tests.support.bench.kafka_data import create_topic, write_pool
 
 START = datetime(2026, 3, 1, tzinfo=timezone.utc)
@@ -89,18 +97,60 @@ def a_day(config, storage, tables, tokens, runs: int, bootstrap: str, topic: str
 
 
 def spark_session(work: Path):
+    """local[2] with Iceberg's runtime and Spark's Kafka source; the catalog `local` is the
+    group's (pyiceberg's, config), `peer` the Structured Streaming peer's."""
+    from kafka_archive import spark as spark_module
     from pyspark.sql import SparkSession
 
-    prefix = "spark.sql.catalog.local"  # the JDBC catalog's name: pyiceberg's (config)
-    return (SparkSession.builder.master("local[2]").appName("compaction-benchmark")
-            .config("spark.jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))))
-            .config("spark.ui.enabled", "false")
-            .config(prefix, "org.apache.iceberg.spark.SparkCatalog")
-            .config(f"{prefix}.type", "jdbc").config(f"{prefix}.jdbc.schema-version", "V1")
-            .config(f"{prefix}.uri", f"jdbc:sqlite:{work}/catalog.db")
-            .config(f"{prefix}.warehouse", f"file://{work}/archive")
-            .config(f"{prefix}.cache-enabled", "false")
-            .getOrCreate())
+    jars = [*map(str, sorted(ICEBERG_JARS.glob("*.jar"))), *spark_module.kafka_source_jars()]
+    builder = (SparkSession.builder.master("local[2]").appName("compaction-benchmark")
+               .config("spark.jars", ",".join(jars)).config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
+    for name, database, warehouse in (("local", "catalog.db", "archive"),
+                                      ("peer", "peer-catalog.db", "peer-warehouse")):
+        prefix = f"spark.sql.catalog.{name}"
+        builder = (builder.config(prefix, "org.apache.iceberg.spark.SparkCatalog")
+                   .config(f"{prefix}.type", "jdbc").config(f"{prefix}.jdbc.schema-version", "V1")
+                   .config(f"{prefix}.uri", f"jdbc:sqlite:{work}/{database}")
+                   .config(f"{prefix}.warehouse", f"file://{work}/{warehouse}")
+                   .config(f"{prefix}.cache-enabled", "false"))
+    return builder.getOrCreate()
+
+
+def streaming_day(spark, bootstrap: str, topic: str, per_run: int, work: Path) -> dict:
+    """peer.py's Iceberg query over the day's topic, a run's messages a micro-batch: what a
+    15-minute processing-time trigger commits in a day. Its table's files and snapshots."""
+    started = time.perf_counter()
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", per_run).option("includeHeaders", "true").load()
+             .writeStream.option("checkpointLocation", str(work / "peer-checkpoint"))
+             .trigger(availableNow=True).format("iceberg").outputMode("append")
+             .partitionBy("partition").option("fanout-enabled", "true")
+             .toTable("peer.bench.events"))
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    files = spark.sql("SELECT count(*) AS n FROM peer.bench.events.files").first().n
+    snapshots = spark.sql("SELECT count(*) AS n FROM peer.bench.events.snapshots").first().n
+    rows = spark.sql("SELECT count(*) AS n FROM peer.bench.events").first().n
+    return {"files": files, "snapshots": snapshots, "rows": rows, "seconds": seconds}
+
+
+def connect_day(bootstrap: str, topic: str, partitions: int, lines: list[bytes], runs: int,
+                per_run: int, work: Path) -> dict:
+    """Iceberg's Kafka Connect sink on a topic of its own, fed a run's messages at a time,
+    each waited for in the table before the next: a commit per run, as at a 15-minute
+    commit interval (its default is 5 minutes: three a run)."""
+    create_topic(bootstrap, topic, partitions)
+    started = time.perf_counter()
+    with ConnectSink(bootstrap, topic, work, commit_interval_ms=1000, tasks=2) as sink:
+        for i in range(runs):
+            produce(bootstrap, topic, partitions, lines, per_run, i * per_run)
+            table = sink.committed((i + 1) * per_run)
+        return {"files": len(list(table.scan().plan_files())),
+                "snapshots": len(table.metadata.snapshots),
+                "rows": int(table.current_snapshot().summary["total-records"]),
+                "seconds": time.perf_counter() - started}
 
 
 def timed_queries(spark, table: str, snapshot: int, partition: int, low: int, high: int,
@@ -130,6 +180,8 @@ def main() -> int:
     parser.add_argument("--kib-per-run", type=int, default=512)
     parser.add_argument("--message-bytes", type=int, default=1024)
     parser.add_argument("--target-file-size", type=int, default=256 << 20)
+    parser.add_argument("--peers", action="store_true",
+                        help="also a day of each peer, and the files it leaves")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     service_env = localservices.local_env()
@@ -192,6 +244,10 @@ def main() -> int:
             old = timed_queries(spark, name, before, partition, low, high)
             new = timed_queries(spark, name, table.current_snapshot().snapshot_id, partition,
                                 low, high)
+            peers = {}
+            if args.peers:
+                peers["Structured Streaming into Iceberg, a micro-batch a run"] = streaming_day(
+                    spark, bootstrap, topic, per_run, work)
         finally:
             spark.stop()
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -203,6 +259,19 @@ def main() -> int:
                   f"   after {min(new[query]):6.3f} / {statistics.median(new[query]):6.3f} s"
                   f"   {ratio:5.1f}x faster (target 5x: {'met' if ratio >= 5 else 'NOT met'})"
                   f"   result {new[query + ' result'][0]}")
+        if args.peers:
+            peers["Iceberg's Kafka Connect sink, a commit a run"] = connect_day(
+                bootstrap, topic + "-connect", args.partitions, lines, args.runs, per_run,
+                work / "connect")
+            print(f"files in the current snapshot after the day ({args.runs} runs of "
+                  f"{per_run * args.runs:,} messages in all):")
+            print(f"  kafka-archive's table group: {len(files_before)} before compaction, "
+                  f"{len(files_after)} after")
+            for name, peer in peers.items():
+                assert peer["rows"] == per_run * args.runs, (name, peer)
+                verdict = "met" if len(files_after) <= peer["files"] else "NOT met"
+                print(f"  {name}: {peer['files']} files in {peer['snapshots']} snapshots, "
+                      f"{peer['seconds']:.1f} s (ours after compaction <= theirs: {verdict})")
     finally:
         if started_kafka:
             localservices.SERVICES["kafka"].stop()

@@ -40,6 +40,110 @@ def properties(path: Path, values: dict[str, object]) -> Path:
     return path
 
 
+class ConnectSink:
+    """A standalone Connect worker running the sink on `topic` (its own consumer group and
+    control topic), started on entering and stopped on leaving; `committed()` reads the
+    table's rows and files as its commits left them."""
+
+    def __init__(self, bootstrap: str, topic: str, work: Path, commit_interval_ms: int,
+                 tasks: int):
+        if not (PLUGIN / "iceberg-kafka-connect-1.12.0.jar").exists():
+            raise SystemExit(f"no {PLUGIN}: run scripts/install --for-peers")
+        self.bootstrap, self.topic, self.work = bootstrap, topic, work
+        self.commit_interval_ms, self.tasks = commit_interval_ms, tasks
+        self.started_at: float | None = None  # when its first task started (perf_counter)
+        self.catalog_db, self.warehouse = work / "connect-catalog.db", work / "warehouse"
+
+    def __enter__(self) -> ConnectSink:
+        work = self.work
+        (work / "plugins").mkdir(parents=True, exist_ok=True)
+        if not (work / "plugins" / "iceberg").exists():
+            (work / "plugins" / "iceberg").symlink_to(PLUGIN)
+        name = f"iceberg-peer-{os.getpid()}"  # a consumer group and control topic of its own
+        control = f"{self.topic}-{name}-control"
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        admin.create_topics([NewTopic(control, 1, 1)])
+        admin.close()
+        worker = properties(work / "worker.properties", {
+            "bootstrap.servers": self.bootstrap, "plugin.path": work / "plugins",
+            "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+            "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+            "offset.storage.file.filename": work / "connect.offsets",
+            # the sink handles the coordinator's events when Connect hands it records or asks
+            # it to commit offsets: at the default minute an idle task answers a commit that late
+            "offset.flush.interval.ms": 1000,
+            "listeners": "http://127.0.0.1:0"})
+        sink = properties(work / "sink.properties", {
+            "name": name, "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector",
+            "tasks.max": self.tasks, "topics": self.topic,
+            "consumer.override.auto.offset.reset": "earliest",
+            "transforms": "hoist,meta",
+            "transforms.hoist.type": "org.apache.kafka.connect.transforms.HoistField$Value",
+            "transforms.hoist.field": "value",
+            "transforms.meta.type": "org.apache.iceberg.connect.transforms.KafkaMetadataTransform",
+            "transforms.meta.field_name": "kafka", "transforms.meta.nested": "true",
+            "iceberg.tables": "peer.events", "iceberg.tables.auto-create-enabled": "true",
+            "iceberg.tables.default-partition-by": "kafka.partition",
+            "iceberg.control.topic": control,
+            "iceberg.control.commit.interval-ms": self.commit_interval_ms,
+            "iceberg.catalog": "peer",  # the JdbcCatalog's name, as pyiceberg reads it below
+            "iceberg.catalog.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+            "iceberg.catalog.uri": f"jdbc:sqlite:{self.catalog_db}",
+            "iceberg.catalog.jdbc.schema-version": "V1",
+            "iceberg.catalog.warehouse": f"file://{self.warehouse}"})
+        log4j = work / "connect-log4j2.properties"
+        log4j.write_text("rootLogger.level=INFO\nrootLogger.appenderRef.out.ref=out\n"
+                         "appender.out.type=Console\nappender.out.name=out\n"
+                         "appender.out.layout.type=PatternLayout\n"
+                         "appender.out.layout.pattern=%d %p %c{1} %m%n\n")
+        command = ["java", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp",
+                   f"{KAFKA_JARS}/*", "org.apache.kafka.connect.cli.ConnectStandalone",
+                   str(worker), str(sink)]
+        self.log = open(work / "connect.log", "w")
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._follow, daemon=True).start()
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        self.catalog = SqlCatalog("peer", uri=f"sqlite:///{self.catalog_db}",
+                                  warehouse=f"file://{self.warehouse}")
+        return self
+
+    def _follow(self) -> None:
+        for line in self.process.stdout:
+            self.log.write(line)
+            if self.started_at is None and TASK_STARTED.search(line):
+                self.started_at = time.perf_counter()
+
+    def committed(self, rows: int, timeout_s: float = 1800):
+        """The table once its commits hold at least `rows` rows."""
+        deadline, found = time.monotonic() + timeout_s, 0
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the Connect worker ended (or took too long) with {found} "
+                                 f"rows committed; its log: {self.work / 'connect.log'}")
+            try:
+                table = self.catalog.load_table(("peer", "events"))
+            except Exception:  # not made yet  # noqa: BLE001
+                table = None
+            current = table and table.current_snapshot()
+            found = int(current.summary["total-records"]) if current else 0
+            if found >= rows:
+                return table
+            time.sleep(0.2)  # the table's commits come every commit interval
+
+    def __exit__(self, *exc) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
@@ -49,99 +153,16 @@ def main() -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=10_000)
     parser.add_argument("--tasks", type=int, default=2)
     args = parser.parse_args()
-    if not (PLUGIN / "iceberg-kafka-connect-1.12.0.jar").exists():
-        raise SystemExit(f"no {PLUGIN}: run scripts/install --for-peers")
-    work = args.work
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "plugins").mkdir(exist_ok=True)
-    if not (work / "plugins" / "iceberg").exists():
-        (work / "plugins" / "iceberg").symlink_to(PLUGIN)
-    name = f"iceberg-peer-{os.getpid()}"  # a consumer group and control topic of its own
-    control = f"{args.topic}-{name}-control"
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
-    admin.create_topics([NewTopic(control, 1, 1)])
-    admin.close()
-    catalog_db, warehouse = work / "connect-catalog.db", work / "warehouse"
-    worker = properties(work / "worker.properties", {
-        "bootstrap.servers": args.bootstrap, "plugin.path": work / "plugins",
-        "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
-        "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
-        "offset.storage.file.filename": work / "connect.offsets",
-        # the sink handles the coordinator's events when Connect hands it records or asks it
-        # to commit offsets: at the default minute an idle task answers a commit that late
-        "offset.flush.interval.ms": 1000,
-        "listeners": "http://127.0.0.1:0"})
-    sink = properties(work / "sink.properties", {
-        "name": name, "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector",
-        "tasks.max": args.tasks, "topics": args.topic,
-        "consumer.override.auto.offset.reset": "earliest",
-        "transforms": "hoist,meta",
-        "transforms.hoist.type": "org.apache.kafka.connect.transforms.HoistField$Value",
-        "transforms.hoist.field": "value",
-        "transforms.meta.type": "org.apache.iceberg.connect.transforms.KafkaMetadataTransform",
-        "transforms.meta.field_name": "kafka", "transforms.meta.nested": "true",
-        "iceberg.tables": "peer.events", "iceberg.tables.auto-create-enabled": "true",
-        "iceberg.tables.default-partition-by": "kafka.partition",
-        "iceberg.control.topic": control,
-        "iceberg.control.commit.interval-ms": args.commit_interval_ms,
-        "iceberg.catalog": "peer",  # the JdbcCatalog's name, as pyiceberg reads it below
-        "iceberg.catalog.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-        "iceberg.catalog.uri": f"jdbc:sqlite:{catalog_db}",
-        "iceberg.catalog.jdbc.schema-version": "V1",
-        "iceberg.catalog.warehouse": f"file://{warehouse}"})
-    log4j = work / "connect-log4j2.properties"
-    log4j.write_text("rootLogger.level=INFO\nrootLogger.appenderRef.out.ref=out\n"
-                     "appender.out.type=Console\nappender.out.name=out\n"
-                     "appender.out.layout.type=PatternLayout\n"
-                     "appender.out.layout.pattern=%d %p %c{1} %m%n\n")
-    command = ["java", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp",
-               f"{KAFKA_JARS}/*", "org.apache.kafka.connect.cli.ConnectStandalone",
-               str(worker), str(sink)]
-    started = threading.Event()
-    at: list[float] = []
-    with open(work / "connect.log", "w") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True)
-
-        def follow():
-            for line in process.stdout:
-                log.write(line)
-                if not started.is_set() and TASK_STARTED.search(line):
-                    at.append(time.perf_counter())
-                    started.set()
-        reader = threading.Thread(target=follow, daemon=True)
-        reader.start()
-        try:
-            from pyiceberg.catalog.sql import SqlCatalog
-
-            catalog = SqlCatalog("peer", uri=f"sqlite:///{catalog_db}", warehouse=f"file://{warehouse}")
-            deadline = time.monotonic() + 1800
-            rows, table = 0, None
-            while rows < args.rows:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the Connect worker ended (or took too long) with "
-                                     f"{rows} rows committed; its log: {work / 'connect.log'}")
-                time.sleep(0.5)  # the table's commits come every commit interval
-                try:
-                    table = catalog.load_table(("peer", "events"))
-                except Exception:  # not made yet  # noqa: BLE001
-                    continue
-                current = table.current_snapshot()
-                rows = int(current.summary["total-records"]) if current else 0
-            done = time.perf_counter()
-            files = len(list(table.scan().plan_files()))
-            print("peer-result " + json.dumps({
-                "query_s": done - at[0] if at else None, "rows": rows, "files": files,
-                "snapshots": len(table.metadata.snapshots)}), flush=True)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with ConnectSink(args.bootstrap, args.topic, args.work, args.commit_interval_ms,
+                     args.tasks) as sink:
+        table = sink.committed(args.rows)
+        done = time.perf_counter()
+        current = table.current_snapshot()
+        print("peer-result " + json.dumps({
+            "query_s": done - sink.started_at if sink.started_at else None,
+            "rows": int(current.summary["total-records"]),
+            "files": len(list(table.scan().plan_files())),
+            "snapshots": len(table.metadata.snapshots)}), flush=True)
     return 0
 
 
