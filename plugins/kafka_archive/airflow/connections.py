@@ -6,6 +6,7 @@ only as ready clients, never as arguments or log lines.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -52,6 +53,26 @@ def kafka_environment(config: Config) -> dict[str, str]:
 
 
 def s3_client(conn_id: str):
+    """The S3 client of the connection as it reads now, one per process: making one costs
+    ~0.25 s (each hook's boto3 session loads botocore's models anew and inspects the
+    stack), and a task, a page of the UI or a CLI command opens several stores. A changed
+    connection (rotated keys, another endpoint) or AWS_* environment makes a new one."""
+    import os
+
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.sdk import BaseHook
+
+    try:
+        uri = BaseHook.get_connection(conn_id).get_uri()
+    except AirflowNotFoundException:  # the hook falls back to boto3's own chain
+        uri = None
+    aws_environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return _s3_client(conn_id, uri, aws_environment)
+
+
+@functools.lru_cache(maxsize=8)
+def _s3_client(conn_id: str, uri: str | None, aws_environment: tuple) -> object:
+    """The client of s3_client, cached by what it is made from (the arguments are the key)."""
     return S3Hook(aws_conn_id=conn_id, config=retries.s3_config()).get_conn()
 
 

@@ -26,3 +26,24 @@ def test_an_extra_that_names_the_credentials_keeps_them(monkeypatch):
         "extra": {"bootstrap.servers": "b:9094", "sasl.username": "u", "sasl.password": "p"}}))
     extra = connections.kafka_extra("kafka_extra")
     assert (extra["sasl.username"], extra["sasl.password"]) == ("u", "p")
+
+
+def test_one_s3_client_per_connection_as_it_reads_now(monkeypatch):
+    """Making a client costs ~0.25 s: a process asks once per connection; rotated keys,
+    another endpoint or AWS_* environment get a client of their own."""
+    def connection(password: str, endpoint: str = "http://127.0.0.1:9") -> str:
+        return json.dumps({"conn_type": "aws", "login": "key", "password": password,
+                           "extra": {"endpoint_url": endpoint}})
+
+    monkeypatch.setenv("AIRFLOW_CONN_S3_CACHED", connection("first"))
+    first = connections.s3_client("s3_cached")
+    assert connections.s3_client("s3_cached") is first
+    assert first.meta.endpoint_url == "http://127.0.0.1:9"
+    monkeypatch.setenv("AIRFLOW_CONN_S3_CACHED", connection("rotated"))
+    rotated = connections.s3_client("s3_cached")
+    assert rotated is not first
+    assert rotated._request_signer._credentials.secret_key == "rotated"
+    monkeypatch.setenv("AIRFLOW_CONN_S3_CACHED", connection("rotated", "http://127.0.0.1:8"))
+    assert connections.s3_client("s3_cached").meta.endpoint_url == "http://127.0.0.1:8"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
+    assert connections.s3_client("s3_cached").meta.region_name == "eu-west-3"
