@@ -66,8 +66,15 @@ def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
     """The bins of one Kafka partition's rows (in offset order) to merge: runs of at least
     two contiguous rows, each planned before `older_than` (ISO-8601) and smaller than
     SMALL x target, packed in offset order up to target bytes. A row not yet that old,
-    a large one or a gap (offsets lost to retention) ends a bin."""
+    a large one or a gap (offsets lost to retention) ends a bin.
+
+    Rows of the day `older_than` falls in merge with each other, rows of the days before
+    with each other, never the two: today's file grows with each run, and the file of
+    the days before is rewritten once a day, when yesterday joins it, not with every run.
+    Bytes written per byte archived, 60 days of 15-minute runs of 30 KiB, compacted after
+    each: 77 (merging every old row each run: 2,876; tests/unit/commit/test_compaction.py)."""
     bins, current, size = [], [], 0
+    today = older_than[:10]
 
     def close():
         if len(current) > 1:
@@ -75,12 +82,16 @@ def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
         current.clear()
 
     for row in rows:
-        small = (row.get("planned_at") or "") < older_than and (row.get("bytes") or 0) < SMALL * target
+        planned = row.get("planned_at") or ""
+        small = planned < older_than and (row.get("bytes") or 0) < SMALL * target
         if not small:
             close()
             size = 0
             continue
-        if current and (row["start"] != current[-1]["end"] or size + (row.get("bytes") or 0) > target):
+        if current and (row["start"] != current[-1]["end"]
+                        or size + (row.get("bytes") or 0) > target
+                        or (planned[:10] >= today) != ((current[-1].get("planned_at") or "")[:10]
+                                                       >= today)):
             close()
             size = 0
         current.append(row)

@@ -1,6 +1,8 @@
 """Which rows a compaction merges, and the row that replaces them (commit.compaction's
 pure part); the protocol around it is the simulation's (test_protocol_simulation)."""
 
+from datetime import datetime, timedelta, timezone
+
 from kafka_archive.catalog.pieces import merged, pieces
 from kafka_archive.commit.compaction import choose
 
@@ -45,6 +47,49 @@ def test_a_large_row_or_a_gap_ends_a_bin():
 def test_bins_are_packed_up_to_the_target_in_offset_order():
     rows = [row(i, i + 1, size=400) for i in range(5)]
     assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 1), (1, 2)], [(2, 3), (3, 4)]]
+
+
+def test_rows_of_earlier_days_merge_with_each_other_not_with_todays():
+    yesterday = "2025-12-31T20:00:00+00:00"
+    rows = [row(0, 5, planned=yesterday), row(5, 9, planned=yesterday), row(9, 12),
+            row(12, 13)]
+    assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 5), (5, 9)], [(9, 12), (12, 13)]]
+    assert choose([row(0, 5, planned=yesterday), row(5, 9)], BEFORE, TARGET) == []
+
+
+def compacted_each_run(days: int, run_bytes: int, target: int) -> tuple[float, list[dict]]:
+    """A partition's rows after `days` of 15-minute runs of `run_bytes`, each followed by a
+    compaction (compact_after 1h), as the group's DAG does; bytes written by compactions
+    per byte archived, and the rows."""
+    start, rows, written = datetime(2026, 3, 1, tzinfo=timezone.utc), [], 0
+    for i in range(days * 96):
+        now = start + timedelta(minutes=15 * i)
+        rows.append(row(i, i + 1, size=run_bytes, planned=now.isoformat(timespec="seconds")))
+        for chosen in choose(rows, (now - timedelta(hours=1)).isoformat(timespec="seconds"),
+                             target):
+            at = rows.index(chosen[0])
+            rows[at:at + len(chosen)] = [merged(chosen, [{"url": "m", "records": 0, "bytes": sum(
+                r["bytes"] for r in chosen)}], f"c{i}")]
+            written += rows[at]["bytes"]
+    return written / (days * 96 * run_bytes), rows
+
+
+def test_a_days_runs_end_in_one_file_and_the_last_hours():
+    _, rows = compacted_each_run(1, 30 << 10, 256 << 20)
+    # after the last run's (23:45) compaction: the day's file, the runs of the last hour
+    # (22:45 included: not planned *before* 22:45)
+    assert len(rows) == 1 + 5
+    assert rows[0]["start"] == 0 and len(rows[0]["pieces"]) == 96 - 5
+
+
+def test_a_low_volume_partitions_large_file_is_not_rewritten_with_every_run():
+    """Merging every old row each run rewrote the growing file 96 times a day: 2,876 bytes
+    written per byte archived over 60 days at 30 KiB a run; this way under 100."""
+    amplification, rows = compacted_each_run(60, 30 << 10, 256 << 20)
+    assert amplification < 100, amplification
+    assert len(rows) <= 1 + 1 + 5  # the days before, today's file, the last hour's runs
+    amplification, rows = compacted_each_run(30, 10 << 20, 256 << 20)
+    assert amplification < 12, amplification  # a file fills up within a day: sealed
 
 
 def test_the_merged_row_sums_its_rows_and_keeps_them_as_pieces():
