@@ -140,6 +140,10 @@ LATE = "_late"
 TABLE_DATA = "data"  # a table group's files, as Iceberg writers lay a table out
 DEAD_LETTERS = "_dlq"  # an event-time table group's dead-letter tables
 DEAD_LETTER_SUFFIX = "_dlq"  # ... each named <namespace>.<topic>_dlq in the catalog
+# a compaction's folder under _runs/ (commit.compaction): when it began (before any file),
+# its record (before any table changes), its done record (which a catalog rebuild replays)
+COMPACTION_STARTED = "started.json"
+COMPACTION_RECORD, COMPACTION_DONE = "compaction.json", "compacted.json"
 
 
 @dataclass(frozen=True)

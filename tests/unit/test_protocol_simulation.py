@@ -383,7 +383,17 @@ DEAD_LETTER_NAME_HELD_FOR_A_TOPIC_NEVER_ARCHIVED = [
     ("create_topic", "t_dlq", 2), ("produce", "t_dlq", 1, 5, False, 0),
     ("produce", "t", 0, 1, False, 0), ("run", "scheduled__2026-01-01T00:19:00+00:00", 7, -1, 0),
     ("delete_topic", "t")]
-FOUND_IN_PARSED = {"dead-letter table name taken by an archived topic":
+# the 60-minute soak of all shapes, seed 14000943: a compaction killed inside its second
+# table's replace (its record written), a day later the orphan sweep took the compacted
+# files no snapshot read yet; the next compaction, finishing the record, found them gone
+COMPACTIONS_FILES_SWEPT_BEFORE_IT_FINISHED = [
+    ("produce", "t", 1, 4, False, 0), ("produce", "t", 1, 5, True, 0),
+    ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0), ("compact", 3, 10),
+    ("maintain", 9)]
+FOUND_IN_PARSED = {"compaction's files swept before it finished":
+                   COMPACTIONS_FILES_SWEPT_BEFORE_IT_FINISHED,
+                   "dead-letter table name taken by an archived topic":
                    DEAD_LETTER_TABLE_NAME_TAKEN_BY_AN_ARCHIVED_TOPIC,
                    "dead-letter table of a deleted topic": DEAD_LETTER_TABLE_OF_A_DELETED_TOPIC,
                    "dead-letter name held for a topic never archived":

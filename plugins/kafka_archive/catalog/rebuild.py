@@ -160,7 +160,8 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
     folders = run_folders(storage, layout.runs_dir(root, group))
     commits = [run for run, names in folders.items() if committed(names)]
     backfill_runs = [run for run, names in folders.items() if "backfill.json" in names]
-    compactions = [run for run, names in folders.items() if "compacted.json" in names]  # some dropped
+    compactions = [run for run, names in folders.items()
+                   if layout.COMPACTION_DONE in names]  # some dropped
     by_id = {run.rsplit("/", 1)[-1]: run for run in commits}
     state = State()  # the fold of the same entries the commits and backfills append
     spill = Spill(root, spec)
@@ -179,7 +180,8 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
             + [(b["at"], run, "backfill", b)
                for run, b in zip(backfill_runs, pool.map(load("backfill.json"), backfill_runs))]
             + [(c["at"], run, "compaction", c)
-               for run, c in zip(compactions, pool.map(load("compacted.json"), compactions))],
+               for run, c in zip(compactions, pool.map(load(layout.COMPACTION_DONE),
+                                                        compactions))],
             key=log_order)
 
         def documents(event) -> tuple[dict, dict] | None:
@@ -202,7 +204,7 @@ def from_run_folders(storage: Storage, root: str, group: str, spec: layout.Layou
             if kind == "compaction":  # commit.compaction: rows swapped for merged ones
                 if doc.get("dropped"):
                     continue
-                units = _load_json(storage, f"{run}/compaction.json")["units"]
+                units = _load_json(storage, f"{run}/{layout.COMPACTION_RECORD}")["units"]
                 spill.event([f["url"] for u in units for r in u["replaced"] for f in row_files(r)],
                             set(), [{**u["merged"], "_run": run} for u in units])
                 state.apply({"kind": "compaction", "seq": 0})

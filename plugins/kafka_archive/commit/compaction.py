@@ -40,7 +40,6 @@ from kafka_archive.archive.table_files import outputs, rewrite
 from kafka_archive.catalog import lease as leases
 from kafka_archive.catalog.pieces import merged
 from kafka_archive.catalog.state import row_key, with_time_partitions
-from kafka_archive.commit import table_maintenance
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.manifest import row_files
@@ -52,7 +51,7 @@ log = logging.getLogger(__name__)
 PREFIX = "compaction."          # a compaction's id: PREFIX + the Airflow run id
 SMALL = 0.75                    # a row under this share of the target is compacted (Iceberg's
                                 # rewrite_data_files default min-file-size-bytes)
-RECORD, DONE = "compaction.json", "compacted.json"
+RECORD, DONE = layout.COMPACTION_RECORD, layout.COMPACTION_DONE
 COMPACTION = "kafka-archive.compaction"  # snapshot summary: how many rows became how many
 
 
@@ -154,7 +153,7 @@ def _compact(config: Config, storage: Storage, tables, group: str, cid: str,
     older = datetime.fromtimestamp(now.timestamp() - spec.compact_after_s,
                                    now.tzinfo).isoformat(timespec="seconds")
     folder = catalog.run_folder(root, group, cid)
-    storage.put_bytes(layout.run_file(root, group, cid, table_maintenance.STARTED),
+    storage.put_bytes(layout.run_file(root, group, cid, layout.COMPACTION_STARTED),
                       json.dumps({"created_at": now.isoformat(timespec="seconds")}).encode())
     units = []
     for topic in sorted(cat.state.with_rows()):

@@ -17,7 +17,6 @@ log = logging.getLogger(__name__)
 
 ORPHANS_SWEPT = "kafka-archive.orphans-swept-at"  # table property: ms of the last sweep
 SWEEP_EVERY_MS = 86_400_000
-STARTED = "started.json"  # a compaction's folder: when it began, before any file is written
 
 
 def settled(table, storage: Storage, root: str, group: str) -> bool:
@@ -72,7 +71,8 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
     entry of a kept snapshot still counts: time travel reads it) and that a run planned
     longer than keep_ms ago wrote: a plan given up before its commit. Never the plan in
     flight's folder (written, not committed yet), nor a folder whose plan cannot be read
-    (its age unknown). Lists the whole folder and reads every kept snapshot's manifests,
+    (its age unknown), nor a compaction's that recorded its work and has not finished it
+    (the next compaction commits the files its record names). Lists the whole folder and reads every kept snapshot's manifests,
     so it runs at most once per SWEEP_EVERY_MS (the table keeps when it last did);
     how many files went."""
     table.refresh()
@@ -107,12 +107,18 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
 
 def _started_ms(storage: Storage, root: str, group: str, folder: str) -> int | None:
     """When the run (its plan) or the compaction (commit.compaction) whose folder it is
-    began; None when neither says."""
-    for name in ("plan.json", STARTED):
-        found = storage.get_or_none(layout.run_file(root, group, folder, name))
-        if found is not None:
-            return int(datetime.fromisoformat(json.loads(found)["created_at"]).timestamp() * 1000)
-    return None
+    began; None when neither says, or when it is a compaction with a record and no done
+    record: not an orphan's folder whatever its age."""
+    def stored(name: str) -> bytes | None:
+        return storage.get_or_none(layout.run_file(root, group, folder, name))
+
+    found = stored("plan.json")
+    if found is None:
+        found = stored(layout.COMPACTION_STARTED)
+        if found is None or (stored(layout.COMPACTION_RECORD) is not None
+                             and stored(layout.COMPACTION_DONE) is None):
+            return None
+    return int(datetime.fromisoformat(json.loads(found)["created_at"]).timestamp() * 1000)
 
 
 def removed_by(table, snapshot) -> list[str]:
