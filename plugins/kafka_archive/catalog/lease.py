@@ -23,6 +23,7 @@ from kafka_archive.storage import Storage, join
 log = logging.getLogger(__name__)
 
 LEASE_S = 1800  # a claim on its group (a rebuild, a compaction); one longer than this may meet a second
+CLAIM_ATTEMPTS = 5
 
 
 def lease_url(root: str, group: str) -> str:
@@ -54,16 +55,21 @@ def claimed(storage: Storage, url: str, claim: dict, busy, take_over=None,
     the next one takes it over)."""
     data = json.dumps({**claim, **this_process(), "since": time.time(),
                        "until": time.time() + LEASE_S}).encode()
-    try:
-        storage.put_if(url, data, None)
-    except VersionConflict:
-        found, version = storage.get_versioned(url)
-        held = parsed(found)
-        if held and alive(held):
-            raise busy(held) from None
-        if held and take_over is not None:
-            take_over(held)
-        storage.put_if(url, data, version)  # expired or its holder gone: ours (or a conflict)
+    version = None  # create it; or replace the version found, expired or its holder gone
+    for _ in range(CLAIM_ATTEMPTS):
+        try:
+            storage.put_if(url, data, version)
+            break
+        except VersionConflict:  # held, or released or taken over since we looked: look again
+            found, version = storage.get_versioned(url)
+            held = parsed(found)
+            if held and alive(held):
+                raise busy(held) from None
+            if held and take_over is not None:
+                take_over(held)
+    else:
+        raise TransientError(f"lease {url}: claimed and released by others {CLAIM_ATTEMPTS} "
+                             "times while this process tried; try again")
     done = False
     try:
         yield

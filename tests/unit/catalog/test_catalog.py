@@ -346,3 +346,30 @@ def test_a_lease_left_by_a_killed_or_expired_rebuild_is_taken_over(env, left):
     rebuilt = catalog.rebuild(env.storage, env.cfg, GROUP)
     assert [r["end"] for r in rebuilt.rows("a")][-1] == 400
     assert env.storage.get_or_none(lease.lease_url(env.cfg.archive_root, GROUP)) is None
+
+
+def test_a_lease_released_and_claimed_again_while_we_looked_is_busy_not_a_conflict(env):
+    """Two commits in one process at once, each opening the catalog: the first's lease
+    was there, then gone when the second looked, then the first's next claim was there
+    before the second created its own. The second is told the lease is busy (transient,
+    retried), never a raw VersionConflict."""
+    from kafka_archive.errors import TransientError
+    url = lease.lease_url(env.cfg.archive_root, GROUP)
+    put_lease(env, host="worker-7", pid=4242)
+    real_get = env.storage.get_versioned
+    looked = []
+
+    def get_versioned(u):
+        if u == url and not looked:  # released as we look; claimed again right after
+            looked.append(u)
+            env.storage.delete(url)
+            found = real_get(u)
+            put_lease(env, host="worker-7", pid=4243)
+            return found
+        return real_get(u)
+
+    env.storage.get_versioned = get_versioned
+    with pytest.raises(TransientError, match="process 4243 on worker-7"):
+        with lease.one_at_a_time(env.storage, env.cfg.archive_root, GROUP):
+            pass
+    assert json.loads(env.storage.get_bytes(url))["pid"] == 4243  # theirs, untouched
