@@ -72,8 +72,7 @@ def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
     the days before is rewritten once a day, when yesterday joins it, not with every run.
     Bytes written per byte archived, 60 days of 15-minute runs of 30 KiB, compacted after
     each: 77 (merging every old row each run: 2,876; tests/unit/commit/test_compaction.py)."""
-    bins, current, size = [], [], 0
-    today = older_than[:10]
+    bins, current, size, of_today = [], [], 0, False
 
     def close():
         if len(current) > 1:
@@ -81,20 +80,18 @@ def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
         current.clear()
 
     for row in rows:
-        planned = row.get("planned_at") or ""
-        small = planned < older_than and (row.get("bytes") or 0) < SMALL * target
-        if not small:
+        planned, nbytes = row.get("planned_at") or "", row.get("bytes") or 0
+        if not (planned < older_than and nbytes < SMALL * target):
             close()
             size = 0
             continue
-        if current and (row["start"] != current[-1]["end"]
-                        or size + (row.get("bytes") or 0) > target
-                        or (planned[:10] >= today) != ((current[-1].get("planned_at") or "")[:10]
-                                                       >= today)):
+        today = planned[:10] >= older_than[:10]
+        if current and (row["start"] != current[-1]["end"] or size + nbytes > target
+                        or today != of_today):
             close()
             size = 0
         current.append(row)
-        size += row.get("bytes") or 0
+        size, of_today = size + nbytes, today
     close()
     return bins
 
