@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
@@ -57,8 +58,6 @@ def s3_client(conn_id: str):
     ~0.25 s (each hook's boto3 session loads botocore's models anew and inspects the
     stack), and a task, a page of the UI or a CLI command opens several stores. A changed
     connection (rotated keys, another endpoint) or AWS_* environment makes a new one."""
-    import os
-
     from airflow.exceptions import AirflowNotFoundException
     from airflow.sdk import BaseHook
 

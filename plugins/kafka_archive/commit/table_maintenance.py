@@ -70,10 +70,10 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
     """Delete the files under the table's data/ that no snapshot of it reads (a deleted
     entry of a kept snapshot still counts: time travel reads it) and that a run planned
     longer than keep_ms ago wrote: a plan given up before its commit. Never the plan in
-    flight's folder (written, not committed yet), nor a folder whose plan cannot be read
-    (its age unknown), nor a compaction's that recorded its work and has not finished it
-    (the next compaction commits the files its record names). Lists the whole folder and reads every kept snapshot's manifests,
-    so it runs at most once per SWEEP_EVERY_MS (the table keeps when it last did);
+    flight's folder (written, not committed yet), nor the compaction's that holds the
+    group's compaction lease (kept until it or the next compaction finishes its record's
+    snapshots), nor a folder whose plan cannot be read (its age unknown). Lists the whole
+    folder and reads every kept snapshot's manifests, so it runs at most once per SWEEP_EVERY_MS (the table keeps when it last did);
     how many files went."""
     table.refresh()
     if now_ms - int(table.properties.get(ORPHANS_SWEPT, 0)) < SWEEP_EVERY_MS:
@@ -86,12 +86,15 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
                 read |= {entry.data_file.file_path for entry in
                          manifest.fetch_manifest_entry(table.io, discard_deleted=False)}
     in_flight = inflight.holding(storage, root, group)
+    compacting = inflight.compacting(storage, root, group)
+    spared = {layout.run_folder_name(run) for run in (in_flight, compacting and compacting.get("id"))
+              if run}
     data = f"{table.location().rstrip('/')}/{layout.TABLE_DATA}/"
     planned: dict[str, int | None] = {}
     gone = 0
     for url, _ in storage.list(data):
         folder = url[len(data):].split("/", 1)[0]
-        if url in read or (in_flight and folder == layout.run_folder_name(in_flight)):
+        if url in read or folder in spared:
             continue
         if folder not in planned:
             planned[folder] = _started_ms(storage, root, group, folder)
@@ -107,18 +110,12 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
 
 def _started_ms(storage: Storage, root: str, group: str, folder: str) -> int | None:
     """When the run (its plan) or the compaction (commit.compaction) whose folder it is
-    began; None when neither says, or when it is a compaction with a record and no done
-    record: not an orphan's folder whatever its age."""
-    def stored(name: str) -> bytes | None:
-        return storage.get_or_none(layout.run_file(root, group, folder, name))
-
-    found = stored("plan.json")
-    if found is None:
-        found = stored(layout.COMPACTION_STARTED)
-        if found is None or (stored(layout.COMPACTION_RECORD) is not None
-                             and stored(layout.COMPACTION_DONE) is None):
-            return None
-    return int(datetime.fromisoformat(json.loads(found)["created_at"]).timestamp() * 1000)
+    began; None when neither says."""
+    for name in ("plan.json", layout.COMPACTION_STARTED):
+        found = storage.get_or_none(layout.run_file(root, group, folder, name))
+        if found is not None:
+            return int(datetime.fromisoformat(json.loads(found)["created_at"]).timestamp() * 1000)
+    return None
 
 
 def removed_by(table, snapshot) -> list[str]:
