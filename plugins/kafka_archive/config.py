@@ -22,6 +22,8 @@ from kafka_archive.layout import LayoutSpec
 if TYPE_CHECKING:  # YAML and pydantic where a file is loaded, not where a Config is used
     from kafka_archive import config_schema as schema
 
+# a checkout's example config, the default where KAFKA_ARCHIVE_CONFIG is unset (an
+# installed package has none: its users name theirs)
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PATH = REPO / "config" / "kafka-archive.yaml"
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
@@ -151,17 +153,24 @@ class Config:
     # (a uri may hold a password from ${ENV}: never in a repr)
     iceberg_catalogs: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     kafka_conn_id: str | None = None  # Kafka's settings from this Airflow connection
+    # groups left out for a problem of their own (load's groups_apart): name -> the error
+    broken_groups: dict[str, str] = field(default_factory=dict)
 
     def group(self, name: str) -> Group:
         try:
             return self.groups[name]
         except KeyError:
+            if name in self.broken_groups:
+                raise ConfigError(self.broken_groups[name]) from None
             raise ConfigError(f"{self.path}: no group '{name}' under 'groups' "
                               f"(have: {', '.join(self.groups)})") from None
 
 
-def load(path: str | Path | None = None) -> Config:
-    """The config file, checked whole: every problem is a line naming the file and key."""
+def load(path: str | Path | None = None, *, groups_apart: bool = False) -> Config:
+    """The config file, checked whole: every problem is a line naming the file and key.
+    groups_apart: a group with a problem of its own is left out of `groups` and its error
+    kept in `broken_groups` (DAGs, tasks and pages of the other groups go on); a problem
+    outside the groups still fails the whole file."""
     # the Spark job's tasks receive a loaded Config: they need neither YAML nor pydantic
     import yaml
     from pydantic import ValidationError
@@ -175,17 +184,45 @@ def load(path: str | Path | None = None) -> Config:
         raise ConfigError(f"{path}: config file not found (set KAFKA_ARCHIVE_CONFIG)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        doc = schema.Document.model_validate(_expand(raw if raw is not None else {}, path, ()))
-    except ValidationError as exc:
-        raise ConfigError("\n".join(f"{path}: {line}" for line in schema.problems(exc))) from None
+    raw = _expand(raw if raw is not None else {}, path, ())
+    broken: dict[str, str] = {}
+    while True:
+        try:
+            doc = schema.Document.model_validate(raw)
+            break
+        except ValidationError as exc:
+            found = schema.located(exc)
+            errors = [f"{path}: {where}: {message}" for where, message in found]
+            culprits = {where.split(".")[1] for where, _ in found if where.startswith("groups.")}
+            if not groups_apart or any(not where.startswith("groups.") for where, _ in found):
+                raise ConfigError("\n".join(errors)) from None
+            for name in culprits:  # this group's lines only
+                broken[name] = "\n".join(e for e, (where, _) in zip(errors, found)
+                                         if where.split(".")[1:2] == [name])
+            raw = _without_groups(raw, culprits)
+            if not raw["groups"]:  # no group left to go on with
+                raise ConfigError("\n".join(broken.values()))
+    return _config(path, doc, broken)
+
+
+def _without_groups(raw: dict, names: set[str]) -> dict:
+    """The raw document less the named groups, and the audit's mention of them."""
+    audit = raw.get("audit")
+    if isinstance(audit, dict) and isinstance(audit.get("groups"), list):
+        audit = {**audit, "groups": [g for g in audit["groups"] if g not in names]}
+        raw = {**raw, "audit": audit}
+    return {**raw, "groups": {k: v for k, v in raw["groups"].items() if k not in names}}
+
+
+def _config(path: Path, doc: schema.Document, broken: dict[str, str]) -> Config:
     return Config(
         path=path,
+        broken_groups=broken,
         bootstrap_servers=doc.kafka.bootstrap_servers or "",
         kafka_conn_id=doc.kafka.conn_id,
         kafka_properties=dict(doc.kafka.properties),
         archive_root=doc.archive_root.rstrip("/"),
-        token_root=_token_root(doc.token_root),
+        token_root=_relative_to(path, doc.token_root),
         s3_conn_id=doc.s3_conn_id,
         generation=doc.generation,
         groups={name: _group(name, group) for name, group in doc.groups.items()},
@@ -196,31 +233,33 @@ def load(path: str | Path | None = None) -> Config:
                     schedule=doc.audit.schedule),
         spark=SparkSettings(master=doc.spark.master, deploy_mode=doc.spark.deploy_mode,
                             conf=tuple(sorted(doc.spark.conf.items()))),
-        iceberg_catalogs=_iceberg_catalogs(doc.iceberg_catalogs),
+        iceberg_catalogs=_iceberg_catalogs(path, doc.iceberg_catalogs),
     )
 
 
-LOCAL_CATALOG_DB = REPO / "iceberg" / "catalog.db"
+# the `local` catalog's database when the config names none, beside the config file
+LOCAL_CATALOG_DB = "iceberg/catalog.db"
 
 
-def _iceberg_catalogs(given: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+def _iceberg_catalogs(path: Path, given: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """The configured catalogs; `local` defaults to an embedded SQL catalog on SQLite
     (Spark reads the same database as Iceberg's JdbcCatalog). A relative SQLite path is
-    relative to the repository, like token_root."""
+    relative to the config file's folder, like token_root."""
     catalogs = {"local": {"type": "sql", "uri": f"sqlite:///{LOCAL_CATALOG_DB}"}} | {
         name: dict(props) for name, props in given.items()}
     for props in catalogs.values():
         uri = props.get("uri", "")
-        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_absolute():
-            props["uri"] = f"sqlite:///{REPO / uri[len('sqlite:///'):]}"
+        if uri.startswith("sqlite:///"):
+            props["uri"] = f"sqlite:///{_relative_to(path, uri[len('sqlite:///'):])}"
     return catalogs
 
 
-def _token_root(value: str) -> str:
-    """A relative token_root is relative to the repository, wherever the task runs."""
+def _relative_to(path: Path, value: str) -> str:
+    """A local path of the config (token_root, a SQLite catalog) relative to the config
+    file's folder, wherever the task runs; absolute paths and s3:// URLs as they are."""
     if value.startswith("s3://") or Path(value).is_absolute():
         return value
-    return str(REPO / value)
+    return os.path.normpath(path.resolve().parent / value)
 
 
 def _group(name: str, doc: schema.Group) -> Group:

@@ -389,7 +389,12 @@ class Document(Section):
 
 def problems(error: ValidationError) -> list[str]:
     """One line per error: `key.path: message`."""
-    lines = []
+    return [f"{where}: {message}" for where, message in located(error)]
+
+
+def located(error: ValidationError) -> list[tuple[str, str]]:
+    """(key path, message) per error; the key path starts `groups.<name>` for a group's."""
+    found = []
     for e in error.errors():
         loc = [str(p) for p in e["loc"] if p != "[key]"]
         ctx = e.get("ctx") or {}
@@ -406,5 +411,5 @@ def problems(error: ValidationError) -> list[str]:
             message = f"{e['input']!r} does not match {ctx['pattern']}"
         else:
             message = f"{e['msg'].replace('Input should be', 'must be')}, got {e['input']!r}"
-        lines.append(f"{where}: {message}")
-    return lines
+        found.append((where, message))
+    return found

@@ -28,12 +28,19 @@ from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = Path(__file__).resolve().parent  # the kafka_archive package
-APPLICATION = REPO / "spark_jobs" / "archive.py"
-REPLAY_APPLICATION = REPO / "spark_jobs" / "replay.py"
-DEFAULT_JARS_DIR = REPO / ".cache" / "jars" / "spark-kafka"
-DEFAULT_PY_FILES_DIR = REPO / ".cache" / "py-files"
+# the entry points: inside the installed package (the wheel maps spark_jobs/ there), or
+# the checkout's spark_jobs/ beside plugins/ (an editable install)
+JOBS = next(p for p in (LIBRARY / "spark_jobs", REPO / "spark_jobs") if p.is_dir())
+APPLICATION = JOBS / "archive.py"
+REPLAY_APPLICATION = JOBS / "replay.py"
+# what the launcher keeps between runs: a checkout's .cache/ (scripts/install fills it),
+# else the user's cache folder
+CACHE = (REPO / ".cache" if (REPO / "scripts" / "install").is_file()
+         else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kafka-archive")
+DEFAULT_JARS_DIR = CACHE / "jars" / "spark-kafka"
+DEFAULT_PY_FILES_DIR = CACHE / "py-files"
 # the JVM class-data sharing archive of Spark's classes (scripts/install builds it)
-DEFAULT_CLASS_ARCHIVE = REPO / ".cache" / "spark-cds" / "spark.jsa"
+DEFAULT_CLASS_ARCHIVE = CACHE / "spark-cds" / "spark.jsa"
 # Java options of a driver started here (in local mode also the executor), before the
 # config's own (the JVM takes the last of a repeated option). C1 only: C2 compiling Spark's
 # generated code was half the JVM's CPU of a 256 MiB run on 2 cores (20.5 CPU-s against

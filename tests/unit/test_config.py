@@ -20,7 +20,7 @@ def test_minimal_config_gets_defaults(tmp_path):
     loaded = config.load(write(tmp_path, MINIMAL))
     assert loaded.bootstrap_servers == "broker-1:9092"
     assert loaded.archive_root == "s3://archive-bucket/prefix"
-    assert loaded.token_root == str(config.REPO / "offsets")
+    assert loaded.token_root == str(tmp_path.resolve() / "offsets")  # beside the config file
     assert loaded.s3_conn_id == "kafka_archive_s3"
 
 

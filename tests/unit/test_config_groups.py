@@ -136,7 +136,7 @@ def test_a_table_group_writes_parquet_into_a_named_catalog(tmp_path):
     assert group.table == config.TableSpec("local", "raw")
     loaded = config.load(tmp_path / "kafka-archive.yaml")
     assert loaded.iceberg_catalogs["local"] == {
-        "type": "sql", "uri": f"sqlite:///{config.LOCAL_CATALOG_DB}"}
+        "type": "sql", "uri": f"sqlite:///{tmp_path.resolve() / 'iceberg' / 'catalog.db'}"}
 
 
 @pytest.mark.parametrize("group_yaml, message", [

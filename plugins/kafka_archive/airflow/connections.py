@@ -14,6 +14,7 @@ from pathlib import Path
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
 from kafka_archive import config as config_module, kafka_connection, retries
+from kafka_archive.airflow.hooks import KafkaArchiveKafkaHook, client_properties
 from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import TransientError
@@ -24,19 +25,23 @@ from kafka_archive.tokens import TokenStore, open_store
 def load_config(path: str | Path | None = None) -> Config:
     """The config (KAFKA_ARCHIVE_CONFIG's by default) with Kafka's settings from the
     connection `kafka.conn_id` names, where it names one. Tasks, the CLI and the page load
-    it this way; the DAG files, parsed without connections, load the YAML alone."""
-    return kafka_connection.connected(config_module.load(path), kafka_extra)
+    it this way; the DAG files, parsed without connections, load the YAML alone. A group
+    with a problem of its own is left out (its DAG fails with that problem), not the rest."""
+    return kafka_connection.connected(config_module.load(path, groups_apart=True), kafka_extra)
 
 
 def kafka_extra(conn_id: str) -> dict:
-    """The Kafka connection's client properties (its extra), wherever Airflow keeps it,
-    with its login and password fields as sasl.username and sasl.password unless the
-    extra has them: Airflow masks and encrypts the password field, not an extra's keys
+    """The Kafka connection's client properties, wherever Airflow keeps it: a
+    `kafka_archive_kafka` connection's from its form's fields (hooks.client_properties);
+    the Kafka provider's type's from its extra, with its login and password fields as
+    sasl.username and sasl.password unless the extra has them: Airflow masks and encrypts the password field, not an extra's keys
     (`airflow connections add --conn-extra` logs the extra whole in its own log table)."""
     from airflow.sdk import BaseHook
 
     conn = BaseHook.get_connection(conn_id)
     extra = dict(conn.extra_dejson)
+    if conn.conn_type == KafkaArchiveKafkaHook.conn_type:  # the provider's own type
+        return client_properties(conn.host, conn.port, conn.login, conn.password, extra)
     if conn.password and "sasl.password" not in extra:
         extra["sasl.password"] = conn.password
     if conn.login and "sasl.username" not in extra:

@@ -1,11 +1,14 @@
-"""Every DAG of kafka-archive, built from the config (`all_dags`, which dags/kafka_archive.py
-calls): per group its archive DAG (plan >> archive >> commit >> freshness, and finalize
-or a table group's expire_snapshots after commit), the audit DAG,
+"""Every DAG of kafka-archive, built from the config: `dags_from_config`, which a
+deployment's DAG file calls, and per group its archive DAG (plan >> archive >> commit >>
+freshness, and finalize or a table group's expire_snapshots after commit), the audit DAG,
 and the manual backfill and replay DAGs."""
 
 from __future__ import annotations
 
+import os
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
@@ -15,7 +18,71 @@ from kafka_archive import config as config_module
 from kafka_archive.airflow import alerting, assets, tasks
 from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
 from kafka_archive.airflow import params as trigger
+from kafka_archive.errors import ConfigError
 from kafka_archive.tools import replay as replaying
+
+CONFIG_FILE = "kafka-archive.yaml"  # beside the DAG file, where no other place names one
+CONFIG_VARIABLE = "kafka_archive_config"  # an Airflow Variable holding the config's path
+
+
+def dags_from_config(path: str | Path | None = None) -> dict[str, DAG]:
+    """The DAGs of the config, for a DAG file of two lines:
+
+        from kafka_archive.airflow import dags_from_config
+        globals().update(dags_from_config())
+
+    The config: `path`, else $KAFKA_ARCHIVE_CONFIG, else kafka-archive.yaml beside the DAG
+    file, else the path in the Airflow Variable `kafka_archive_config`. The path found
+    becomes this process's KAFKA_ARCHIVE_CONFIG, which the tasks read (Airflow parses the
+    DAG file again in the task's process). A group with a problem of its own gets a DAG
+    whose one task fails with that problem; the other groups' DAGs are unaffected."""
+    found = Path(path or os.environ.get("KAFKA_ARCHIVE_CONFIG") or _beside_caller()
+                 or _from_variable())
+    os.environ["KAFKA_ARCHIVE_CONFIG"] = str(found)
+    cfg = config_module.load(found, groups_apart=True)
+    return all_dags(cfg) | {dag.dag_id: dag for dag in map(broken_dag, cfg.broken_groups.items())}
+
+
+def _beside_caller() -> Path | None:
+    """kafka-archive.yaml in the folder of the DAG file that called dags_from_config (the
+    first caller outside this package)."""
+    library = Path(config_module.__file__).resolve().parent
+    frame = sys._getframe(1)
+    while frame and Path(frame.f_code.co_filename).resolve().is_relative_to(library):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    candidate = Path(frame.f_code.co_filename).resolve().parent / CONFIG_FILE
+    return candidate if candidate.is_file() else None
+
+
+def _from_variable() -> str:
+    from airflow.sdk import Variable
+
+    value = Variable.get(CONFIG_VARIABLE, default=None)
+    if not value:
+        raise ConfigError(f"no kafka-archive config: pass a path to dags_from_config, set "
+                          f"KAFKA_ARCHIVE_CONFIG, put {CONFIG_FILE} beside the DAG file or "
+                          f"set the Airflow Variable {CONFIG_VARIABLE} to its path")
+    return value
+
+
+def broken_dag(group_error: tuple[str, str]) -> DAG:
+    """The DAG of a group whose config has a problem: it stays listed (a trigger or the
+    schedule does not 404) and its one task fails with the problem, file and key."""
+    group, error = group_error
+    with DAG(dag_id=f"kafka_archive_{group}", schedule=None, catchup=False,
+             start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+             description=f"Config problem: {error.splitlines()[0]}",
+             doc_md=f"**This group's config has a problem; fix it:**\n\n```\n{error}\n```",
+             tags=["kafka-archive", group, "config-error"]) as dag:
+
+        @task(retries=0)
+        def config_problem() -> None:
+            raise AirflowFailException(error)
+
+        config_problem()
+    return dag
 
 
 def all_dags(cfg: config_module.Config | None = None) -> dict[str, DAG]:

@@ -2,7 +2,7 @@
 DAG does not have (a typo: `max_recrods`), or a topic its group does not archive, is
 refused with a 400 naming it, before a run exists. Airflow itself takes unknown conf keys
 as extra params and topics are only checked when the plan runs, so this is an ASGI
-middleware of the api-server (registered by plugins/kafka_archive_ui.py) in front of
+middleware of the api-server (registered by kafka_archive.airflow.plugin) in front of
 `POST /api/v2/dags/<dag id>/dagRuns`, which the REST API and the UI's trigger form use.
 """
 

@@ -1,5 +1,5 @@
 """The group pages in the Airflow UI: a FastAPI app the api-server mounts at /kafka-archive
-(registered by plugins/kafka_archive_ui.py), shown as a "Kafka archive" tab on every DAG's
+(registered by kafka_archive.airflow.plugin), shown as a "Kafka archive" tab on every DAG's
 page and as a menu entry.
 
 Behind Airflow's own login: every page requires the caller's Airflow session (the UI's

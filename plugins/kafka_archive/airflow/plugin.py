@@ -1,9 +1,8 @@
-"""Airflow plugin: the kafka-archive pages in the Airflow UI (lag, runs, audit per group),
-and the check that refuses a trigger naming an unknown param or topic.
-
-Airflow imports every .py file of its plugins folder; this is the only one meant as a
-plugin (.airflowignore keeps the library package out). The pages live in
-kafka_archive.airflow.ui.
+"""The Airflow plugin of the provider: the kafka-archive pages in the Airflow UI (lag,
+runs, audit per group), and the check that refuses a trigger naming an unknown param or
+topic. Registered by the package's `airflow.plugins` entry point, so every Airflow
+component of an environment with the wheel installed loads it; nothing to copy into a
+plugins folder. The pages live in kafka_archive.airflow.ui.
 """
 
 from airflow.plugins_manager import AirflowPlugin
