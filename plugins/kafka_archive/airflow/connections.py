@@ -17,9 +17,36 @@ from kafka_archive import config as config_module, kafka_connection, retries
 from kafka_archive.airflow.hooks import KafkaArchiveKafkaHook, client_properties
 from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
-from kafka_archive.errors import TransientError
+from kafka_archive.errors import ConfigError, TransientError
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore, open_store
+
+
+CONFIG_FILE = "kafka-archive.yaml"        # in the DAGs folder, where nothing else names one
+CONFIG_VARIABLE = "kafka_archive_config"  # an Airflow Variable holding the config's path
+
+
+def config_path() -> Path:
+    """Where this Airflow's kafka-archive config is, the same in every component (the DAG
+    processor, workers, the api-server's pages): $KAFKA_ARCHIVE_CONFIG, else
+    kafka-archive.yaml in the DAGs folder, else the path in the Airflow Variable
+    `kafka_archive_config`, else a checkout's example config."""
+    if named := os.environ.get("KAFKA_ARCHIVE_CONFIG"):
+        return Path(named)
+    from airflow.configuration import conf
+
+    beside = Path(conf.get("core", "dags_folder")).expanduser() / CONFIG_FILE
+    if beside.is_file():
+        return beside
+    from airflow.sdk import Variable
+
+    if value := Variable.get(CONFIG_VARIABLE, default=None):
+        return Path(value)
+    if config_module.DEFAULT_PATH.is_file():
+        return config_module.DEFAULT_PATH
+    raise ConfigError(f"no kafka-archive config: set KAFKA_ARCHIVE_CONFIG, put {CONFIG_FILE} "
+                      f"in the DAGs folder ({beside.parent}) or set the Airflow Variable "
+                      f"{CONFIG_VARIABLE} to its path")
 
 
 def load_config(path: str | Path | None = None) -> Config:
@@ -27,7 +54,8 @@ def load_config(path: str | Path | None = None) -> Config:
     connection `kafka.conn_id` names, where it names one. Tasks, the CLI and the page load
     it this way; the DAG files, parsed without connections, load the YAML alone. A group
     with a problem of its own is left out (its DAG fails with that problem), not the rest."""
-    return kafka_connection.connected(config_module.load(path, groups_apart=True), kafka_extra)
+    return kafka_connection.connected(
+        config_module.load(path or config_path(), groups_apart=True), kafka_extra)
 
 
 def kafka_extra(conn_id: str) -> dict:

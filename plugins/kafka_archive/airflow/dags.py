@@ -5,8 +5,6 @@ and the manual backfill and replay DAGs."""
 
 from __future__ import annotations
 
-import os
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,56 +13,22 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from kafka_archive import config as config_module
-from kafka_archive.airflow import alerting, assets, tasks
+from kafka_archive.airflow import alerting, assets, connections, tasks
 from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
 from kafka_archive.airflow import params as trigger
-from kafka_archive.errors import ConfigError
 from kafka_archive.tools import replay as replaying
 
-CONFIG_FILE = "kafka-archive.yaml"  # beside the DAG file, where no other place names one
-CONFIG_VARIABLE = "kafka_archive_config"  # an Airflow Variable holding the config's path
-
-
 def dags_from_config(path: str | Path | None = None) -> dict[str, DAG]:
-    """The DAGs of the config, for a DAG file of two lines:
+    """The DAGs of the config (`path`, else connections.config_path's), for a DAG file of
+    two lines:
 
         from kafka_archive.airflow import dags_from_config
         globals().update(dags_from_config())
 
-    The config: `path`, else $KAFKA_ARCHIVE_CONFIG, else kafka-archive.yaml beside the DAG
-    file, else the path in the Airflow Variable `kafka_archive_config`. The path found
-    becomes this process's KAFKA_ARCHIVE_CONFIG, which the tasks read (Airflow parses the
-    DAG file again in the task's process). A group with a problem of its own gets a DAG
-    whose one task fails with that problem; the other groups' DAGs are unaffected."""
-    found = Path(path or os.environ.get("KAFKA_ARCHIVE_CONFIG") or _beside_caller()
-                 or _from_variable())
-    os.environ["KAFKA_ARCHIVE_CONFIG"] = str(found)
-    cfg = config_module.load(found, groups_apart=True)
+    A group with a problem of its own gets a DAG whose one task fails with that problem;
+    the other groups' DAGs are unaffected."""
+    cfg = config_module.load(path or connections.config_path(), groups_apart=True)
     return all_dags(cfg) | {dag.dag_id: dag for dag in map(broken_dag, cfg.broken_groups.items())}
-
-
-def _beside_caller() -> Path | None:
-    """kafka-archive.yaml in the folder of the DAG file that called dags_from_config (the
-    first caller outside this package)."""
-    library = Path(config_module.__file__).resolve().parent
-    frame = sys._getframe(1)
-    while frame and Path(frame.f_code.co_filename).resolve().is_relative_to(library):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    candidate = Path(frame.f_code.co_filename).resolve().parent / CONFIG_FILE
-    return candidate if candidate.is_file() else None
-
-
-def _from_variable() -> str:
-    from airflow.sdk import Variable
-
-    value = Variable.get(CONFIG_VARIABLE, default=None)
-    if not value:
-        raise ConfigError(f"no kafka-archive config: pass a path to dags_from_config, set "
-                          f"KAFKA_ARCHIVE_CONFIG, put {CONFIG_FILE} beside the DAG file or "
-                          f"set the Airflow Variable {CONFIG_VARIABLE} to its path")
-    return value
 
 
 def broken_dag(group_error: tuple[str, str]) -> DAG:
@@ -86,16 +50,31 @@ def broken_dag(group_error: tuple[str, str]) -> DAG:
 
 
 def all_dags(cfg: config_module.Config | None = None) -> dict[str, DAG]:
-    """DAG id -> DAG of every DAG the config asks for: one archive DAG per group; the
-    audit DAG when audit.groups names a group; backfill when a group is laid out by event
+    """DAG id -> DAG of every DAG the config asks for: the preflight check, one archive
+    DAG per group; the audit DAG when audit.groups names a group; backfill when a group is laid out by event
     time, replay when one is laid out by partition (each serves its groups by param)."""
     cfg = cfg or config_module.load()
-    made = [archive_dag(name, cfg) for name in cfg.groups]
+    made = [preflight_dag(), *(archive_dag(name, cfg) for name in cfg.groups)]
     kinds = {g.layout.kind for g in cfg.groups.values()}
     made += [audit_dag(cfg)] if cfg.audit.groups else []
     made += [backfill_dag(cfg)] if "event_time" in kinds else []
     made += [replay_dag(cfg)] if "partition" in kinds else []
     return {dag.dag_id: dag for dag in made}
+
+
+def preflight_dag() -> DAG:
+    """Checks that Kafka, the archive root, the token store and the mail server are
+    reachable; trigger it after any change of connections or config."""
+    with DAG(dag_id="kafka_archive_preflight", schedule=None, catchup=False,
+             start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), tags=["kafka-archive"],
+             doc_md=preflight_dag.__doc__) as dag:
+
+        @task
+        def check(dag_run=None) -> dict:
+            return tasks.preflight(dag_run.run_id)
+
+        check()
+    return dag
 
 
 def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG:

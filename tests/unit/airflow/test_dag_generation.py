@@ -82,3 +82,33 @@ def test_a_config_without_an_audit_section_audits_nothing_and_is_accepted(tmp_pa
     path = tmp_path / "x.yaml"
     path.write_text(BASE + f"groups: {{partitioned: {EVENT_TIME}}}\n")
     assert config.load(path).audit.groups == ()
+
+
+def test_one_groups_config_problem_stays_with_that_group(tmp_path):
+    """A typo in one group takes only that group's DAG: it stays listed (a trigger is no
+    404) with a task that fails naming the key; the other groups' DAGs are whole."""
+    found = dag_bag(tmp_path, BASE + "groups:\n  raw: {}\n"
+                              "  clicks: {policy: {max_recrods: 5}}\n  payments: {}\n")
+    assert found["errors"] == {}
+    assert found["ids"] == ["kafka_archive_clicks", "kafka_archive_payments",
+                            "kafka_archive_preflight", "kafka_archive_raw", "kafka_archive_replay"]
+    assert found["after_commit"].keys() == {"kafka_archive_payments", "kafka_archive_raw"}
+
+
+def test_the_config_beside_the_dag_file_needs_no_variable(tmp_path):
+    """A deployment's two-line DAG file, its config in the DAGs folder and nothing set."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "archive.py").write_text("from kafka_archive.airflow import dags_from_config\n"
+                                     "globals().update(dags_from_config())\n")
+    (dags / "kafka-archive.yaml").write_text(BASE + "groups: {billing: {}}\n")
+    code = ("from airflow.dag_processing.dagbag import DagBag\n"
+            f"bag = DagBag(dag_folder={str(dags)!r})\n"
+            "print('RESULT:', sorted(bag.dag_ids), bag.import_errors)\n")
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_ARCHIVE_CONFIG"}
+    env |= {"AIRFLOW_HOME": str(tmp_path / "af"), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert "RESULT: ['kafka_archive_billing', 'kafka_archive_preflight', 'kafka_archive_replay'] {}" \
+        in out.stdout, \
+        out.stdout[-2000:] + out.stderr[-2000:]
