@@ -29,8 +29,9 @@ from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = Path(__file__).resolve().parent  # the kafka_archive package
 # the entry points: inside the installed package (the wheel maps spark_jobs/ there), or
-# the checkout's spark_jobs/ beside plugins/ (an editable install)
-JOBS = next(p for p in (LIBRARY / "spark_jobs", REPO / "spark_jobs") if p.is_dir())
+# the checkout's spark_jobs/ beside plugins/ (an editable install); in an executor's zip
+# neither is a folder, and nothing there launches a job
+JOBS = LIBRARY / "spark_jobs" if (LIBRARY / "spark_jobs").is_dir() else REPO / "spark_jobs"
 APPLICATION = JOBS / "archive.py"
 REPLAY_APPLICATION = JOBS / "replay.py"
 # what the launcher keeps between runs: a checkout's .cache/ (scripts/install fills it),

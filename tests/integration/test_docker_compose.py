@@ -39,7 +39,8 @@ def test_compose_file_resolves_with_the_example_env():
     for name in SERVICES - {"kafka", "minio", "minio-init", "postgres", "mailpit", "spark-connect"}:
         assert services[name]["image"] == "kafka-archive-airflow:local"
         mounts = {v.split(":")[1] for v in services[name]["volumes"]}
-        assert {"/opt/airflow/dags", "/opt/airflow/plugins", "/opt/airflow/config"} <= mounts
+        assert {"/opt/airflow/dags", "/opt/airflow/config"} <= mounts
+        assert "/opt/airflow/plugins" not in mounts  # the wheel brings the library
     for name, service in services.items():
         for port in service.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
@@ -69,3 +70,13 @@ def test_compose_refuses_to_resolve_without_the_credentials(tmp_path):
     result = compose_config(partial)
     assert result.returncode != 0
     assert "set POSTGRES_PASSWORD in .env" in result.stderr
+
+
+def test_the_image_installs_the_wheel_into_airflows_own_image_without_test_tools():
+    """Nothing of the checkout but the wheel it builds: no requirements.txt (its pins carry
+    the test tools and Airflow's own pin), Airflow's version held where it is."""
+    dockerfile = (ROOT / "docker" / "airflow.Dockerfile").read_text()
+    assert "COPY requirements" not in dockerfile and " -r " not in dockerfile
+    assert re.search(r'FROM apache/airflow:\S+', dockerfile)
+    assert re.search(r'pip install .*"apache-airflow==\$\{AIRFLOW_VERSION\}"', dockerfile)
+    assert "kafka_archive-*.whl)[spark,tables]" in dockerfile
