@@ -22,3 +22,20 @@ def dags_from_config(path=None):
     from kafka_archive.airflow.dags import dags_from_config as made
 
     return made(path)
+
+
+def lazy_module(name: str):
+    """The module, loaded when its first attribute is read (importlib's LazyLoader): what
+    only a running task needs stays out of every DAG file parse (Airflow's parse budget is
+    per file, and a deployment's file builds every group's DAG)."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

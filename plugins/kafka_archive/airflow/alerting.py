@@ -35,15 +35,14 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import redact
 
 from kafka_archive import brokers, catalog, manifest as manifests
-from kafka_archive.airflow import connections
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.monitor import freshness
-from kafka_archive.monitor.page import page_path
 from kafka_archive.plan import inflight
 from kafka_archive.monitor.alerts import (Message, dag_id, deadline_missed,
                                           freshness_past_sla, run_link, task_failed)
 from kafka_archive.monitor.mailing import Mailings
+from kafka_archive.monitor.page import page_path
 from kafka_archive.plan.planning import HeldTopicsError, Plan
 
 log = logging.getLogger(__name__)
@@ -54,6 +53,7 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     """After a commit: per topic of the group (or of `topics`, a run's subset), the lag of
     the archive behind Kafka against its SLA; one email listing every lagging topic.
     Returns the lags, for the task's XCom."""
+    from kafka_archive.airflow import connections  # boto3 and S3Hook: not at DAG parse
     topics = sorted(topics or ())
     cfg = connections.load_config()
     group = cfg.group(group_name)
@@ -102,6 +102,7 @@ def page_link(dag: str) -> str:
 def mailings(cfg: Config, group: str, context=None) -> Mailings:
     """The group's mail rules (kafka_archive.monitor.mailing) sending through Airflow's
     SMTP notifier, their records on the archive root's storage."""
+    from kafka_archive.airflow import connections  # boto3 and S3Hook: not at DAG parse
     return Mailings(connections.storage(cfg.s3_conn_id), cfg.archive_root, group,
                     lambda message: send(cfg.alerts, message, context),
                     lambda run_id: link_for(dag_id(group), run_id))
@@ -122,6 +123,7 @@ def fails_at_once_when_terminal(body):
 def on_task_failure(context) -> None:
     """on_failure_callback of the archive tasks (runs in the task's process). The same
     failure in consecutive runs is mailed once, then daily, until a run commits."""
+    from kafka_archive.airflow import connections  # boto3 and S3Hook: not at DAG parse
     cfg = connections.load_config()
     ti, error = context["ti"], _archive_error(context.get("exception"))
     group = ti.dag_id.removeprefix("kafka_archive_")
@@ -213,6 +215,7 @@ def _notifier(alerts: Alerts, message: Message):
 
 def _plan_of(cfg: Config, ti) -> Plan | None:
     """The run's plan, when the plan task got as far as storing one."""
+    from kafka_archive.airflow import connections  # boto3 and S3Hook: not at DAG parse
     try:
         plan_url = ti.xcom_pull(task_ids="plan")
         return Plan.from_json(connections.storage(cfg.s3_conn_id).get_bytes(plan_url)) \
@@ -223,6 +226,7 @@ def _plan_of(cfg: Config, ti) -> Plan | None:
 
 
 def _plan_in_flight(archive_root: str, s3_conn_id: str, group: str) -> tuple[Plan | None, str]:
+    from kafka_archive.airflow import connections  # boto3 and S3Hook: not at DAG parse
     try:
         plan = inflight.plan(connections.storage(s3_conn_id), archive_root, group)
         if plan is None:

@@ -11,8 +11,6 @@ import json
 import os
 from pathlib import Path
 
-from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
 from kafka_archive import config as config_module, kafka_connection, retries
 from kafka_archive.airflow.hooks import KafkaArchiveKafkaHook, client_properties
 from kafka_archive.commit import iceberg
@@ -105,6 +103,8 @@ def s3_client(conn_id: str):
 @functools.lru_cache(maxsize=8)
 def _s3_client(conn_id: str, uri: str | None, aws_environment: tuple) -> object:
     """The client of s3_client, cached by what it is made from (the arguments are the key)."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # boto3: not at DAG parse
+
     return S3Hook(aws_conn_id=conn_id, config=retries.s3_config()).get_conn()
 
 
@@ -115,6 +115,8 @@ def storage(conn_id: str) -> Storage:
 
 def s3_environment(conn_id: str) -> dict[str, str]:
     """boto3's standard variables, from the Airflow connection."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
     hook = S3Hook(aws_conn_id=conn_id)
     credentials = hook.get_credentials()
     env = {"AWS_ACCESS_KEY_ID": credentials.access_key,

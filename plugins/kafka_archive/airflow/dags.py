@@ -13,10 +13,15 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from kafka_archive import config as config_module
-from kafka_archive.airflow import alerting, assets, connections, tasks
+from kafka_archive.airflow import alerting, assets, connections, lazy_module
 from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
 from kafka_archive.airflow import params as trigger
-from kafka_archive.tools import replay as replaying
+
+# the task bodies and what they import (Kafka's clients, the commit protocol, the audit)
+# are a task's cost, not every DAG file parse's
+tasks = lazy_module("kafka_archive.airflow.tasks")
+replaying = lazy_module("kafka_archive.tools.replay")
+
 
 def dags_from_config(path: str | Path | None = None) -> dict[str, DAG]:
     """The DAGs of the config (`path`, else connections.config_path's), for a DAG file of
@@ -305,7 +310,7 @@ def replay_dag(cfg: config_module.Config | None = None) -> DAG:
     return dag
 
 
-def replay_request(params: dict) -> replaying.Request:
+def replay_request(params: dict):
     since, until = time_range(params)
     return replaying.Request(
         group=params["group"], topic=params["topic"], to_topic=params["to_topic"],

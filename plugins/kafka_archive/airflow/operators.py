@@ -22,9 +22,13 @@ from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kafka_archive import config, spark, spark_connect
-from kafka_archive.airflow import connections
-from kafka_archive.archive import job, progress, replay_job
+from kafka_archive.airflow import connections, lazy_module
 from kafka_archive.errors import ArchiveError, TerminalError
+
+# the jobs' launch and their driver's work: a task's cost, not a DAG file parse's
+job = lazy_module("kafka_archive.archive.job")
+progress = lazy_module("kafka_archive.archive.progress")
+replay_job = lazy_module("kafka_archive.archive.replay_job")
 
 
 def submit_environment(cfg: config.Config, master: str | None = None) -> dict[str, str]:

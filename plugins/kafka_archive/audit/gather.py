@@ -18,7 +18,6 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kafka import TopicPartition
 
 from kafka_archive import brokers, formats, layout
 from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
@@ -51,6 +50,7 @@ def ingest(config: Config, storage: Storage, tokens: TokenStore, consumer, run_i
         return 0
     read = tokens.read(TOKEN_GROUP, topic)
     offsets = dict(read.token.offsets) if read.token else {}
+    from kafka import TopicPartition  # kafka-python: not where a DAG file imports the tasks
     tps = [TopicPartition(topic, p) for p in sorted(partitions)]
     earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
     ranges = {}

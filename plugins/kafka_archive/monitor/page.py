@@ -15,14 +15,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 
-from kafka_archive.monitor.overview import Glance, GroupOverview
-from kafka_archive.monitor.status import PartitionStatus, duration
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # kafka-python and the audit, not where a DAG file links to a page
+    from kafka_archive.monitor.overview import Glance, GroupOverview
+    from kafka_archive.monitor.status import PartitionStatus
 
 PREFIX = "/kafka-archive"  # where the api-server mounts the pages
 
 
 def page_path(dag_id: str) -> str:
     return f"{PREFIX}/dag/{dag_id}"
+
+
+def duration(ms: int | None) -> str:
+    """monitor.status's, imported when a page is rendered."""
+    from kafka_archive.monitor.status import duration as of_status
+
+    return of_status(ms)
 
 
 _STYLE = """
@@ -184,6 +194,8 @@ def audit_page(alarms: dict[str, list], groups: list[str]) -> str:
     body = ["<h1>kafka-archive audit</h1>"]
     if not alarms:
         body.append("<p class='muted'>no group is audited (config: audit.groups)</p>")
+    from kafka_archive.monitor.overview import GroupOverview
+
     for group, found in sorted(alarms.items()):
         body += [f"<h2>group {escape(group)}</h2>",
                  _audit(GroupOverview(group, 0, [], [], [], True, found, []))]
