@@ -14,6 +14,9 @@ if "AIRFLOW_HOME" not in os.environ:  # a scratch folder of this process, gone a
     atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+# the Airflow service's metadata on PostgreSQL (scripts/install --for-tests installs it), as
+# a deployment's; the demo's on SQLite (localservices.airflow_on_postgres)
+os.environ.setdefault("KAFKA_ARCHIVE_AIRFLOW_DB", "postgres")
 
 # The tests are clients of the local S3 (HTTPS) as the services' own clients are: they
 # trust its CA through the usual settings, set before pyarrow reads them at its import

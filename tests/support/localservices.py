@@ -11,7 +11,8 @@ Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
 from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,POSTGRES,ICEBERG_REST}_PORT; credentials from
 .cache/local.env (made by scripts/install) or the environment. `start` and `stop` without
-names mean kafka, s3 and smtp; `airflow` (api-server, scheduler, dag-processor and
+names mean kafka, s3, smtp and spark-connect (and postgres where it holds the Airflow
+service's metadata: airflow_on_postgres); `airflow` (api-server, scheduler, dag-processor and
 triggerer, about half a minute to start) only runs when named, and `stop` without names
 stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy), `postgres` (Debian's
 PostgreSQL, a cluster of its own; database `iceberg` for Iceberg's SQL catalog),
@@ -504,8 +505,12 @@ def postgres_url(env: dict[str, str], database: str, driver: str = "postgresql+p
             f"{env['KAFKA_ARCHIVE_POSTGRES_PORT']}/{database}")
 
 
-def postgres_installed() -> bool:
-    return any(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+def airflow_on_postgres() -> bool:
+    """Whether the Airflow service keeps its metadata on the local PostgreSQL: chosen by
+    who starts it, never by what happens to be installed. The tests do
+    (KAFKA_ARCHIVE_AIRFLOW_DB=postgres, tests/conftest.py: the LocalExecutor stack as
+    deployments run it); the demo and a shell default to SQLite in the service's home."""
+    return os.environ.get("KAFKA_ARCHIVE_AIRFLOW_DB", "sqlite") == "postgres"
 
 
 def _postgres_bin(name: str) -> str:
@@ -732,7 +737,7 @@ LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 
 
 def _airflow_prepare(env: dict[str, str], home: Path) -> None:
-    if postgres_installed():  # the database, unless it exists (PostgreSQL started elsewhere)
+    if airflow_on_postgres():  # the database, unless it exists (PostgreSQL started elsewhere)
         create_database(env, "airflow")
     process_env = _airflow_process_env(env)
     (home / "kafka-archive-config").write_text(process_env["KAFKA_ARCHIVE_CONFIG"] + "\n")
@@ -793,7 +798,7 @@ def run_airflow_components() -> int:
 
 AIRFLOW = Service(
     name="airflow",
-    needs=("postgres",) if postgres_installed() else (),  # airflow_database
+    needs=("postgres",) if airflow_on_postgres() else (),  # airflow_database
     prepare=_airflow_prepare,
     command=lambda env, home: [sys.executable, str(Path(__file__).resolve()), "run-airflow"],
     ready=_airflow_ready,
@@ -1023,7 +1028,7 @@ SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, ICEBERG_RE
                                 SPARK_CONNECT_CLUSTER)}
 # what `start` without names starts: with PostgreSQL where it holds Airflow's database
 DEFAULT_SERVICES = ("kafka", "s3", "smtp", "spark-connect",
-                    *(("postgres",) if postgres_installed() else ()))
+                    *(("postgres",) if airflow_on_postgres() else ()))
 ALIASES = {"spark": [s.name for s in SPARK_SERVICES]}  # `start spark`: master, then workers
 
 
@@ -1037,10 +1042,10 @@ def shell_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def airflow_database(env: dict[str, str]) -> str:
-    """The Airflow service's metadata database: the local PostgreSQL where it is installed
-    (scripts/install --for-tests), as deployments and docker-compose.yml have it; SQLite
-    in the service's home on a machine set up for the demo alone."""
-    if postgres_installed():
+    """The Airflow service's metadata database: the local PostgreSQL for the tests, as
+    deployments and docker-compose.yml have it; SQLite in the service's home for the demo
+    (airflow_on_postgres)."""
+    if airflow_on_postgres():
         return postgres_url(env, "airflow")
     return f"sqlite:///{SERVICES_DIR / 'airflow' / 'airflow.db'}"
 
