@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
 
 
-def run(argv: list[str] | None = None) -> int:
+def command_line() -> argparse.ArgumentParser:
+    """Every command and flag (the docs' CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="kafka-archive", description=__doc__)
     parser.add_argument("--config", help="config file (default: $KAFKA_ARCHIVE_CONFIG or "
                                          "config/kafka-archive.yaml)")
@@ -197,6 +198,11 @@ def run(argv: list[str] | None = None) -> int:
     audit.set_defaults(run=audit_command)
     fill.set_defaults(run=backfill_topic)
     again.set_defaults(run=replay)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = command_line()
     args = parser.parse_args(argv)
     global _LOG_LEVEL
     _LOG_LEVEL = "INFO" if args.verbose else "WARNING"

@@ -91,7 +91,9 @@ PropertyText = Annotated[str, BeforeValidator(lambda v: str(v).lower() if isinst
 
 class Section(BaseModel):
     """A mapping of the config file: unknown keys are refused, naming the closest known one."""
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=False)
+    # each key's docstring is its description in the generated reference (docs/)
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=False,
+                              use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -110,8 +112,11 @@ class Kafka(Section):
     """The cluster: its bootstrap servers here, or an Airflow connection of the Kafka
     provider's type (`conn_id`) whose extra holds them with the client properties."""
     bootstrap_servers: Text | None = None
+    """The brokers, `host:port[,host:port...]`. Or `conn_id`, not both."""
     conn_id: Text | None = None
+    """An Airflow connection holding the brokers and the client properties: type `kafka_archive_kafka` (its form has SASL's username and password) or the Kafka provider's `kafka` (librdkafka properties in its extra)."""
     properties: dict[str, PropertyText] = {}  # extra client properties (Java names)
+    """Extra Kafka client properties in Java names (security.protocol, sasl.mechanism, sasl.jaas.config with `${ENV}` secrets...), given to every client."""
 
     @model_validator(mode="after")
     def _one_source(self) -> Kafka:
@@ -127,18 +132,28 @@ class Kafka(Section):
 class Policy(Section):
     """Unset keys come from the group's policy (or the defaults)."""
     max_records: Count | None = None
+    """At most this many messages of a partition per run (default 5,000,000)."""
     max_bytes: Count | None = None
+    """At most this many bytes of a partition per run: the job ends the slice there (default 1 GiB)."""
     min_records: Count | None = None
+    """A partition with fewer pending messages waits (default 1) ..."""
     max_delay: Seconds | None = Field(None, ge=0)
+    """... unless its oldest pending message is this old (a duration: `30s`, `5m`, `1h`, `7d`; default 1h)."""
     freshness: Seconds | None = Field(None, ge=1)
+    """The SLA: an alert mail when the newest archived message is this far behind Kafka's newest (checked after each commit; default 2h)."""
 
 
 class Format(Section):
     kind: str = "sequencefile"
+    """`sequencefile` (Hadoop SequenceFile), `text` (a line a message), `baldr` (length-prefixed gzip) or `parquet` (a table group's)."""
     key: Literal["msgpack", "offset"] | None = None
+    """sequencefile: the record key, `msgpack` (offset, key, timestamp, headers: lossless, replayable; default) or `offset` (Secor's LongWritable)."""
     compression: str | None = None
+    """sequencefile: `none`, `default` (zlib, Hadoop's DefaultCodec), `gzip`, `fast` (ISA-L's zlib) or `snappy`; text: `none` or `gzip`."""
     escape_newlines: bool | None = None
+    """text: escape newlines and backslashes instead of refusing a message that holds one."""
     level: Annotated[int, BeforeValidator(_integer), Field(ge=1, le=9)] | None = None  # zlib
+    """zlib's level for compression `default` or `gzip`: 1 (fastest) to 9 (smallest); default 6."""
 
     @field_validator("kind")
     @classmethod
@@ -172,9 +187,13 @@ Level = Literal["day", "hour", "minute"]
 
 class Layout(Section):
     kind: Literal["partition", "event_time"] = "partition"
+    """`partition` (`partition=<n>/`, the backup layout) or `event_time` (`dt=YYYY-MM-DD/hr=HH/` by the parser's event time, UTC)."""
     granularity: str | None = None
+    """event_time: `day`, `hour` (default) or `minute`."""
     prefixes: dict[Level, str] = {}
+    """event_time: each level's folder prefix, e.g. `{day: date=}` (defaults `dt=`, `hr=`, `min=`)."""
     formats: dict[Level, str] = {}
+    """event_time: each level's strftime format (defaults `%Y-%m-%d`, `%H`, `%M`)."""
 
     @model_validator(mode="after")
     def _builds(self) -> Layout:
@@ -214,23 +233,31 @@ Parser = Annotated[Any, AfterValidator(_parser)]
 
 class Topics(Section):
     include: Regexes = [".*"]
+    """Regular expressions (whole-name matches): a topic matching one is archived ..."""
     exclude: Regexes = ["_.*"]  # Kafka's own and our monitoring topics
+    """... unless it matches one of these (default: names starting with `_`, Kafka's own and the audit's)."""
 
 
 class Table(Section):
     """An Iceberg table per topic, `<namespace>.<topic>` in the named catalog (issue 32)."""
     catalog: Text = "local"
+    """The Iceberg catalog, a name under `iceberg_catalogs` (`local`: SQLite beside the config)."""
     namespace: Annotated[str, _matching(r"[A-Za-z0-9_]+", "may only use letters, digits "
                                                            "and _")] = "kafka_archive"
+    """The tables' namespace: topic t becomes `<namespace>.t` (and `<namespace>.t_dlq`, its dead letters)."""
     # older snapshots expire (time travel ends there), and the files only they read go
     keep_snapshots: Seconds = Field(7 * 86400, ge=0)
+    """Snapshots older than this expire, and the files only they read are deleted (time travel ends there)."""
     # compaction (commit.compaction): files of runs planned longer ago than this are
     # rewritten into files of about target_file_size bytes; null: never compacted
     compact_after: Seconds | None = Field(3600, ge=0)
+    """Files of runs planned longer ago than this are compacted into files of about `target_file_size`; null: never."""
     target_file_size: Count = 256 << 20
+    """Compaction's target file size in bytes (default 256 MiB)."""
     # an event_time group's parsed shape: {field: type}; other fields get a column of
     # their own type as messages bring them (formats.columns)
     columns: dict[Text, str] = {}
+    """event_time groups (the parsed shape): declared `{field: type}` columns; other fields get a column of their own type as messages bring them."""
 
     @field_validator("columns")
     @classmethod
@@ -244,23 +271,38 @@ class Table(Section):
 
 class Group(Section):
     schedule: Cron = None
+    """When the group's DAG runs: cron (`*/15 * * * *`) or null for manual runs only."""
     topics: Topics = Topics()
+    """Which topics the group archives (new ones are found at each run)."""
     start_from: Literal["earliest", "latest"] = "earliest"
+    """Where a partition without a token starts: `earliest` retained offset (default) or `latest`."""
     on_retention_gap: Literal["fail", "skip"] = "fail"
+    """A token below Kafka's earliest retained offset: `fail` (default: mail, hold the topic until a person accepts the loss) or `skip` (jump ahead, record the loss)."""
     format: Format = Format()
+    """How the group's files are written (Format, below)."""
     topic_formats: dict[Regex, Format] = {}
+    """Per topic regex, a format instead of `format`; the first match wins."""
     policy: Policy = Policy()
+    """When a partition is worth a file, and how much one run takes (Policy, below)."""
     topic_policies: dict[Regex, Policy] = {}
+    """Per topic regex, policy keys instead of `policy`'s; the first match wins."""
     deadline: Seconds = Field(1800, ge=1)
+    """An alert mail when a run has not finished this long after it was queued (Airflow's deadline alerts)."""
     layout: Annotated[Layout, BeforeValidator(
         lambda v: {"kind": v} if isinstance(v, str) else v)] = Layout()
+    """Where files go under a topic (Layout, below); `partition` or `event_time` as a shorthand."""
     parser: Parser = Field("timestamp", validate_default=True)
+    """event_time: how a message gives its event time: `timestamp` (Kafka's), `json` with `field` and `unit`, `msgpack`, or a dotted class path."""
     topic_parsers: dict[Regex, Parser] = {}
+    """Per topic regex, a parser instead of `parser`; the first match wins."""
     lateness: Seconds = Field(3600, ge=0)
+    """event_time: a time partition gets `_SUCCESS` once every partition is archived this far past its end."""
     table: Table | None = None
+    """Write the group as Iceberg tables, one per topic (Table, below); needs format kind parquet."""
     # the group's jobs as a Spark Connect client of this connection (sc://host:port, token,
     # TLS: the Spark provider's spark_connect type); none: spark-submit
     spark_connect: Text | None = None
+    """An Airflow connection of type `spark_connect`: the group's jobs run as Spark Connect clients (no JVM in the task); none: spark-submit through the `kafka_archive_spark` connection."""
 
     @model_validator(mode="after")
     def _table_shape_fits(self) -> Group:
@@ -304,30 +346,43 @@ class Group(Section):
 
 class Alerts(Section):
     smtp_conn_id: Text = "kafka_archive_smtp"
+    """The Airflow SMTP connection alert mails go through."""
     email_to: Annotated[list[Annotated[str, _matching(r"[^@\s]+@[^@\s]+", "must be an email address")]],
                         BeforeValidator(_listed), Field(min_length=1)] = ["data-oncall@localhost"]
+    """Where alert mails go: one address or a list."""
     email_from: Text = "kafka-archive@localhost"
+    """The mails' sender."""
 
 
 class Audit(Section):
     topic: Text = "_kafka_archive_audit"
+    """The monitoring topic producers (`AuditedProducer`) publish their per-window counts to."""
     window: Seconds = Field(60, ge=1)
+    """The archive's counting window; producers' windows are multiples of it."""
     grace: Seconds = Field(300, ge=0)
+    """A window is judged once archived this far past its end."""
     # a judged window this long past its end leaves the checkpoint: longer than Kafka's
     # retention, so no rewind can count its messages again
     retire_after: Seconds = Field(8 * 86400, ge=3600)
+    """A judged window this long past its end leaves the checkpoint: longer than Kafka's retention, so no rewind counts its messages again."""
     source_header: Text = "kafka-archive-source"
+    """The header naming a message's producer (stamped by `AuditedProducer`)."""
     groups: Annotated[list[str], BeforeValidator(_listed)] = []  # a default names no group
+    """The groups whose archive is audited; none by default."""
     schedule: Cron = "*/30 * * * *"
+    """When the audit DAG runs (cron)."""
 
 
 class Spark(Section):
     """Where and how the archive job runs outside Airflow's Spark connection."""
     master: Text | None = None  # local[2], spark://host:7077, yarn, k8s://https://...
+    """Where spark-submit runs the jobs outside Airflow (CLI, benchmarks): `local[2]`, `spark://host:7077`, `yarn`, `k8s://https://...`; in Airflow the Spark connection decides, and this must agree with it."""
     deploy_mode: Literal["client", "cluster"] | None = None
+    """`client` or `cluster`; set here it wins over the connection's `deploy-mode` extra."""
     # extra Spark properties for every launcher
     conf: dict[Annotated[str, _matching(r"spark\..+", "must be a Spark property (spark.*)")],
                PropertyText] = {}
+    """Extra Spark properties (`spark.*`) for every launcher."""
 
 
 GroupName = Annotated[str, _matching(r"[A-Za-z0-9_-]+",
@@ -336,20 +391,30 @@ GroupName = Annotated[str, _matching(r"[A-Za-z0-9_-]+",
 
 class Document(Section):
     kafka: Kafka = Field({}, validate_default=True)  # absent: name the key inside it
+    """The Kafka cluster (Kafka, below)."""
     archive_root: Annotated[str, _matching(r"(file:///|s3://[^/]+).*", "must be s3://bucket/prefix or "
                                             "file:///absolute/path (no other scheme)")]
+    """Where archived files go: `s3://bucket/prefix` or `file:///absolute/path`."""
     token_root: Text = "offsets/"
+    """Where the offset token files live: a folder (relative: to the config file's folder) or `s3://bucket/prefix`."""
     s3_conn_id: Text = "kafka_archive_s3"
+    """The Airflow connection (type `aws`) with the archive's S3 credentials and, for a non-AWS server, `extra.endpoint_url`."""
     generation: Count = 1
+    """Part of every file name; raise it on an incompatible output change, so two versions can run side by side."""
     alerts: Alerts = Alerts()
+    """Alert mails (Alerts, below)."""
     audit: Audit = Audit()
+    """The producers' audit (Audit, below)."""
     groups: Annotated[dict[GroupName, Group], Field(min_length=1)] = {"backup": Group()}
+    """The archive groups by name (letters, digits, `_`, `-`): each becomes DAG `kafka_archive_<name>`."""
     spark: Spark = Spark()
+    """spark-submit settings (Spark, below)."""
     # Iceberg catalogs of table groups, by name: pyiceberg catalog properties, e.g.
     # {type: sql, uri: postgresql+psycopg2://...} or {type: rest, uri: https://...};
     # `local`, when not given, is a SQL catalog on SQLite under the repository
     iceberg_catalogs: dict[Annotated[str, _matching(r"[A-Za-z0-9_-]+", "letters, digits, _ "
                                                     "and - only")], dict[str, PropertyText]] = {}
+    """Iceberg catalogs of table groups by name: pyiceberg's catalog properties (`{type: sql, uri: ...}`, `{type: rest, uri: ...}`, or `conn_id`: an Airflow connection's)."""
 
     @model_validator(mode="after")
     def _table_catalogs_exist(self) -> Document:

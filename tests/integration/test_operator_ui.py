@@ -9,8 +9,8 @@
   print no INFO log lines;
 - the group's page, behind Airflow's login: refused without a session, and in Chromium
   (headless, logged in through Airflow's login form) its lag numbers equal
-  `kafka-archive status --json`; a screenshot of the page inside the Airflow UI is kept
-  in .cache/screenshots/.
+  `kafka-archive status --json`; its screenshots are the docs' (docs/screens/: each run
+  of this test makes them again, so the pictures in the docs show the page as it is).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tests.support import localservices
 from tests.support.browser import log_in, wait_for
 
 DAG = "kafka_archive_backup"
-SCREENSHOT = localservices.ROOT / ".cache" / "screenshots" / "kafka-archive-ui.png"
+SCREENSHOT = localservices.ROOT / "docs" / "screens" / "kafka-archive-ui.png"
 
 
 def make_topics(kafka: str, names: list[str], partitions: int, messages: int) -> None:

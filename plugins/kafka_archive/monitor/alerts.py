@@ -24,6 +24,11 @@ from kafka_archive.plan.planning import Anomaly, Plan
 
 log = logging.getLogger(__name__)
 
+# the runbook's mail pages (docs/operate/mails/<kind>.md, on the docs site)
+RUNBOOK = "https://kafka-archive.readthedocs.io/en/latest/operate/mails/"
+# every mail, by the kind its runbook page is named after
+MAIL_KINDS = ("task-failed", "data-lost", "topics-held", "tokens-left-as-found",
+              "deadline-missed", "freshness-past-sla", "audit-mismatch")
 MAX_ROWS = 50  # per table: a mail stays readable; the rest is counted, and in the UI
 
 
@@ -77,7 +82,7 @@ def task_failed(group: str, run_id: str, task_id: str, try_number: int | None, e
         body.append(_p("No plan was made for this run, so no data moved and no token changed."))
     body += [_links(link, log_link)]
     return Message(f"[kafka-archive] {group}: task {task_id} failed in run {run_id}"
-                   + (f" (failing since {since})" if since else ""), _page(body))
+                   + (f" (failing since {since})" if since else ""), _page(body, "task-failed"))
 
 
 def remedy(error_class: str | None, terminal: bool | None, group: str) -> str:
@@ -151,7 +156,7 @@ def data_lost(group: str, run_id: str, anomalies: Iterable[Anomaly], run_failed:
             _table(("topic", "partition", "lost offsets", "messages"), rows), _links(link)]
     where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
     return Message(f"[kafka-archive] {group}: {total} messages lost to retention in {where}",
-                   _page(body), tuple(a.key() for a in lost))
+                   _page(body, "data-lost"), tuple(a.key() for a in lost))
 
 
 def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str) -> Message:
@@ -166,7 +171,7 @@ def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str
     where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
     return Message(f"[kafka-archive] {group}: {where} left out of the archive ("
                    f"{', '.join(sorted({a.kind.replace('_', ' ') for a in found}))})",
-                   _page(body), tuple(a.key() for a in found))
+                   _page(body, "topics-held"), tuple(a.key() for a in found))
 
 
 def tokens_left_as_found(group: str, run_id: str, left: dict[str, str], link: str) -> Message:
@@ -182,7 +187,7 @@ def tokens_left_as_found(group: str, run_id: str, left: dict[str, str], link: st
             _table(("topic", "what happened"), sorted(left.items())), _links(link)]
     where = next(iter(left)) if len(left) == 1 else f"{len(left)} topics"
     return Message(f"[kafka-archive] {group}: token of {where} changed by hand during run "
-                   f"{run_id}; left as found", _page(body))
+                   f"{run_id}; left as found", _page(body, "tokens-left-as-found"))
 
 
 def unmailed(anomalies: Iterable[Anomaly], mailed: dict[str, str], run_id: str
@@ -210,7 +215,7 @@ def deadline_missed(group: str, run_id: str, deadline_s: int, queued_at: str | N
     body += [_p("A long Spark job (a backlog: lower max_records / max_bytes), a task waiting "
                 "for a slot or a retry are the usual causes; see the run's tasks."), _links(link)]
     return Message(f"[kafka-archive] {group}: run {run_id} not finished within "
-                   f"{_span(deadline_s)} of being queued", _page(body))
+                   f"{_span(deadline_s)} of being queued", _page(body, "deadline-missed"))
 
 
 def freshness_past_sla(group: str, run_id: str, lagging: list[freshness.TopicFreshness],
@@ -232,7 +237,8 @@ def freshness_past_sla(group: str, run_id: str, lagging: list[freshness.TopicFre
                 "max_delay holding partitions back, or failing runs are the usual causes."),
              _links(link)]
     names = ", ".join(t.topic for t in lagging[:3]) + (" ..." if len(lagging) > 3 else "")
-    return Message(f"[kafka-archive] {group}: archive freshness past SLA for {names}", _page(body))
+    return Message(f"[kafka-archive] {group}: archive freshness past SLA for {names}",
+                   _page(body, "freshness-past-sla"))
 
 
 def audit_mismatch(group: str, new: list[Alarm], located: dict, link: str, report: str,
@@ -296,7 +302,7 @@ def audit_mismatch(group: str, new: list[Alarm], located: dict, link: str, repor
                        f"valid {_span(report_expires_s)}, until {expires})")
     body += [_links(link), _p(report_line)]
     return Message(f"[kafka-archive] audit of group {group}: {len(missing)} window(s) MISSING, "
-                   f"{len(excess)} EXCESS in {where}", _page(body))
+                   f"{len(excess)} EXCESS in {where}", _page(body, "audit-mismatch"))
 
 
 def _now_ms() -> int:
@@ -313,8 +319,12 @@ def _p(inner: str) -> str:
     return f"<p>{inner}</p>"
 
 
-def _page(parts: list[str]) -> str:
-    return ("<html><body style=\"font-family: sans-serif\">\n" + "\n".join(parts)
+def _page(parts: list[str], kind: str) -> str:
+    """The mail's HTML, ending with the link to its page of the runbook (what it means,
+    what to do), which the docs render from this function's examples."""
+    runbook = (f"<p><a href=\"{RUNBOOK}{kind}/\">What this mail means and what to do</a> "
+               "(the kafka-archive runbook)</p>")
+    return ("<html><body style=\"font-family: sans-serif\">\n" + "\n".join([*parts, runbook])
             + "\n</body></html>")
 
 
