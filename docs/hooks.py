@@ -42,6 +42,8 @@ def pages() -> dict[str, str]:
             "reference/cli.md": cli_reference(),
             "reference/dag-params.md": params_reference(),
             "reference/connections.md": connections_reference(),
+            "reference/packages.md": packages_reference(),
+            "reference/assets.md": assets_reference(),
             **{f"operate/mails/{kind}.md": mail_page(kind) for kind in alerts.MAIL_KINDS}}
 
 
@@ -258,6 +260,43 @@ def connections_reference() -> str:
                        f"{field.get('description', '')} |")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def assets_reference() -> str:
+    from kafka_archive import config
+    from kafka_archive.airflow import assets
+
+    example = config.load(EXAMPLE_CONFIG)
+    doc = assets.__doc__.strip().split("\n\n")
+    out = ["# Assets", "", "Generated from `kafka_archive.airflow.assets`.", "",
+           *("\n".join(part.splitlines()) + "\n" for part in doc),
+           "For the example config (`config/kafka-archive.yaml`) and a topic `orders`:", "",
+           "| what | name | URI |", "|---|---|---|",
+           f"| the group's alias (a DAG's outlet) | `{assets.alias('backup').name}` | |"]
+    for group in example.groups:
+        topic = assets.topic_asset(example, group, "orders")
+        out.append(f"| topic `orders` of group `{group}` | `{topic.name}` | `{topic.uri}` |")
+        if example.group(group).layout.kind == "event_time":
+            done = assets.finalized_asset(example, group, "orders")
+            out.append(f"| its finalized time partitions | `{done.name}` | `{done.uri}` |")
+    return "\n".join(out) + "\n"
+
+
+def packages_reference() -> str:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    out = ["# Packages", "", "What the wheel installs, generated from `pyproject.toml`: ranges "
+           "that Airflow's constraints file satisfies, never Airflow itself (its providers "
+           "require it), no test tools.", "", "## Always", "",
+           *(f"- `{r}`" for r in project["dependencies"])]
+    for extra, wanted in project["optional-dependencies"].items():
+        out += ["", f"## `kafka-archive[{extra}]`", "", *(f"- `{r}`" for r in wanted)]
+    executor = " ".join(f'"{r}"' for r in project["optional-dependencies"]["executor"])
+    out += ["", "A Spark cluster's executor image (beside pyspark, which Spark provides; the "
+            "library itself travels with each job as a zip):", "", "```sh",
+            f"pip install {executor}", "```", ""]
+    return "\n".join(out)
 
 
 # --- the alert mails ------------------------------------------------------------------------
