@@ -69,10 +69,19 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: no build time i
 
 
 def spark_home() -> Path:
-    """pyspark's package folder is a complete SPARK_HOME (bin/, jars/)."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    """pyspark's package folder is a complete SPARK_HOME (bin/, jars/). pyspark-client (the
+    Spark provider's, for Spark Connect) installs a `pyspark` without them."""
+    try:
+        import pyspark
+    except ImportError:
+        pyspark = None
+    home = Path(pyspark.__file__).resolve().parent if pyspark else None
+    if home is None or not (home / "bin" / "spark-submit").is_file():
+        raise TerminalError("spark-submit is not installed here: a group without "
+                            "`spark_connect` runs its job with pyspark's spark-submit (and "
+                            "Java 17); pip install 'kafka-archive[spark]', or give the group "
+                            "a Spark Connect server (`spark_connect`)")
+    return home
 
 
 def kafka_source_jars() -> list[str]:

@@ -167,3 +167,19 @@ def test_a_two_line_dag_file_runs_a_group_then_serves_its_page(
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
+
+
+def test_a_part_whose_extra_is_missing_says_which_extra(deployed):
+    """The wheel alone (no [spark], no [tables]): a spark-submit group and a table group
+    fail with the extra to install, not an ImportError."""
+    venv, _, _ = deployed
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "from kafka_archive import spark\nfrom kafka_archive.commit import iceberg\n"
+         "for attempt in (spark.spark_home, lambda: iceberg.catalog('local', {})):\n"
+         "    try:\n        attempt()\n    except Exception as exc:\n"
+         "        print(type(exc).__name__, exc)\n"], capture_output=True, text=True, timeout=120)
+    assert "TerminalError spark-submit is not installed here" in done.stdout, done.stderr[-2000:]
+    assert "pip install 'kafka-archive[spark]'" in done.stdout
+    assert "TerminalError pyiceberg is not installed here" in done.stdout
+    assert "pip install 'kafka-archive[tables]'" in done.stdout

@@ -238,7 +238,11 @@ class Tables:
 
 def catalog(name: str, properties: dict):
     """pyiceberg's catalog; an embedded SQLite one gets its folder first."""
-    from pyiceberg.catalog import load_catalog
+    try:
+        from pyiceberg.catalog import load_catalog
+    except ImportError:
+        raise TerminalError("pyiceberg is not installed here: a table group needs "
+                            "pip install 'kafka-archive[tables]'") from None
 
     uri = properties.get("uri", "")
     if uri.startswith("sqlite:///"):
