@@ -284,6 +284,14 @@ COMPACTION_KILLED_THEN_A_REWIND = [
     ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
     ("compact", 2, 10), ("delete_token", "t"),
     ("run", "scheduled__2026-01-01T05:00:00+00:00", 0, 0, 0)]
+# issue 56, defect 2: a compaction killed, then compaction turned off (compact_after:
+# null); the compact task returned "skipped" before finishing the dead lease, every plan
+# gave way to that lease, and no compaction ever came to finish it: the group stuck
+COMPACTION_KILLED_THEN_TURNED_OFF = [
+    ("produce", "t", 0, 5, False, 0), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
+    ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
+    ("compact", 2, 10), ("compaction_setting", False), ("produce", "t", 0, 3, False, 0),
+    ("run", "scheduled__2026-01-01T05:00:00+00:00", 0, 0, 0)]
 FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":
@@ -294,7 +302,8 @@ FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    "given-up run's commit sticks the next plan":
                    GIVEN_UP_RUNS_COMMIT_STICKS_THE_NEXT_PLAN,
                    "maintenance under a given-up rewind": MAINTENANCE_UNDER_A_GIVEN_UP_REWIND,
-                   "compaction killed, then a rewind": COMPACTION_KILLED_THEN_A_REWIND}
+                   "compaction killed, then a rewind": COMPACTION_KILLED_THEN_A_REWIND,
+                   "compaction killed, then turned off": COMPACTION_KILLED_THEN_TURNED_OFF}
 
 
 # in an event-time group's world (--shape events), each red before its fix

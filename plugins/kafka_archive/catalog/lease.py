@@ -13,7 +13,9 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
+import uuid
 from contextlib import contextmanager
 
 from kafka_archive.catalog.store import folder
@@ -22,8 +24,13 @@ from kafka_archive.storage import Storage, join
 
 log = logging.getLogger(__name__)
 
-LEASE_S = 1800  # a claim on its group (a rebuild, a compaction); one longer than this may meet a second
+LEASE_S = 1800  # a claim on its group (a rebuild, a compaction), renewed while it is held
+RENEW_S = LEASE_S / 3  # how often a holder renews: two renewals may fail before it expires
 CLAIM_ATTEMPTS = 5
+# the claims this process holds now, by their token: a lease of this process whose token
+# is not here was left by a block that raised (release_on_error=False), so it is a dead
+# one's; one that is here is alive, even for another claimer in this process
+_HELD_HERE: set[str] = set()
 
 
 def lease_url(root: str, group: str) -> str:
@@ -52,13 +59,16 @@ def claimed(storage: Storage, url: str, claim: dict, busy, take_over=None,
     lease of another that is alive: busy(it) is raised. One expired or whose process is
     gone: take_over(it), if given, then it is ours. Released after the block; after an
     error too unless release_on_error is False (then it names a process that ends, and
-    the next one takes it over)."""
-    data = json.dumps({**claim, **this_process(), "since": time.time(),
-                       "until": time.time() + LEASE_S}).encode()
+    the next one takes it over). The claim is renewed every RENEW_S while the block runs,
+    and released only while it is still ours: a holder whose lease expired and was taken
+    over leaves its successor's alone."""
+    token = uuid.uuid4().hex
+    held = {**claim, **this_process(), "token": token, "since": time.time()}
+    data = json.dumps({**held, "until": time.time() + LEASE_S}).encode()
     version = None  # create it; or replace the version found, expired or its holder gone
     for _ in range(CLAIM_ATTEMPTS):
         try:
-            storage.put_if(url, data, version)
+            version = storage.put_if(url, data, version)
             break
         except VersionConflict:  # held, or released or taken over since we looked: look again
             found, version = storage.get_versioned(url)
@@ -70,16 +80,56 @@ def claimed(storage: Storage, url: str, claim: dict, busy, take_over=None,
     else:
         raise TransientError(f"lease {url}: claimed and released by others {CLAIM_ATTEMPTS} "
                              "times while this process tried; try again")
+    _HELD_HERE.add(token)
+    renewal = _Renewal(storage, url, held, version)
     done = False
     try:
         yield
         done = True
     finally:
+        renewal.stop()
+        _HELD_HERE.discard(token)
         if done or release_on_error:
+            _release(storage, url, token)
+
+
+class _Renewal(threading.Thread):
+    """Moves the claim's expiry forward every RENEW_S by compare-and-swap on the version it
+    wrote last; stops when the block ends, or when the lease is no longer ours."""
+
+    def __init__(self, storage: Storage, url: str, held: dict, version) -> None:
+        super().__init__(name=f"lease renewal {url}", daemon=True)
+        self.storage, self.url, self.held, self.version = storage, url, held, version
+        self.stopped = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.stopped.wait(RENEW_S):
+            data = json.dumps({**self.held, "until": time.time() + LEASE_S}).encode()
             try:
-                storage.delete(url)
-            except Exception as exc:  # it expires
-                log.warning("lease %s not released (%r)", url, exc)
+                self.version = self.storage.put_if(self.url, data, self.version)
+            except VersionConflict:
+                log.warning("lease %s was taken over while held (renewals failed for longer "
+                            "than its %d s); its holder goes on, its successor too", self.url,
+                            LEASE_S)
+                return
+            except Exception as exc:  # S3 unreachable for now: the next renewal tries again
+                log.warning("lease %s not renewed (%r)", self.url, exc)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join()
+
+
+def _release(storage: Storage, url: str, token: str) -> None:
+    """Delete the lease if it is still this claim's (read, then delete: a live claim is
+    renewed, so no other can take it over in between)."""
+    try:
+        if (parsed(storage.get_or_none(url)) or {}).get("token") == token:
+            storage.delete(url)
+    except Exception as exc:  # it expires
+        log.warning("lease %s not released (%r)", url, exc)
 
 
 def _utc(epoch_s: float) -> str:
@@ -116,4 +166,5 @@ def _gone(held: dict) -> bool:
         return True
     except PermissionError:
         return False
-    return held["pid"] == os.getpid()  # our own, left by a rebuild that raised
+    # this process's: gone unless one of its claims holds it now (a block that raised left it)
+    return held["pid"] == os.getpid() and held.get("token") not in _HELD_HERE

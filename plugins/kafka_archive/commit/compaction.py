@@ -127,11 +127,16 @@ def compact(config: Config, storage: Storage, tables, group: str, run_id: str,
     root, cid = config.archive_root, compaction_id(run_id)
     if storage.get_or_none(layout.run_file(root, group, cid, DONE)) is not None:
         return {"compaction": cid, "repeated": True}
-    if spec.compact_after_s is None:
-        return {"compaction": cid, "skipped": "compact_after is null"}
+    off = {"compaction": cid, "skipped": "compact_after is null"}
+    if spec.compact_after_s is None and inflight.compacting(storage, root, group) is None:
+        return off  # nothing a killed compaction left to finish: no lease to take
     settle = lambda other: finish(config, storage, tables, group, other)  # noqa: E731
     try:
         with lease(storage, root, group, cid, settle):
+            if spec.compact_after_s is None:  # off: only what a killed one began is finished
+                if storage.get_or_none(layout.run_file(root, group, cid, RECORD)) is not None:
+                    return finish(config, storage, tables, group, cid)  # this one's own
+                return off
             return _compact(config, storage, tables, group, cid, now)
     except CompactionBusy as busy:
         log.info("%s", busy)  # that one does the work

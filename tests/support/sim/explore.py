@@ -47,6 +47,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
     runs = sorted(world.runs)
     if world.tables is not None and rng.random() < 0.05:
         return ("compact", rng.randint(0, 3), crash())
+    if world.tables is not None and rng.random() < 0.01:
+        return ("compaction_setting", rng.random() < 0.5)
     r = rng.random()
     if r < 0.28:
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
@@ -237,6 +239,8 @@ _SAID = {
     "damage_catalog": lambda n: f"a catalog snapshot or row chunk is damaged (file #{n})",
     "maintain": lambda n: f"a day later, the tables' maintenance (expiry, orphans){_kill(n)}",
     "compact": lambda hours, n: f"{hours} hours later, the tables' compaction{_kill(n)}",
+    "compaction_setting": lambda on: ("a person sets compact_after back to 1h" if on else
+                                      "a person sets compact_after: null (compaction off)"),
     "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",
 }
 

@@ -13,7 +13,7 @@ import shutil
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from unittest.mock import patch
@@ -493,6 +493,19 @@ class World:
         self.now += timedelta(hours=hours)
         self.compactions += 1
         self._compaction_task(out, f"sim{self.compactions}", crash)
+
+    def _compaction_setting(self, out: Outcome, on: bool):
+        """A person turns the table group's compaction off (`compact_after: null`: the
+        natural answer to a compact task killed for memory) or back on (the default 1h);
+        the next tasks load the config as changed."""
+        if self.tables is None:
+            return
+        group = self.config.group(self.group)
+        table = replace(group.table, compact_after_s=3600 if on else None)
+        self.config = replace(self.config, groups={**self.config.groups,
+                                                   self.group: replace(group, table=table)})
+        self.tables.config = self.config
+        out.add(f"compaction {'on' if on else 'off'}")
 
     def _compaction_task(self, out: Outcome, run_id: str, crash: int):
         """The compact task of a DAG run (run_id; it runs whatever its run's other tasks

@@ -373,3 +373,64 @@ def test_a_lease_released_and_claimed_again_while_we_looked_is_busy_not_a_confli
         with lease.one_at_a_time(env.storage, env.cfg.archive_root, GROUP):
             pass
     assert json.loads(env.storage.get_bytes(url))["pid"] == 4243  # theirs, untouched
+
+
+def test_an_expired_holder_leaves_its_successors_lease_alone(env, monkeypatch):
+    """Issue 56, defect 3: a holder whose claim expired and was taken over released (deleted)
+    its successor's lease on the way out."""
+    import time
+    url = lease.lease_url(env.cfg.archive_root, GROUP)
+    with lease.claimed(env.storage, url, {"id": "first"}, busy=RuntimeError):
+        first = json.loads(env.storage.get_bytes(url))
+        # it expires (renewals failed); another host takes it over
+        put_lease(env, host="worker-7", pid=4242, token="theirs", until=time.time() + 600)
+    assert json.loads(env.storage.get_bytes(url))["token"] == "theirs"
+    assert first["token"] != "theirs"
+
+
+def test_two_claims_in_one_process_do_not_take_each_other_over(env):
+    """Issue 56, defect 3: `airflow dags test` runs every task in one process; a second
+    claim there took a live first one over as if its holder were gone."""
+    from kafka_archive.errors import TransientError
+    url = lease.lease_url(env.cfg.archive_root, GROUP)
+    with lease.claimed(env.storage, url, {"id": "first"}, busy=lambda h: TransientError(h["id"])):
+        with pytest.raises(TransientError, match="first"):
+            with lease.claimed(env.storage, url, {"id": "second"},
+                               busy=lambda h: TransientError(h["id"])):
+                pass
+        assert json.loads(env.storage.get_bytes(url))["id"] == "first"
+    assert env.storage.get_or_none(url) is None
+
+
+def test_a_claim_left_by_a_block_that_raised_in_this_process_is_taken_over(env):
+    url = lease.lease_url(env.cfg.archive_root, GROUP)
+    with pytest.raises(ValueError):
+        with lease.claimed(env.storage, url, {"id": "killed"}, busy=RuntimeError,
+                           release_on_error=False):
+            raise ValueError("a compaction that failed half-way")
+    assert json.loads(env.storage.get_bytes(url))["id"] == "killed"  # left for a successor
+    settled = []
+    with lease.claimed(env.storage, url, {"id": "next"}, busy=RuntimeError,
+                       take_over=lambda held: settled.append(held["id"])):
+        assert json.loads(env.storage.get_bytes(url))["id"] == "next"
+    assert settled == ["killed"]
+
+
+def test_a_held_lease_is_renewed_past_its_first_expiry(env, monkeypatch):
+    """Issue 56, defect 3: the 30-minute lease was never renewed, so a compaction or rebuild
+    longer than that could meet a second one."""
+    import time
+    from kafka_archive.errors import TransientError
+    monkeypatch.setattr(lease, "LEASE_S", 0.6)
+    monkeypatch.setattr(lease, "RENEW_S", 0.1)
+    url = lease.lease_url(env.cfg.archive_root, GROUP)
+    with lease.claimed(env.storage, url, {"id": "long"}, busy=RuntimeError):
+        first_until = json.loads(env.storage.get_bytes(url))["until"]
+        deadline = time.monotonic() + 10
+        while json.loads(env.storage.get_bytes(url))["until"] < first_until + 0.5:
+            assert time.monotonic() < deadline, "never renewed"
+            time.sleep(0.05)
+        assert lease.alive(json.loads(env.storage.get_bytes(url)))
+        with pytest.raises(TransientError):
+            with lease.one_at_a_time(env.storage, env.cfg.archive_root, GROUP):
+                pass
