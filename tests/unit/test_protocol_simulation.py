@@ -292,6 +292,13 @@ COMPACTION_KILLED_THEN_TURNED_OFF = [
     ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
     ("compact", 2, 10), ("compaction_setting", False), ("produce", "t", 0, 3, False, 0),
     ("run", "scheduled__2026-01-01T05:00:00+00:00", 0, 0, 0)]
+# issue 56, defect 4: maintenance took a table whose current snapshot is a compaction's
+# for one not settled yet (it looked for the compaction's committed.json, which none
+# writes): such a table kept every snapshot and the small files the compaction replaced
+COMPACTED_TABLE_NEVER_MAINTAINED = [
+    ("produce", "t", 0, 5, False, 0), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
+    ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
+    ("compact", 2, 0)]
 FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":
@@ -303,7 +310,8 @@ FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    GIVEN_UP_RUNS_COMMIT_STICKS_THE_NEXT_PLAN,
                    "maintenance under a given-up rewind": MAINTENANCE_UNDER_A_GIVEN_UP_REWIND,
                    "compaction killed, then a rewind": COMPACTION_KILLED_THEN_A_REWIND,
-                   "compaction killed, then turned off": COMPACTION_KILLED_THEN_TURNED_OFF}
+                   "compaction killed, then turned off": COMPACTION_KILLED_THEN_TURNED_OFF,
+                   "compacted table never maintained": COMPACTED_TABLE_NEVER_MAINTAINED}
 
 
 # in an event-time group's world (--shape events), each red before its fix
@@ -445,6 +453,26 @@ def test_the_table_check_finds_a_plan_that_ignores_the_compaction_lease(tmp_path
     assert result.violation is not None and result.violation.kind == "stuck", \
         explore.report(result)
     assert "changed in the catalog after the compaction's tables did" in str(result.violation)
+
+
+def test_the_liveness_check_finds_maintenance_that_never_settles_a_compaction(tmp_path):
+    """With the rule before (a compaction's snapshot settled only by a committed.json none
+    writes), a compacted table is never maintained: the drain's maintenance check says so."""
+    from kafka_archive.commit import table_maintenance
+    from kafka_archive.commit.iceberg import RUN_ID
+    from kafka_archive.plan import runs
+
+    def old_rule(table, storage, root, group):
+        table.refresh()
+        run_id = table.current_snapshot().summary.get(RUN_ID)
+        return run_id is None or runs.is_final(runs.stored_outcome(storage, root, group, run_id))
+
+    with patch.object(table_maintenance, "settled", old_rule):
+        result = explore.run_steps(COMPACTED_TABLE_NEVER_MAINTAINED, tmp_path / "world",
+                                   shape="tables")
+    assert result.violation is not None and result.violation.kind == "stuck", \
+        explore.report(result)
+    assert "maintenance with nothing in flight left" in str(result.violation)
 
 
 def _failure_key_with_run_ids(task_id, error_class, error, run_ids):

@@ -9,6 +9,7 @@ import logging
 from datetime import datetime
 
 from kafka_archive import layout
+from kafka_archive.commit.compaction import PREFIX as COMPACTION_PREFIX
 from kafka_archive.commit.iceberg import RUN_ID, WITHDRAWN, name
 from kafka_archive.plan import inflight, runs
 from kafka_archive.storage import Storage
@@ -25,12 +26,16 @@ def settled(table, storage: Storage, root: str, group: str) -> bool:
     up, and the table changes again soon (the commit finishing, or the next plan
     withdrawing it): expiring now would delete the files that snapshot took out while the
     catalog still lists them, and the orphan sweep could take what it put back. The
-    group's maintenance waits for it (one small read per table)."""
+    group's maintenance waits for it (one small read per table). A compaction's snapshot
+    is settled once the compaction's done record says its catalog entry went in."""
     table.refresh()
     current = table.current_snapshot()
     run_id = current.summary.get(RUN_ID) if current and current.summary else None
     if run_id is None or run_id.endswith(WITHDRAWN):
         return True
+    if run_id.startswith(COMPACTION_PREFIX):  # a compaction writes no committed.json
+        return storage.get_or_none(layout.run_file(root, group, run_id,
+                                                   layout.COMPACTION_DONE)) is not None
     return runs.is_final(runs.stored_outcome(storage, root, group, run_id))
 
 

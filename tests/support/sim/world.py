@@ -915,12 +915,34 @@ class World:
                 retried = Outcome()
                 for owed in sorted(self.finalize_owed):  # retried, or Cleared after its mail
                     self._finalize(retried, owed, 0)
-                return said + retried.lines
+                return said + retried.lines + self._maintained_when_idle()
             idle = 0 if self._positions() != before else idle + 1
             if idle > 3:
                 break
         raise Violation("stuck", "clean runs do not bring the tokens to Kafka's end: "
                         + " | ".join(said[-6:]))
+
+    def _maintained_when_idle(self) -> list[str]:
+        """Liveness of maintenance: once a run has planned with nothing in flight (it
+        withdraws what a given-up run left in a table), every table is settled and its
+        maintenance (keep 0) leaves it its current snapshot alone (a compacted table's
+        too: issue 56, defect 4, kept every snapshot and the files they replaced)."""
+        if self.tables is None:
+            return []
+        out = Outcome()
+        self.runs["idle"] = Run("idle")
+        for task in ("plan", "job", "commit"):
+            if not self._task(out, "idle", task, 0):
+                break
+        self._maintain(out, 0)
+        for topic, dead_letters in ((t, d) for t in sorted(self.kafka.topics)
+                                    for d in self.tables.kinds(self.group)):
+            table = self.tables.find(self.group, topic, dead_letters)
+            if table is not None and len(table.metadata.snapshots) > 1:
+                raise Violation("stuck", f"maintenance with nothing in flight left "
+                                         f"{len(table.metadata.snapshots)} snapshots in table of "
+                                         f"{topic}: " + " | ".join(out.lines))
+        return out.lines
 
     def _positions(self) -> dict:
         found = {}
