@@ -330,11 +330,19 @@ def connection_lost(exc: BaseException) -> str | None:
 
 
 def parallelism(session) -> int:
-    """How many tasks the session runs at once (its default parallelism)."""
+    """How many tasks the session runs at once (its default parallelism). A Connect client
+    has no SparkContext: the server's setting where it has one, else the cluster's own
+    default parallelism (its executors' cores), read from how it splits a range (a small
+    job); `spark.default.parallelism` unset used to mean 2, so 2,000 slices became 128
+    tasks on any cluster (issue 56, defect 12)."""
     try:
         return session.sparkContext.defaultParallelism
-    except Exception:  # noqa: BLE001  a Connect client has no SparkContext: the server's setting
-        return int(session.conf.get("spark.default.parallelism", "2"))
+    except Exception:  # noqa: BLE001  a Connect client
+        configured = session.conf.get("spark.default.parallelism", None)
+        if configured:
+            return int(configured)
+        split = session.range(0, 1 << 20).selectExpr("max(spark_partition_id())")
+        return split.first()[0] + 1
 
 
 # an exception's line, as Spark quotes a failed task's traceback: `module.Class: text`

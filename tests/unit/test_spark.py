@@ -237,3 +237,31 @@ def test_each_deployment_has_its_connect_session_and_each_job_its_tag(tmp_path):
     tags = {spark_connect.job_tag(plan) for plan in plans}
     assert len(tags) == 2 and spark_connect.job_tag(plans[0]) in tags
     assert not any("," in tag for tag in tags)
+
+
+def test_a_connect_clients_parallelism_is_the_clusters_not_a_default_of_two():
+    """Issue 56, defect 12: a Connect client (no SparkContext) whose server sets no
+    spark.default.parallelism took 2; it now asks the cluster how it splits a range."""
+    class Frame:
+        def selectExpr(self, expression):
+            assert expression == "max(spark_partition_id())"
+            return self
+
+        def first(self):
+            return [47]  # the highest partition id of a range on 48 cores
+
+    class ConnectSession:
+        conf = type("Conf", (), {"get": staticmethod(lambda key, default=None: default)})()
+
+        @property
+        def sparkContext(self):
+            raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] not supported in Spark Connect")
+
+        def range(self, start, end):
+            assert end - start >= 1 << 20  # enough rows for every core to get some
+            return Frame()
+
+    assert spark.parallelism(ConnectSession()) == 48
+    configured = ConnectSession()
+    configured.conf = type("Conf", (), {"get": staticmethod(lambda key, default=None: "12")})()
+    assert spark.parallelism(configured) == 12
