@@ -341,8 +341,9 @@ def parallelism(session) -> int:
         configured = session.conf.get("spark.default.parallelism", None)
         if configured:
             return int(configured)
-        split = session.range(0, 1 << 20).selectExpr("max(spark_partition_id())")
-        return split.first()[0] + 1
+        # (spark_partition_id() named first: an aggregate may not take it directly)
+        split = session.range(0, 1 << 20).selectExpr("spark_partition_id() AS p")
+        return split.selectExpr("max(p)").first()[0] + 1
 
 
 # an exception's line, as Spark quotes a failed task's traceback: `module.Class: text`
