@@ -222,8 +222,9 @@ def run(argv: list[str] | None = None) -> int:
 
 def check_deployment(config: Config, args: argparse.Namespace) -> None:
     _airflow_logs_to_stderr()
-    print(json.dumps(preflight.run(config, _storage(config), "manual", _tokens(config),
-                                   lambda: _check_smtp(config)), indent=2))
+    print(json.dumps(preflight.run(
+        config, _storage(config), "manual", _tokens(config), lambda: _check_smtp(config),
+        lambda conn_id: _connections().check_spark_connect(config, conn_id)), indent=2))
 
 
 def backfill_topic(config: Config, args: argparse.Namespace) -> None:

@@ -48,7 +48,7 @@ def connect_session(url: str, name: str):
     except Exception as exc:  # noqa: BLE001  grpc's and pyspark's own: unreachable, refused
         close_client(session)
         why = spark.connection_lost(exc) or str(exc).splitlines()[0]  # (grpc's repr: not the text)
-        raise TransientError(f"the Spark Connect server at {base.removeprefix('sc://')} "
+        raise TransientError(f"the Spark Connect server at {base.removeprefix('sc://').rstrip('/')} "
                              f"cannot be reached: {why[:300]}") from exc
     return session
 

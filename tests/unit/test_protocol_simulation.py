@@ -465,7 +465,7 @@ def test_the_liveness_check_finds_maintenance_that_never_settles_a_compaction(tm
 
     _sticks_the_table_group(patch.object(table_maintenance, "settled", old_rule),
                             COMPACTED_TABLE_NEVER_MAINTAINED,
-                            "maintenance with nothing in flight left", tmp_path)
+                            "maintenance with nothing in flight waits for table", tmp_path)
 
 
 def _sticks_the_table_group(old_rule, steps: list[tuple], saying: str, tmp_path) -> None:

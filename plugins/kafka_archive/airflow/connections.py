@@ -168,6 +168,21 @@ def token_store(config: Config) -> TokenStore:
     return open_store(config.token_root, lambda: s3_client(config.s3_conn_id))
 
 
+def check_spark_connect(config: Config, conn_id: str) -> str:
+    """Attach the deployment's session on the Spark Connect server the connection names
+    (the library uploaded as a job would) and run a small job there; the server and its
+    cores. Unreachable: TransientError naming the server (spark_connect.connect_session)."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    from kafka_archive import spark, spark_connect
+
+    url = SparkConnectHook(conn_id).get_connection_url()
+    with spark_connect.connected(url, config, "preflight") as session:
+        cores = spark.parallelism(session)
+    server = url.partition("/;")[0].removeprefix("sc://").rstrip("/")  # (no token)
+    return f"{server} (connection {conn_id}): {cores} cores"
+
+
 def check_smtp(conn_id: str) -> str:
     """Connect (and log in, when the connection has credentials) to the alert mail
     server, then hang up; the server reached."""

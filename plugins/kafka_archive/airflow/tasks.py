@@ -293,4 +293,5 @@ def preflight(run_id: str) -> dict:
     cfg = connections.load_config()
     return preflight_check.run(cfg, connections.storage(cfg.s3_conn_id), run_id,
                                connections.token_store(cfg),
-                               lambda: connections.check_smtp(cfg.alerts.smtp_conn_id))
+                               lambda: connections.check_smtp(cfg.alerts.smtp_conn_id),
+                               lambda conn_id: connections.check_spark_connect(cfg, conn_id))

@@ -4,7 +4,8 @@ Checks Kafka (reachable; the audit's monitoring topic exists), the archive root 
 reads back; its server honours conditional writes), the token root (a probe token created
 and deleted by compare-and-swap),
 the Kafka client settings (librdkafka takes every kafka.properties entry), and, when
-given, the SMTP connection alerts go through.
+given, the SMTP connection alerts go through and each Spark Connect server a group's
+`spark_connect` names (a job runs there: the library reaches it, its cores answer).
 
 Run by the `kafka_archive_preflight` DAG and by `kafka-archive preflight`. It writes what
 it saw to <archive_root>/_preflight/report.json, so a person (or a test) can check the
@@ -41,8 +42,11 @@ def kafka_topics(config: Config) -> list[str]:
 
 
 def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenStore | None = None,
-        smtp: Callable[[], str] | None = None) -> dict:
-    """`smtp`: opens and closes the alert mail connection, returning what it reached."""
+        smtp: Callable[[], str] | None = None,
+        spark_connect: Callable[[str], str] | None = None) -> dict:
+    """`smtp`: opens and closes the alert mail connection, returning what it reached;
+    `spark_connect(conn_id)`: runs a small job on that connection's Connect server,
+    returning what answered."""
     topics = kafka_topics(config)
     checks = {"monitoring_topic": lambda: _monitoring_topic(config, topics),
               # the tasks read Kafka with librdkafka: refuse a property it cannot honour
@@ -52,6 +56,9 @@ def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenSto
         checks["token_root"] = lambda: _token_root(config, tokens)
     if smtp is not None:
         checks["smtp"] = smtp
+    if spark_connect is not None:
+        for conn_id in sorted({g.spark_connect for g in config.groups.values() if g.spark_connect}):
+            checks[f"spark_connect {conn_id}"] = lambda conn_id=conn_id: spark_connect(conn_id)
     results, failed = {}, []
     for name, check in checks.items():
         try:

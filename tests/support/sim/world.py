@@ -924,9 +924,10 @@ class World:
 
     def _maintained_when_idle(self) -> list[str]:
         """Liveness of maintenance: once a run has planned with nothing in flight (it
-        withdraws what a given-up run left in a table), every table is settled and its
-        maintenance (keep 0) leaves it its current snapshot alone (a compacted table's
-        too: issue 56, defect 4, kept every snapshot and the files they replaced)."""
+        withdraws what a given-up run left in a table), every table is settled, so its
+        maintenance would expire its old snapshots (a compacted table's was never settled:
+        issue 56, defect 4, it kept every snapshot and the files they replaced). Checked
+        without expiring: time travel stays for whoever reads the world after."""
         if self.tables is None:
             return []
         out = Outcome()
@@ -934,14 +935,14 @@ class World:
         for task in ("plan", "job", "commit"):
             if not self._task(out, "idle", task, 0):
                 break
-        self._maintain(out, 0)
         for topic, dead_letters in ((t, d) for t in sorted(self.kafka.topics)
                                     for d in self.tables.kinds(self.group)):
             table = self.tables.find(self.group, topic, dead_letters)
-            if table is not None and len(table.metadata.snapshots) > 1:
-                raise Violation("stuck", f"maintenance with nothing in flight left "
-                                         f"{len(table.metadata.snapshots)} snapshots in table of "
-                                         f"{topic}: " + " | ".join(out.lines))
+            if table is not None and not table_maintenance.settled(
+                    table, self.storage, self.config.archive_root, self.group):
+                raise Violation("stuck", f"maintenance with nothing in flight waits for table "
+                                         f"of {topic} ({len(table.metadata.snapshots)} snapshots): "
+                                         + " | ".join(out.lines))
         return out.lines
 
     def _positions(self) -> dict:
