@@ -5,6 +5,7 @@ and the manual backfill and replay DAGs."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,7 +32,11 @@ def dags_from_config(path: str | Path | None = None) -> dict[str, DAG]:
         globals().update(dags_from_config())
 
     A group with a problem of its own gets a DAG whose one task fails with that problem;
-    the other groups' DAGs are unaffected."""
+    the other groups' DAGs are unaffected. A path given here becomes this process's
+    KAFKA_ARCHIVE_CONFIG, so the tasks (Airflow parses the file again in a task's process)
+    read the same config."""
+    if path is not None:
+        os.environ["KAFKA_ARCHIVE_CONFIG"] = str(path)
     cfg = config_module.load(path or connections.config_path(), groups_apart=True)
     return all_dags(cfg) | {dag.dag_id: dag for dag in map(broken_dag, cfg.broken_groups.items())}
 
