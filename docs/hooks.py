@@ -26,7 +26,6 @@ from pydantic_core import PydanticUndefined
 
 from kafka_archive import config_schema as schema
 from kafka_archive.airflow import params, provider
-from kafka_archive.errors import ConfigError
 from kafka_archive.monitor import alerts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # MkDocs loads this file by path
@@ -146,8 +145,6 @@ def wrong_value_error(path: str) -> str:
     except Exception as exc:  # pydantic's ValidationError, worded by the schema
         lines = schema.problems(exc) if hasattr(exc, "errors") else [str(exc)]
         return "`" + lines[0].replace("`", "'").replace("|", "\\|")[:160] + "`"
-    except ConfigError as exc:  # pragma: no cover
-        return f"`{exc}`"
     return ""
 
 
