@@ -205,6 +205,22 @@ HELD_TOPIC_NEVER_MAILED_AGAIN = [  # seed 483: a plan without anomalies forgot n
     ("produce", "u", 0, 1, False), ("run", "r1", 0, 0, 0), ("break_token", "u"),
     ("run", "r2", 0, 0, 0), ("delete_token", "u"), ("run", "r3", 0, 0, 0),
     ("break_token", "u"), ("run", "r4", 0, 0, 0)]
+# issue 56, defect 11: a rewind to 0, then retention below the rewound line before the
+# rewinding run: the archive still holds every offset, but the plan reported [0, 5) lost
+# to retention (held out, mailed with the accept-loss remedy)
+REWIND_THEN_RETENTION_NO_LOSS = [
+    ("produce", "t", 0, 9, False, 0), ("run", "r1", 0, 0, 0), ("run", "r2", 0, 0, 0),
+    ("rewind", "t", 0, 0), ("retention", "t", 0, 5), ("run", "r3", 0, 0, 0)]
+# issue 56, defect 9: the commit's protocol finished, its task killed before the mail;
+# the retry found the run committed ("repeated") and announced nothing: no mail, no
+# Asset event, ever
+COMMIT_KILLED_BEFORE_ITS_ANNOUNCEMENT = [
+    ("produce", "t", 0, 3, False, 0), ("run", "r1", 0, 0, 15), ("task", "r1", "commit", 0)]
+# found by the loss check's fix (seed 861): a rewind whose whole range the archive holds
+# and Kafka deleted planned nothing, so its line stayed below Kafka's earliest for good
+REWOUND_LINE_NEVER_CAUGHT_UP = [
+    ("produce", "u", 0, 1, True, 0), ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
+    ("rewind_time", "u", 0, 120), ("retention", "u", 0, 6)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
@@ -240,7 +256,10 @@ FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          GIVEN_UP_RUNS_TOKEN_PUT_BACK_STICKS_THE_GROUP,
          "failure mailed per run": FAILURE_MAILED_PER_RUN,
          "earlier attempt's failure raised again": EARLIER_ATTEMPTS_FAILURE_RAISED_AGAIN,
-         "held topic never mailed again": HELD_TOPIC_NEVER_MAILED_AGAIN}
+         "held topic never mailed again": HELD_TOPIC_NEVER_MAILED_AGAIN,
+         "rewind, then retention: no loss": REWIND_THEN_RETENTION_NO_LOSS,
+         "commit killed before its announcement": COMMIT_KILLED_BEFORE_ITS_ANNOUNCEMENT,
+         "rewound line never caught up": REWOUND_LINE_NEVER_CAUGHT_UP}
 
 
 # in a table group's world (--shape tables seed 2, red with a committed run's commit not final)
@@ -299,6 +318,15 @@ COMPACTED_TABLE_NEVER_MAINTAINED = [
     ("produce", "t", 0, 5, False, 0), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
     ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
     ("compact", 2, 0)]
+# issue 56, defect 1: a compaction (another deployment's, or `airflow tasks test ...
+# compact`) that ran whole between a rewind's plan reading the catalog and its mark: the
+# plan listed the small files it had merged, and the rewind's rows were added beside the
+# compacted file (each message twice in the table)
+PLAN_RACING_A_COMPACTION = [
+    ("produce", "t", 0, 8, False, 0), ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
+    ("produce", "t", 0, 8, False, 0), ("run", "scheduled__2026-01-01T00:04:00+00:00", 0, 0, 0),
+    ("time", 120), ("delete_token", "t"),
+    ("race", "scheduled__2026-01-01T02:07:00+00:00", "plan", 3, "compact", "t")]
 FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":
@@ -311,7 +339,8 @@ FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    "maintenance under a given-up rewind": MAINTENANCE_UNDER_A_GIVEN_UP_REWIND,
                    "compaction killed, then a rewind": COMPACTION_KILLED_THEN_A_REWIND,
                    "compaction killed, then turned off": COMPACTION_KILLED_THEN_TURNED_OFF,
-                   "compacted table never maintained": COMPACTED_TABLE_NEVER_MAINTAINED}
+                   "compacted table never maintained": COMPACTED_TABLE_NEVER_MAINTAINED,
+                   "plan racing a compaction": PLAN_RACING_A_COMPACTION}
 
 
 # in an event-time group's world (--shape events), each red before its fix
@@ -444,11 +473,53 @@ def test_the_table_check_finds_a_plan_that_ignores_the_compaction_lease(tmp_path
     compacted file, and the killed compaction can never be finished."""
     from kafka_archive.plan import inflight, runs
 
-    def mark_only(storage, config, group, run_id, plan_url):
+    def mark_only(storage, config, group, run_id, plan_url, read_at=None):
         inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
 
     _sticks_the_table_group(patch.object(runs, "_mark", mark_only), COMPACTION_KILLED_THEN_A_REWIND,
                             "changed in the catalog after the compaction's tables did", tmp_path)
+
+
+def test_the_table_check_finds_a_plan_that_ignores_a_compaction_done_while_it_planned(tmp_path):
+    """With the mark's check of the lease only (not of the catalog's log since the plan
+    read it), the race's rewind adds its rows beside the compacted file."""
+    from kafka_archive.plan import runs
+
+    real = runs._mark
+    with patch.object(runs, "_mark", lambda *args, read_at=None: real(*args)):
+        result = explore.run_steps(PLAN_RACING_A_COMPACTION, tmp_path / "world", shape="tables")
+    assert result.violation is not None and result.violation.kind == "table disagrees", \
+        explore.report(result)
+    assert "compaction.sim1/" in str(result.violation)
+
+
+def test_the_loss_check_finds_a_loss_reported_for_what_the_archive_holds(tmp_path):
+    """With the line below Kafka's earliest offset taken as the loss's start (the rule
+    before), the rewind's run reports offsets the archive holds as lost."""
+    from kafka_archive.plan import losses
+
+    with patch.object(losses, "lost_spans", lambda cat, t, p, g, token, earliest: [(token, earliest)]):
+        result = explore.run_steps(REWIND_THEN_RETENTION_NO_LOSS, tmp_path / "world")
+    assert result.violation is not None and result.violation.kind == "false loss", \
+        explore.report(result)
+    assert "[0, 5) are in the archive" in str(result.violation)
+
+
+def test_the_announcement_check_finds_a_retried_commit_that_announces_nothing(tmp_path):
+    """With the rule before (a commit found committed announces nothing: as if its outbox
+    said all was sent), the retry of a commit killed before its mail succeeds unannounced."""
+    from tests.support.sim import world
+
+    real = world.SimStorage.get_or_none
+
+    def announced_already(storage, url):
+        return b'{"mail": true, "events": true}' if url.endswith("/announced.json") \
+            else real(storage, url)
+
+    with patch.object(world.SimStorage, "get_or_none", announced_already):
+        result = explore.run_steps(COMMIT_KILLED_BEFORE_ITS_ANNOUNCEMENT, tmp_path / "world")
+    assert result.violation is not None and result.violation.kind == "unannounced", \
+        explore.report(result)
 
 
 def test_the_liveness_check_finds_maintenance_that_never_settles_a_compaction(tmp_path):

@@ -31,10 +31,13 @@ def topic_asset(config: Config, group: str, topic: str) -> Asset:
     return Asset(uri=f"{config.archive_root}/{group}/{topic}", name=f"kafka_archive/{group}/{topic}")
 
 
-def commit_events(config: Config, group: str, summary: dict) -> list[tuple[Asset, dict]]:
+def commit_events(config: Config, group: str, summary: dict, replaces: bool = False
+                  ) -> list[tuple[Asset, dict]]:
     """(asset, extra) per topic the commit advanced: the run, the new token offsets per
     partition, records and files added, files a rewind replaced, and for a table group the
-    table and its snapshot."""
+    table and its snapshot; `replaces` when the commit announces again what an earlier
+    attempt may have announced (airflow.tasks.commit), so a consumer replaces rather than
+    adds."""
     spec = config.group(group).table
     events = []
     for topic, offsets in summary["tokens"].items():
@@ -42,7 +45,7 @@ def commit_events(config: Config, group: str, summary: dict) -> list[tuple[Asset
         if not counts["records"] and not counts["replaced"]:
             continue  # nothing arrived for this topic in this run
         extra = {"group": group, "topic": topic, "run_id": summary["run_id"],
-                 "offsets": offsets, **counts}
+                 "offsets": offsets, **counts, "replaces": replaces}
         if spec is not None:
             extra |= {"table": f"{spec.namespace}.{topic}", "catalog": spec.catalog,
                       "snapshot_id": summary["table_snapshots"].get(topic)}

@@ -118,8 +118,9 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
         @alerting.fails_at_once_when_terminal
         def commit(plan_url: str) -> dict:
             summary = tasks.commit(plan_url)
-            if not summary.get("repeated"):  # an event per commit, never twice
-                _add_events(group.name, assets.commit_events(cfg, group.name, summary))
+            if summary["announce"]:  # an event per commit; again only where it never went out
+                _add_events(group.name, assets.commit_events(
+                    cfg, group.name, summary, replaces=summary["announce"] == "again"))
             return summary
 
         plan_url = plan()

@@ -93,6 +93,13 @@ def check_held(plan_url: str) -> None:
 
 
 def commit(plan_url: str) -> dict:
+    """The run's commit, then its announcements: the lag mirror, the mail and (by the
+    caller, as the task returns) the Asset events, `announce` in the summary: "new", or
+    "again" for a commit whose protocol an earlier attempt finished but whose task died
+    before its announcements were recorded as made (its events flagged `replaces`), or
+    None: made before. The record (`announced.json` in the run's folder) is written after
+    the mail and again just before the events go out, so a kill between the two sends
+    the mail at most twice, never not at all."""
     cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     made = Plan.from_json(storage.get_bytes(plan_url))
@@ -100,18 +107,32 @@ def commit(plan_url: str) -> dict:
     summary = committing.commit(cfg, made, storage, tokens, runs.now_utc(),
                                 connections.iceberg_tables(cfg))
     late = [Anomaly(**a) for a in summary.pop("retention_lost")]
-    if summary.get("repeated"):  # a committed run's commit again: mailed and announced once
-        log.warning("run %s was committed at %s; nothing changed, nothing is mailed again",
-                    made.run_id, summary["committed_at"])
+    outbox = layout.run_file(cfg.archive_root, made.group, made.run_id, "announced.json")
+    repeated = bool(summary.get("repeated"))
+    sent = json.loads(storage.get_or_none(outbox) or b"{}") if repeated else {}
+    if sent.get("events"):  # a committed run's commit again: mailed and announced once
+        log.warning("run %s was committed at %s and announced; nothing changed, nothing is "
+                    "mailed again", made.run_id, summary["committed_at"])
+        summary["announce"] = None
     else:
-        log.info("committed run %s: %d records in %d files; tokens of %s advanced", made.run_id,
-                 summary["records"], summary["files"], ", ".join(summary["tokens"]) or "no topic")
-        offsets = {}
-        for topic in made.topics():
-            token = tokens.read(made.group, topic).token
-            offsets[topic] = dict(token.offsets) if token else {}
-        mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
-        alerting.mailings(cfg, made.group).committed(made, summary, late)
+        if repeated:
+            log.warning("run %s was committed at %s, but its task died before announcing it: "
+                        "announcing it now%s", made.run_id, summary["committed_at"],
+                        "" if sent.get("mail") else " (mail too)")
+        else:
+            log.info("committed run %s: %d records in %d files; tokens of %s advanced",
+                     made.run_id, summary["records"], summary["files"],
+                     ", ".join(summary["tokens"]) or "no topic")
+        if not sent.get("mail"):
+            offsets = {}
+            for topic in made.topics():
+                token = tokens.read(made.group, topic).token
+                offsets[topic] = dict(token.offsets) if token else {}
+            mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
+            alerting.mailings(cfg, made.group).committed(made, summary, late)
+            storage.put_bytes(outbox, json.dumps({"mail": True}).encode())
+        storage.put_bytes(outbox, json.dumps({"mail": True, "events": True}).encode())
+        summary["announce"] = "again" if repeated else "new"
     # ranges retention deleted before they were archived: the freshness task fails on them
     summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
         f"{a.describe()} (after this run was planned; the topic waits for the loss to be "

@@ -81,10 +81,8 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
             continue
         if (s.topic, s.partition) in lost:
             # retention deleted its head after planning: the token line stays at (or, for a
-            # new partition, is written at) the slice's start, so the next plan sees the gap
-            log.warning("%s partition %d: retention deleted offsets from %d on after this run "
-                        "was planned; [%d, %d) were not archived, the token stays at %d",
-                        s.topic, s.partition, s.start, s.start, s.end, s.start)
+            # new partition, is written at) the slice's start, so the next plan sees the gap;
+            # past what the archive still holds of a rewind (_keep_what_was_not_archived_again)
             ends[(s.topic, s.partition)] = s.start
             continue
         where = f"{s.topic} partition {s.partition} [{s.start}, {s.end})"
@@ -161,7 +159,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
                "late": sum(e.get("late", 0) for e in manifest["slices"]),
                "files": sum(len(row_files(e)) for e in manifest["slices"]),
-               "retention_lost": manifest.get("retention_lost", []),
+               "retention_lost": really_lost(manifest, ends),
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
                           for t in plan.topics() if t not in left_as_found},
                "tokens_left_as_found": left_as_found, "after_entry": seen,
@@ -210,6 +208,23 @@ def _keep_what_was_not_archived_again(config: Config, plan: Plan, manifest: dict
                 position = max(position, row["end"])
         if (s.topic, s.partition) in ends:  # a lost head; a vanished topic's token stays
             ends[(s.topic, s.partition)] = max(ends[(s.topic, s.partition)], position)
+            log.warning("%s partition %d: retention deleted offsets from %d on after this run "
+                        "was planned; [%d, %d) were not archived again, the token goes to %d%s",
+                        s.topic, s.partition, s.start, s.start, s.end, position,
+                        f" (the archive holds [{s.start}, {position}) still)"
+                        if position > s.start else "")
+
+
+def really_lost(manifest: dict, ends: dict[tuple[str, int], int]) -> list[dict]:
+    """The job's retention losses (planning.Anomaly as dicts) less what the archive still
+    holds (the rows a rewind was to archive again, kept: `ends` reaches past them): a
+    loss is only what is in neither Kafka nor the archive."""
+    lost = []
+    for a in manifest.get("retention_lost", ()):
+        held_to = max(a["lost_from"], ends.get((a["topic"], a["partition"]), a["lost_from"]))
+        if held_to < a["lost_to"]:
+            lost.append({**a, "lost_from": held_to})
+    return lost
 
 
 def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenStore,

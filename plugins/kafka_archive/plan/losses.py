@@ -35,12 +35,6 @@ class AcceptLossError(TerminalError):
     """Nothing to accept, or not now; nothing was written."""
 
 
-def gaps(token_offsets: dict[int, int], earliest: dict[int, int]) -> dict[int, tuple[int, int]]:
-    """Per partition whose token is below Kafka's earliest offset: the lost [from, to). Pure."""
-    return {p: (token_offsets[p], first) for p, first in sorted(earliest.items())
-            if p in token_offsets and token_offsets[p] < first}
-
-
 def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[int, int]:
     """Per partition, one past the highest offset the archive accounts for: its current
     rows, the spot a plan began it at without archiving (catalog.plan_marks) and the
@@ -60,6 +54,27 @@ def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[
         if name == topic and ranges:
             found[partition] = max(found.get(partition, 0), max(b for _, b in ranges))
     return found
+
+
+def lost_spans(cat: catalog.Catalog, topic: str, partition: int, generation: int,
+               token: int, earliest: int) -> list[tuple[int, int]]:
+    """The ranges between a token line and Kafka's earliest offset that are in neither
+    Kafka nor the archive: the line's gap less what the archive still holds (current rows:
+    after a rewind, or a line edited down) or holds as a loss recorded before. None when
+    it holds them all: then nothing is lost."""
+    spans = [(r["start"], r["end"]) for r in cat.rows(topic, partition, generation,
+                                                       end_after=token)]
+    spans += catalog.lost_ranges(cat.state).get((topic, partition), [])
+    lost, at = [], token
+    for start, end in sorted(spans):
+        if at >= earliest:
+            break
+        if start > at:
+            lost.append((at, min(start, earliest)))
+        at = max(at, end)
+    if at < earliest:
+        lost.append((at, earliest))
+    return lost
 
 
 def record(storage: Storage, config: Config, loss: AcceptedLoss) -> str:
@@ -97,7 +112,10 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
                               "nothing is lost; its next run starts from start_from")
     chosen = [partition] if partition is not None else sorted(lines)
     earliest = consumer.beginning_offsets([TopicPartition(topic, p) for p in chosen])
-    found = gaps(lines, {tp.partition: o for tp, o in earliest.items()})
+    kafka_from = {tp.partition: o for tp, o in earliest.items()}
+    found = {p: spans for p, line in sorted(lines.items()) if p in kafka_from
+             and line < kafka_from[p] and (spans := lost_spans(
+                 cat, topic, p, config.generation, line, kafka_from[p]))}
     if not found:
         where = f"partition {partition}" if partition is not None else "any partition"
         raise AcceptLossError(
@@ -105,10 +123,11 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
             f"{', '.join(f'{p}: {token.offsets.get(p)}' for p in chosen)}; Kafka's earliest "
             f"{', '.join(f'{tp.partition}: {o}' for tp, o in sorted(earliest.items()))}): "
             "nothing to accept")
-    losses = [AcceptedLoss(group, topic, p, a, b, by, at, reason) for p, (a, b) in found.items()]
+    losses = [AcceptedLoss(group, topic, p, a, b, by, at, reason)
+              for p, spans in found.items() for a, b in spans]
     for loss in losses:  # first the record: a loss is never accepted without one
         record(storage, config, loss)
-    offsets = {**token.offsets, **{p: b for p, (_, b) in found.items()}}
+    offsets = {**token.offsets, **{p: kafka_from[p] for p in found}}
     try:
         tokens.write(replace(token, offsets=offsets, bootstrap=config.bootstrap_servers),
                      expected_version=read.version)

@@ -7,11 +7,13 @@ planned twice. Only commit clears the mark.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from datetime import datetime, timezone
 
 from kafka_archive import catalog, layout, manifest as manifests
+from kafka_archive.catalog import store
 from kafka_archive.catalog.state import State, part_key
 from kafka_archive.manifest import row_files
 from kafka_archive.plan import losses
@@ -70,9 +72,12 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     "before runs that did (a copy of the token put back by hand): its lines "
                     "count only as far as the catalog holds, %s", group.name, topic,
                     reads[topic].token.run_id, offsets[topic])
+    judged, lost_spans = _judged(cat, config, states, offsets)
     slices, anomalies, waiting = planning.decide(
-        group, states, _judged(cat, config, states, offsets), int(now.timestamp() * 1000),
+        group, states, judged, int(now.timestamp() * 1000),
         planning.oldest_pending_reader(consumer), caps)
+    anomalies = [split for a in anomalies for split in _split_by_archive(a, lost_spans)]
+    slices += _lines_caught_up(group, offsets, judged, slices, anomalies)
     anomalies = (unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states})
                  + anomalies)
     if anomalies and not dry_run:
@@ -106,7 +111,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
     storage.put_bytes(plan_url, plan.to_json())
-    _mark(storage, config, group, run_id, plan_url)
+    _mark(storage, config, group, run_id, plan_url, read_at=cat.state.seq)
     _move_aside(storage, config, plan)
     return plan
 
@@ -115,23 +120,40 @@ class CompactionUnderWay(TransientError):
     """The group's tables are being compacted: the plan gave way, nothing was planned."""
 
 
-def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url: str) -> None:
+# catalog entries that change which rows are current: a plan that read the rows before
+# one of them was appended may list files that are no longer current
+_ROW_CHANGES = frozenset({"commit", "compaction", "backfill", "rebuild"})
+
+
+def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url: str,
+          read_at: int | None = None) -> None:
     """Mark the plan in flight, then look for a compaction of the group's tables
     (commit.compaction): one that took its lease before the mark may be replacing rows
     this plan read, so the plan gives way (its mark taken off) and is made again when the
     run is retried; a killed compaction's lease stays until the next compaction task
     finishes its work. The compaction looks for the mark after taking its lease: of the
-    two, at least one sees the other."""
+    two, at least one sees the other. A compaction (or any writer of rows) that both
+    started and finished between the plan's reading of the catalog (at seq read_at) and
+    its mark is in the catalog's log after read_at: the plan gives way to it too."""
     inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
-    if group.table is None:
+    if group.table is None and read_at is None:
         return
-    held = inflight.compacting(storage, config.archive_root, group.name)
-    if held is None:
+    held = inflight.compacting(storage, config.archive_root, group.name) \
+        if group.table is not None else None
+    moved = None if held is not None or read_at is None else next(
+        (e for e in store.entries_after(storage, config.archive_root, group.name, read_at)
+         if e.get("kind") in _ROW_CHANGES), None)
+    if held is None and moved is None:
         return
     inflight.clear(storage, config.archive_root, group.name, run_id)
     # it moved and wrote nothing: no later plan has anything of it to undo
     inflight.note_given_up(storage, config.archive_root, group.name,
                            {"run_id": run_id, "plan": plan_url})
+    if moved is not None:
+        raise CompactionUnderWay(
+            f"group {group.name}: the catalog changed while run {run_id} was planning "
+            f"({moved['kind']} {moved.get('run_id', '')}, entry {moved.get('seq')}): the rows "
+            "it read may no longer be current, so it planned nothing and gives way; run it again")
     raise CompactionUnderWay(
         f"group {group.name} is being compacted ({held.get('id')}, process {held.get('pid')} "
         f"on {held.get('host')}" + ("" if held["alive"] else ", which is gone: the group's "
@@ -140,23 +162,59 @@ def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url:
 
 
 def _judged(cat: catalog.Catalog, config: Config, states: list[planning.PartitionState],
-            offsets: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+            offsets: dict[str, dict[int, int]]
+            ) -> tuple[dict[str, dict[int, int]], dict[tuple[str, int], list[tuple[int, int]]]]:
     """The token lines the plan decides from: each topic's, and for a partition without a
     line (deleted by a person, to archive it again from start_from) whose archive ends
     below Kafka's earliest offset, that end: the messages between were deleted before they
     were archived, a retention gap like any other (held or skipped, recorded, mailed), not
-    a silent skip. Where Kafka still holds the end, the line stays absent: a rewind."""
+    a silent skip. Where Kafka still holds the end, the line stays absent: a rewind. A line
+    below Kafka's earliest offset (a rewind, then retention) counts from where the archive
+    stops holding what lies between (losses.loss_begins): a rewind cannot lose what the
+    archive holds; what it holds of it splits the loss (the spans returned per partition,
+    which the plan reports as one anomaly each)."""
     judged = {t: dict(lines) for t, lines in offsets.items()}
     ends: dict[str, dict[int, int]] = {}
+    spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for s in states:
-        if s.partition in judged.get(s.topic, {}):
+        if (line := judged.get(s.topic, {}).get(s.partition)) is not None:
+            if line < s.earliest:  # what the archive holds of the gap is no loss
+                lost = losses.lost_spans(cat, s.topic, s.partition, config.generation, line,
+                                         s.earliest)
+                spans[(s.topic, s.partition)] = lost
+                judged[s.topic][s.partition] = lost[0][0] if lost else s.earliest
             continue
         if s.topic not in ends:
             ends[s.topic] = losses.archived_through(cat, s.topic, config.generation)
         end = ends[s.topic].get(s.partition)
         if end is not None and end < s.earliest:
             judged.setdefault(s.topic, {})[s.partition] = end
-    return judged
+    return judged, spans
+
+
+def _split_by_archive(anomaly: Anomaly, lost_spans: dict[tuple[str, int], list[tuple[int, int]]]
+                      ) -> list[Anomaly]:
+    """A retention gap as one anomaly per range the archive does not hold (_judged)."""
+    spans = lost_spans.get((anomaly.topic, anomaly.partition))
+    if anomaly.kind != "retention_gap" or spans is None:
+        return [anomaly]
+    return [dataclasses.replace(anomaly, lost_from=a, lost_to=b) for a, b in spans]
+
+
+def _lines_caught_up(group: Group, offsets: dict[str, dict[int, int]],
+                     judged: dict[str, dict[int, int]], slices: list[planning.Slice],
+                     anomalies: list[Anomaly]) -> list[planning.Slice]:
+    """A slice of no offsets for each line judged from further on than it says (below
+    Kafka's earliest offset, with the archive holding what lies between) where nothing
+    else is planned for its partition: the commit moves the line there, which no archiving
+    would (nothing new in Kafka), so the partition is not judged again run after run."""
+    planned = {(s.topic, s.partition) for s in slices}
+    held_out = {a.topic for a in planning.held(anomalies)}
+    return [planning.Slice(topic, p, at, at, group.policy_for(topic).max_bytes)
+            for topic, lines in judged.items() if topic not in held_out
+            for p, at in sorted(lines.items())
+            if p in offsets.get(topic, {}) and offsets[topic][p] < at
+            and (topic, p) not in planned]
 
 
 class RunFolderTaken(TerminalError):

@@ -1,6 +1,7 @@
-"""One simulated deployment: the real library's plan, job (its slice bodies, in
-process), commit, catalog and operators' tools on a local archive root, against the
-simulated Kafka (sim.kafka), with Airflow's runs and tasks, kills and a clock modelled.
+"""One simulated deployment: the real task bodies of plan and commit (airflow.tasks,
+Airflow's connections patched), the job (its slice bodies, in process), catalog and
+operators' tools on a local archive root, against the simulated Kafka (sim.kafka), with
+Airflow's runs and tasks, kills, interleavings of two live tasks and a clock modelled.
 
 A step is data (a tuple), so a sequence replays exactly; a step that names what does
 not exist (yet) is a no-op, so a shrunk sequence stays runnable. `World.step` runs one,
@@ -18,18 +19,19 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from unittest.mock import patch
 
-from kafka_archive import catalog, layout
+from kafka_archive import brokers, catalog, layout
+from kafka_archive.airflow import alerting, connections, tasks
 from kafka_archive.catalog import lease
 from kafka_archive.archive import job
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
-from kafka_archive.commit import (compaction, finalizing, iceberg, protocol as committing,
-                                  table_maintenance)
+from kafka_archive.commit import compaction, finalizing, iceberg, mirror, table_maintenance
 from kafka_archive.errors import ArchiveError
 from kafka_archive.manifest import row_files
+from kafka_archive.monitor import preflight
 from kafka_archive.monitor.alerts import Message
 from kafka_archive.monitor.mailing import Mailings
 from kafka_archive.plan import inflight, losses, rewinds, runs
-from kafka_archive.plan.planning import Anomaly, HeldTopicsError, Plan, held
+from kafka_archive.plan.planning import HeldTopicsError, Plan
 from kafka_archive.storage import Storage, join as storage_join
 from kafka_archive.tools import verify
 from kafka_archive.tokens import LocalTokenStore, MalformedTokenError, Token, parse, render
@@ -63,19 +65,27 @@ LAUNCH_FAILS = -1  # a job task's "crash" that makes its launch fail before the 
 
 
 class Faults:
-    """Counts the writes of the step in progress and kills it at the armed one."""
+    """Counts the writes of the step in progress and kills it at the armed one; or, at
+    the armed switch point, runs another task's body whole before that write goes on (an
+    interleaving of two live tasks, at a storage call of the first)."""
 
     def __init__(self):
-        self.crash_at, self.calls = 0, 0
+        self.crash_at, self.calls, self.switch_at, self.other = 0, 0, 0, None
 
-    def arm(self, crash_at: int) -> None:
-        self.crash_at, self.calls = crash_at, 0
+    def arm(self, crash_at: int, switch_at: int = 0, other=None) -> None:
+        self.crash_at, self.calls, self.switch_at, self.other = crash_at, 0, switch_at, other
 
     def tick(self, what: str) -> None:
-        if self.crash_at:
-            self.calls += 1
-            if self.calls == self.crash_at:
-                raise Crash(what)
+        if not (self.crash_at or self.switch_at):
+            return
+        self.calls += 1
+        if self.calls == self.switch_at:
+            other, kept = self.other, (self.crash_at, self.calls)
+            self.switch_at, self.other = 0, None
+            other(what)  # its own arm()s end with it: the first task's count goes on
+            self.crash_at, self.calls = kept
+        if self.crash_at and self.calls == self.crash_at:
+            raise Crash(what)
 
 
 class SimStorage(Storage):
@@ -137,6 +147,35 @@ class Outcome:
 # the group each world archives, by shape: SequenceFiles by Kafka partition, a table group
 # (key_value Parquet files, each topic an Iceberg table in a SQLite catalog, maintenance a
 # step), SequenceFiles laid out by the events' time (hours finalized, Asset events)
+class CheckedMailings(Mailings):
+    """The library's mail rules, as the real task bodies call them, each mailing checked
+    against the world's model of what each incident deserves; a mail is a write a kill
+    may stop before (the task dies before its announcement)."""
+
+    def __init__(self, world: "World", *args):
+        super().__init__(*args)
+        self.world = world
+
+    def planned(self, made, run_id, now):
+        w = self.world
+        w.faults.tick(f"the mail of {run_id}'s plan")
+        made_now = made.run_id == run_id and made.created_at == now.isoformat(
+            timespec="seconds")  # not re-executed unchanged: a new observation of Kafka
+        if made_now:
+            w._losses_real(made.anomalies, f"plan of {run_id}")
+        w._mailed(lambda: super(CheckedMailings, self).planned(made, run_id, now),
+                  w._anomalies_due(made.anomalies, forget_unseen=True) if made_now else set())
+
+    def committed(self, plan, summary, late):
+        w = self.world
+        w.faults.tick(f"the mail of {plan.run_id}'s commit")
+        w._losses_real(late, f"commit of {plan.run_id}")
+        w._mailed(lambda: super(CheckedMailings, self).committed(plan, summary, late),
+                  w._anomalies_due(late, forget_unseen=False),
+                  tokens_left=bool(summary["tokens_left_as_found"]))
+        w.failures_mailed.clear()
+
+
 SHAPES = {
     "files": ("backup", "format: {kind: sequencefile, compression: none}"),
     "tables": ("tables", "format: {kind: parquet}, table: {namespace: sim}"),
@@ -182,8 +221,12 @@ class World:
         # a callback's bookkeeping is not what the simulation explores), and the model of
         # what each incident deserves that they are checked against
         self.mailbox: list[Message] = []
-        self.mailings = Mailings(Storage(), self.config.archive_root, self.group,
-                                 self.mailbox.append, lambda run_id: f"run {run_id}")
+        self.mailings = CheckedMailings(self, Storage(), self.config.archive_root, self.group,
+                                        self.mailbox.append, lambda run_id: f"run {run_id}")
+        # runs whose commit was announced (mail and Asset events), how many times, and
+        # how many of those said they replace an earlier announcement
+        self.announced: dict[str, int] = {}
+        self.announced_again: dict[str, int] = {}
         self.open_anomalies: set[str] = set()   # anomaly keys mailed and still seen
         self.failures_mailed: dict[str, datetime] = {}  # incident -> mailed at, until a commit
         self.broken: dict[str, bytes] = {}  # topic -> its token file before a person broke it
@@ -329,13 +372,15 @@ class World:
         if self.tables is not None:  # a table group's compact task runs after all others
             self._compaction_task(out, run_id, 0)
 
-    def _task(self, out: Outcome, run_id: str, task: str, crash: int) -> bool:
-        """One task of a run executed (again: a retry, a Clear); whether it succeeded."""
+    def _task(self, out: Outcome, run_id: str, task: str, crash: int,
+              switch_at: int = 0, other=None) -> bool:
+        """One task of a run executed (again: a retry, a Clear); whether it succeeded.
+        other(what): a body that runs whole at the task's write #switch_at."""
         run = self.runs.get(run_id)
         if run is None or (task != "plan" and run.plan_url is None):
             return False
         self.launch_fails = task == "job" and crash == LAUNCH_FAILS
-        self.faults.arm(max(crash, 0))
+        self.faults.arm(max(crash, 0), switch_at, other)
         try:
             result = getattr(self, "task_" + task)(run)
         except Crash as kill:
@@ -350,6 +395,26 @@ class World:
             self.faults.arm(0)
         out.add(f"{run_id} {task}: {result}")
         return True
+
+    def _race(self, out: Outcome, run_id: str, task: str, switch_at: int, other: str,
+              topic: str = "t"):
+        """Two live tasks: a task of a run (plan: of a new run when there is none by that
+        id) and, at its write #switch_at, another deployment's compaction, maintenance or
+        a person's rewind to 0 or accept-loss on topic, run whole before that write goes
+        on (a switch point of the two processes)."""
+        self.runs.setdefault(run_id, Run(run_id))
+        bodies = {"compact": lambda meanwhile: self._compact(meanwhile, 0, 0),
+                  "maintain": lambda meanwhile: self._maintain(meanwhile, 0),
+                  "rewind": lambda meanwhile: self._rewind(meanwhile, topic, 0, 0),
+                  "accept_loss": lambda meanwhile: self._accept_loss(meanwhile, topic)}
+
+        def meanwhile(what: str) -> None:
+            aside = Outcome()
+            bodies[other](aside)
+            out.lines += [f"meanwhile, before {what}: {line}" for line in aside.lines] or [
+                f"meanwhile, before {what}: {other} (nothing to say)"]
+
+        self._task(out, run_id, task, 0, switch_at, meanwhile)
 
     def _clear_run(self, out: Outcome, run_id: str, crash: int):
         """Airflow's Clear of a whole run: every task again, the plan's result replaced."""
@@ -430,10 +495,12 @@ class World:
 
     def _accept_loss(self, out: Outcome, topic: str):
         try:
-            for loss in losses.accept(self.config, self.tokens, self.kafka.consumer(),
-                                      self.storage, self.group, topic, "simulated", "sim",
-                                      self.now.isoformat(timespec="seconds")):
+            accepted = losses.accept(self.config, self.tokens, self.kafka.consumer(),
+                                     self.storage, self.group, topic, "simulated", "sim",
+                                     self.now.isoformat(timespec="seconds"))
+            for loss in accepted:
                 out.add(f"accepted {loss.describe()}")
+            self._losses_real(accepted, "accept-loss")
         except ArchiveError as refused:
             out.add(f"accept-loss refused: {refused}")
 
@@ -571,24 +638,37 @@ class World:
         return frozenset(f["url"] for row in cat.rows() if row["topic"] == topic
                          for f in row_files(row) if f["url"].startswith(folder + "/"))
 
-    # --- Airflow's task bodies (airflow.tasks without Airflow's connections) ------------
+    # --- Airflow's task bodies (airflow.tasks, Airflow's connections patched) -----------
+
+    @contextmanager
+    def _in_airflow(self):
+        """The real task bodies (airflow.tasks) see the simulation's storage, tokens,
+        Kafka, tables, clock and mail rules where they would ask Airflow's connections.
+        (The conditional-write probe and the lag mirror are the real services' business:
+        their own tests.)"""
+        with patch.multiple(connections, load_config=lambda path=None: self.config,
+                            storage=lambda conn_id=None: self.storage,
+                            token_store=lambda cfg: self.tokens,
+                            iceberg_tables=lambda cfg: self.tables), \
+                patch.object(brokers, "consumer",
+                             lambda cfg, bootstrap=None: self.kafka.consumer()), \
+                patch.object(runs, "now_utc", lambda: self.now), \
+                patch.object(alerting, "mailings", lambda cfg, group, context=None: self.mailings), \
+                patch.object(preflight, "conditional_writes", lambda *args: None), \
+                patch.object(mirror, "mirror", lambda *args: None):
+            yield
 
     def task_plan(self, run: Run) -> str:
-        made = runs.start(self.config, self.group, run.run_id, self.storage, self.tokens,
-                          self.kafka.consumer(), self.now, tables=self.tables)
-        made_now = made.run_id == run.run_id and made.created_at == self.now.isoformat(
-            timespec="seconds")  # not re-executed unchanged: a new observation of Kafka
-        self._mailed(lambda: self.mailings.planned(made, run.run_id, self.now),
-                     self._anomalies_due(made.anomalies, forget_unseen=True) if made_now
-                     else set())
-        if not made.slices and held(made.anomalies):
-            raise HeldTopicsError(self.group, run.run_id, held(made.anomalies))
+        with self._in_airflow():
+            plan_url = tasks.plan(self.group, run.run_id)
         run.planned = True
         self.abandoned = self.abandoned and not self.in_flight()
-        run.plan_url = (layout.run_file(self.config.archive_root, self.group, made.run_id, "plan.json")
-                        if made.slices else None)
-        return f"plan {made.run_id}: " + (", ".join(
-            f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices) or "nothing")
+        run.plan_url = plan_url
+        if plan_url is None:
+            return f"plan {run.run_id}: nothing"
+        made = Plan.from_json(self.storage.get_bytes(plan_url))
+        return f"plan {made.run_id}: " + ", ".join(
+            f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices)
 
     def task_job(self, run: Run) -> str:
         """ArchiveOperator: the job launched (spark-submit), its driver recording a
@@ -617,16 +697,24 @@ class World:
         return f"archived {sum(r['records'] for r in done[0]['slices'])} messages"
 
     def task_commit(self, run: Run) -> str:
-        plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
-        summary = committing.commit(self.config, plan, self.storage, self.tokens, self.now,
-                                    self.tables)
-        late = [Anomaly(**a) for a in summary.pop("retention_lost")]
-        if not summary.get("repeated"):  # airflow.tasks.commit: a repeat mails nothing
-            self._mailed(lambda: self.mailings.committed(plan, summary, late),
-                         self._anomalies_due(late, forget_unseen=False),
-                         tokens_left=bool(summary["tokens_left_as_found"]))
-            self.failures_mailed.clear()
-        return f"committed {plan.run_id}: tokens {summary['tokens']}" + (
+        """The commit task as the DAG runs it: airflow.tasks.commit, then the Asset events
+        its summary says to add (recorded here as announcements). Once the task succeeds,
+        its run was announced: a commit whose task died after the protocol finished is
+        announced by its retry (flagged as replacing), never not at all."""
+        with self._in_airflow():
+            summary = tasks.commit(run.plan_url)
+        run_id = summary["run_id"]
+        if summary["announce"]:
+            self.announced[run_id] = self.announced.get(run_id, 0) + 1
+            if summary["announce"] == "again":
+                self.announced_again[run_id] = self.announced_again.get(run_id, 0) + 1
+        if not self.announced.get(run_id):
+            raise Violation("unannounced", f"run {run_id}'s commit task succeeded, but no "
+                            "attempt announced its commit (mail, Asset events)")
+        if self.announced[run_id] - self.announced_again.get(run_id, 0) > 1:
+            raise Violation("announced twice", f"run {run_id}'s commit was announced as new "
+                            f"{self.announced[run_id]} times")
+        return f"committed {run_id}: tokens {summary['tokens']}" + (
             f", left as found {sorted(summary['tokens_left_as_found'])}"
             if summary["tokens_left_as_found"] else "")
 
@@ -722,6 +810,28 @@ class World:
                             f"started, but the task failed with {text} (an earlier attempt's?)")
 
     # --- the invariants -----------------------------------------------------------------
+
+    def _losses_real(self, anomalies, by: str) -> None:
+        """A loss reported (mailed, or accepted by `on_retention_gap: skip`) is real: its
+        offsets are gone from Kafka and in no current row of the archive. Otherwise
+        on-call is told to accept a loss that did not happen."""
+        reported = [a for a in anomalies if getattr(a, "kind", "retention_gap") == "retention_gap"]
+        if not reported:
+            return
+        rows = catalog.open_catalog(Storage(), self.config, self.group,
+                                    may_rebuild=True).rows()
+        for a in reported:
+            p = self.kafka.topics.get(a.topic, [])
+            kafka = p[a.partition] if a.partition < len(p) else None
+            said = set(range(a.lost_from, a.lost_to))
+            in_kafka = {o for o in said if kafka is not None and o in kafka.messages}
+            archived = {o for row in rows if (row["topic"], row["partition"]) == (a.topic, a.partition)
+                        for o in range(row["start"], row["end"])} & said
+            if in_kafka or archived:
+                raise Violation("false loss", f"{by} reports {a.topic}/{a.partition} "
+                                f"[{a.lost_from}, {a.lost_to}) lost to retention, but offsets "
+                                + (f"{_ranges(archived)} are in the archive" if archived else
+                                   f"{_ranges(in_kafka)} are still in Kafka"))
 
     def check(self, final: bool = False) -> None:
         """Invariants 1-3 of issue 41 on what the catalog, the files and the tokens say."""

@@ -27,7 +27,13 @@ def test_an_event_per_topic_that_received_or_lost_files(tmp_path):
         ("s3://bucket/archive/g/orders", "kafka_archive/g/orders"),
         ("s3://bucket/archive/g/rewound", "kafka_archive/g/rewound")]  # idle: nothing new
     assert events[0][1] == {"group": "g", "topic": "orders", "run_id": "r1",
-                            "offsets": {"0": 5}, "records": 5, "files": 1, "replaced": 0}
+                            "offsets": {"0": 5}, "records": 5, "files": 1, "replaced": 0,
+                            "replaces": False}
+
+
+def test_a_commit_announced_again_says_it_replaces_the_first(tmp_path):
+    events = assets.commit_events(load(tmp_path, "{}"), "g", SUMMARY, replaces=True)
+    assert [extra["replaces"] for _, extra in events] == [True, True]
 
 
 def test_a_table_groups_event_names_its_table_and_snapshot(tmp_path):

@@ -34,10 +34,6 @@ def setup(tmp_path):
     return cfg, tokens, Storage()
 
 
-def test_gaps_are_the_partitions_whose_token_is_below_the_earliest_offset():
-    assert losses.gaps({0: 5, 1: 40, 2: 3}, {0: 12, 1: 30, 3: 9}) == {0: (5, 12)}
-
-
 def test_accept_records_then_moves_only_the_partitions_with_a_gap(setup):
     cfg, tokens, storage = setup
     accepted = losses.accept(cfg, tokens, Kafka({0: 12, 1: 30}), storage, "backup", "orders",
@@ -78,3 +74,24 @@ def test_a_plan_in_flight_with_the_topic_is_refused(setup):
                                               "orders"):
         losses.accept(cfg, tokens, Kafka({0: 12, 1: 30}), storage, "backup", "orders", "x",
                       "me", "now")
+
+
+class Rows:
+    """A catalog as loss_begins reads it: current rows of one partition, no loss yet."""
+
+    def __init__(self, *spans):
+        self.spans, self.state = spans, catalog.State()
+
+    def rows(self, topic, partition, generation, end_after):
+        return [{"start": a, "end": b} for a, b in self.spans if b > end_after]
+
+
+@pytest.mark.parametrize("spans, lost", [
+    ((), [(0, 500)]),                    # nothing archived: all of [0, 500) is lost
+    (((0, 300), (300, 1000)), []),       # a rewind to 0: the archive holds it all, no loss
+    (((0, 200), (300, 1000)), [(200, 300)]),  # in neither Kafka nor the archive
+    (((100, 200), (300, 400)), [(0, 100), (200, 300), (400, 500)]),
+    (((600, 700),), [(0, 500)]),         # the archive starts above Kafka's earliest
+])
+def test_a_loss_is_what_neither_kafka_nor_the_archive_holds(spans, lost):
+    assert losses.lost_spans(Rows(*spans), "orders", 0, 0, 0, 500) == lost
