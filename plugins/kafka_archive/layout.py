@@ -371,6 +371,12 @@ def anomalies_mailed(root: str, group: str) -> str:
     return join(runs_dir(root, group), "_anomalies_mailed.json")
 
 
+def failures_seen(root: str, group: str) -> str:
+    """The last runs whose failed task's own callback ran (mailed or not): a run that
+    failed without one is mailed by the DAG's callback (airflow.alerting.on_run_failure)."""
+    return join(runs_dir(root, group), "_failures_seen.json")
+
+
 def failures_mailed(root: str, group: str) -> str:
     """Which task failures of a group's runs were mailed, and when: the same failure run
     after run is mailed once, then at most daily, until a run commits."""

@@ -9,6 +9,7 @@ import email
 import email.policy
 import re
 import time
+from html import unescape
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
@@ -177,6 +178,9 @@ def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp
         assert expected in html, expected
     assert_no_secret_in(airflow_stack, run_id, message)
     report("task failure on the real stack", failed_at(airflow_stack, run_id, "plan"), arrived)
+    # the DAG's callback found the task's own mail and sent none (issue 56, defect 10)
+    assert "handled by its task (plan)" in dags_callback_handled(run_id)
+    assert len(mails_about(smtp_maildir, f"in run {run_id}")) == 1
 
     # the mail's link opens the failed task of that run in the running Airflow UI (one
     # Airflow: the run exists where the link points)
@@ -190,6 +194,22 @@ def test_task_failure_is_mailed_from_the_task_process(airflow_stack, kafka, smtp
     wait_for(browser, lambda d: run_id in page(d) and "failed" in page(d).lower(),
              "the failed run's plan task", 120)
     assert "not found" not in page(browser).lower()
+
+
+def dags_callback_handled(run_id: str, timeout_s: float = 120) -> str:
+    """The DAG processor's log line of the archive DAG's failure callback for the run
+    (airflow.alerting.on_run_failure): once it is there, that callback has decided."""
+    from tests.support import localservices
+
+    logs = localservices.SERVICES_DIR / "airflow" / "logs" / "dag_processor"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for path in logs.glob("*/dags-folder/*.log"):
+            for line in path.read_text(errors="replace").splitlines():
+                if f"run {run_id} failed;" in line:
+                    return line
+        time.sleep(0.5)
+    raise AssertionError(f"the DAG's failure callback did not run for {run_id}")
 
 
 def failed_at(stack, run_id: str, task: str) -> datetime:
@@ -235,3 +255,59 @@ def test_lagging_topic_is_mailed_after_the_commit(airflow_stack, kafka, smtp_mai
     assert_no_secret_in(airflow_stack, run_id, message)
     commit = airflow_stack.api.get(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/commit")
     report("freshness past SLA (commit task end)", when(commit.json()["end_date"]), arrived)
+    assert "handled by its task (freshness)" in dags_callback_handled(run_id)
+    assert len(mails_about(smtp_maildir, topic)) == 1
+
+
+def test_a_task_killed_before_its_callback_is_mailed_by_the_dags_callback(
+        airflow_stack, kafka, smtp_maildir, unique):
+    """Issue 56, defect 10: the archive task's process SIGKILLed (as the OOM killer does):
+    its own failure callback never runs; once its run fails (here a person marks the retry
+    failed rather than waiting for it), the DAG's callback mails it, once, naming the task
+    and linking its log. A failure whose task mailed it gets no second mail (the task
+    failure and freshness tests above)."""
+    import signal
+
+    import psutil
+
+    topic = f"killed-{unique}"
+    make_topic(kafka, topic, 2, 40)  # archived by Spark: seconds to catch the task running
+    airflow_stack.unpause(DAG)
+    r = airflow_stack.trigger(DAG, {"topics": [topic]}, run_id=f"killed__{unique}")
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    ti_url = f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/archive"
+    deadline = time.monotonic() + 300
+    while (ti := airflow_stack.api.get(ti_url).json()).get("state") != "running":
+        assert time.monotonic() < deadline and ti.get("state") not in ("success", "failed"), ti
+        time.sleep(0.2)
+    # the task's own process (the supervisor forks it and names it by the task instance)
+    title = f"airflow worker -- {ti['id']}"
+    while not (worker := [p for p in psutil.process_iter(["cmdline"])
+                          if " ".join(p.info["cmdline"] or ()).startswith(title)]):
+        assert time.monotonic() < deadline, f"no process {title!r}"
+        time.sleep(0.1)
+    worker[0].send_signal(signal.SIGKILL)
+    while airflow_stack.api.get(ti_url).json()["state"] == "running":
+        assert time.monotonic() < deadline, "the killed task still runs"
+        time.sleep(0.2)
+    r = airflow_stack.api.patch(ti_url, json={"new_state": "failed"})
+    assert r.status_code == 200, r.text
+    run = airflow_stack.wait_for_run(DAG, run_id)
+    arrived, message = wait_for_mail(smtp_maildir, f"task archive failed in run {run_id}",
+                                     TARGET_S)
+
+    assert run["state"] == "failed"
+    html = unescape(html_of(message))
+    for expected in ("ended failed without its own failure handling",
+                     "Read the task's log", f"{topic}</td><td>0</td><td>[0, 20)",
+                     f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}"):
+        assert expected in html, (expected, html)
+    assert len(mails_about(smtp_maildir, f"in run {run_id}")) == 1
+    # as the mail says, the next run re-executes the killed run's plan (and leaves the
+    # shared stack's group with nothing in flight)
+    after = airflow_stack.trigger(DAG, {"topics": [topic]}).json()["dag_run_id"]
+    assert airflow_stack.wait_for_run(DAG, after)["state"] == "success", \
+        airflow_stack.task_states(DAG, after)
+    assert f"run {run_id} failed before commit; re-executing its plan unchanged" in \
+        airflow_stack.task_log(DAG, after, "plan")

@@ -39,7 +39,8 @@ from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
 from kafka_archive.monitor import freshness
 from kafka_archive.plan import inflight
-from kafka_archive.monitor.alerts import (Message, dag_id, deadline_missed,
+from kafka_archive.layout import run_file
+from kafka_archive.monitor.alerts import (TASK_KILLED, Message, dag_id, deadline_missed,
                                           freshness_past_sla, run_link, task_failed)
 from kafka_archive.monitor.mailing import Mailings
 from kafka_archive.monitor.page import page_path
@@ -129,15 +130,63 @@ def on_task_failure(context) -> None:
     group = ti.dag_id.removeprefix("kafka_archive_")
     run_id = context["run_id"]
     link = link_for(ti.dag_id, run_id)
+    mails = mailings(cfg, group, context)
+    # first: Airflow reports the task failed before this callback runs, so the DAG's
+    # callback (on_run_failure) may already be looking for this note
+    mails.note_failure_seen(run_id)
     if isinstance(error, HeldTopicsError):  # its anomalies were mailed when planned
         log.warning("not mailed again: %s", error)
         return
     text, kind = _error_text(error), (type(error).__name__ if error is not None else None)
     plan = _plan_of(cfg, ti)
-    mailings(cfg, group, context).task_failed(
+    mails.task_failed(
         ti.task_id, (run_id, plan and plan.run_id), kind, text, time.time(),
         lambda since: task_failed(group, run_id, ti.task_id, ti.try_number, text,
                                   _terminal(error), plan, link, ti.log_url, kind, since))
+
+
+# tasks that mail their own failure (check_freshness), with no failure callback
+MAILS_ITS_OWN_FAILURE = frozenset({"freshness"})
+# how long the DAG's callback looks for a failed task's note: its callback runs after
+# Airflow has the task's state, so the run may be failed (and this called) a moment first
+SEEN_WAIT_S = 15
+
+
+def _seen_within(mails: Mailings, run_id: str, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while not mails.failure_seen(run_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
+
+
+def on_run_failure(context) -> None:
+    """on_failure_callback of an archive DAG (run by the DAG processor when a run failed).
+    A run whose failed tasks' own callbacks never ran is mailed here: a task process
+    killed (out of memory, by its supervisor, a heartbeat timeout) before or while its
+    body ran, or a failure in Airflow itself (its task-instance bookkeeping); otherwise
+    such a run would fail with no mail at all. Named: the task that failed last."""
+    from kafka_archive.airflow import connections  # boto3 and S3Hook: not at DAG parse
+    cfg = connections.load_config()
+    ti, run_id = context.get("ti"), context["run_id"]
+    group = context["dag"].dag_id.removeprefix("kafka_archive_")
+    task_id = getattr(ti, "task_id", None) or "(the run)"
+    mails = mailings(cfg, group, context)
+    if task_id in MAILS_ITS_OWN_FAILURE or _seen_within(mails, run_id, SEEN_WAIT_S):
+        log.info("run %s failed; its failure was handled by its task (%s)", run_id, task_id)
+        return
+    text = (f"Airflow failed the run ({context.get('reason') or 'a task failed'}): task "
+            f"{task_id} ended failed without its own failure handling (its process was "
+            "killed, or Airflow failed it); its log says why")
+    stored = connections.storage(cfg.s3_conn_id).get_or_none(
+        run_file(cfg.archive_root, group, run_id, "plan.json"))
+    plan = Plan.from_json(stored) if stored is not None else None
+    mails.task_failed(
+        task_id, (run_id, plan and plan.run_id), TASK_KILLED, text, time.time(),
+        lambda since: task_failed(group, run_id, task_id, getattr(ti, "try_number", None), text,
+                                  None, plan, link_for(dag_id(group), run_id),
+                                  getattr(ti, "log_url", None), TASK_KILLED, since))
 
 
 def _archive_error(error):

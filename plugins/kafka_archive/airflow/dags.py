@@ -101,6 +101,8 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
         default_args={"retries": 2, "retry_delay": timedelta(minutes=1),
                       "on_failure_callback": alerting.on_task_failure},
         deadline=alerting.deadline_alert(cfg, group),
+        # a run failed by a task whose own callback never ran (killed) is mailed here
+        on_failure_callback=alerting.on_run_failure,
         params={name: Param(default, **schema)  # validated on trigger; the UI's form
                 for name, (default, schema) in trigger.SCHEMAS.items()},
         tags=["kafka-archive", group.name],
@@ -108,7 +110,7 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
                f"tab, or [its page]({alerting.page_link(f'kafka_archive_{group.name}')}).",
     ) as dag:
 
-        @task.short_circuit(retries=0)
+        @task.short_circuit  # retried like the others: it resumes its own plan
         @alerting.fails_at_once_when_terminal
         def plan(dag_run=None, params=None) -> str | None:
             return tasks.plan(group.name, dag_run.run_id, **trigger.plan_arguments(params),

@@ -52,6 +52,9 @@ def run_link(base_url: str, dag: str, run_id: str) -> str:
 
 # --- messages (pure) ---------------------------------------------------------------------
 
+# the error class of a task Airflow failed without its own failure handling: killed, or
+# failed by Airflow itself (airflow.alerting.on_run_failure)
+TASK_KILLED = "TaskEndedWithoutItsCallback"
 REMIND_AFTER_S = 24 * 3600  # the same failure, run after run: mailed again at most daily
 
 
@@ -102,6 +105,11 @@ def remedy(error_class: str | None, terminal: bool | None, group: str) -> str:
                         "the offsets twice; the run was not committed.",
         "ConfigError": "Fix the config file and key the error names; the next run reads it "
                        "again.",
+        TASK_KILLED: "Read the task's log (linked below) for why its process ended: killed "
+                     "for memory (raise the worker's memory or lower the group's max_records "
+                     "and max_bytes), stopped by its supervisor or a heartbeat timeout (a "
+                     "busy or restarted worker), or an error of Airflow's own. Nothing was "
+                     "committed half: the next run re-executes the run's plan.",
     }
     if error_class in known:
         return known[error_class]

@@ -24,6 +24,8 @@ from kafka_archive.storage import Storage
 
 log = logging.getLogger(__name__)
 
+SEEN_RUNS = 200  # runs kept in the failures-seen note: far more than run at once
+
 
 @dataclass
 class Mailings:
@@ -87,6 +89,17 @@ class Mailings:
             except Exception:
                 log.exception("could not record the mailed failure; the next run mails it again")
         return True
+
+    def note_failure_seen(self, run_id: str) -> None:
+        """A failed task's own callback handled this run's failure (mailed, or not for a
+        reason): the DAG's callback mails nothing more for it. The last SEEN_RUNS runs."""
+        url = layout.failures_seen(self.archive_root, self.group)
+        seen = [r for r in json.loads(self.storage.get_or_none(url) or b"[]") if r != run_id]
+        self.storage.put_bytes(url, json.dumps((seen + [run_id])[-SEEN_RUNS:]).encode())
+
+    def failure_seen(self, run_id: str) -> bool:
+        url = layout.failures_seen(self.archive_root, self.group)
+        return run_id in json.loads(self.storage.get_or_none(url) or b"[]")
 
     def _anomalies(self, run_id: str, anomalies: list[Anomaly], forget_unseen: bool) -> None:
         """forget_unseen: a plan sees every open anomaly, so one it no longer sees is over
