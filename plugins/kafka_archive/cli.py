@@ -176,8 +176,8 @@ def command_line() -> argparse.ArgumentParser:
                                            "the config's; the config's Kafka properties apply)")
     again.add_argument("--hash-by-key", action="store_true",
                        help="let the producer choose the partition by key (needed when the "
-                            "target has fewer partitions; resuming may then send a few "
-                            "messages twice)")
+                            "target has fewer partitions; resuming after a kill may then send "
+                            "again up to 1,000 messages per source partition)")
     again.add_argument("--allow-archived-target", action="store_true",
                        help="allow a target topic that a configured group archives")
     again.add_argument("--max-rate", type=_count,

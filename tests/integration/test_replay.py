@@ -242,3 +242,53 @@ def test_a_refused_message_stops_its_partition_with_a_prefix_landed_and_the_comm
     admin.close()
     finished(cli(pipeline, "--topic", source, "--to-topic", target))
     assert in_order(kafka, target)[0] == original
+
+
+LIMIT = 4000  # the targets' max.message.bytes below
+
+
+def test_a_message_too_large_or_without_a_key_stops_with_a_prefix_and_the_command_resumes(
+        airflow_env, kafka, s3, unique, tmp_path):
+    """Issue 56, defect 7: archived offset 33 has no key and a 5,000-byte value; offset 20
+    is exactly LIMIT bytes as a record batch of its own. A target whose max.message.bytes
+    is LIMIT, then a compacted one: each replay stops before offset 33 naming the real
+    cause and setting (not a timestamp, not "run it again"), the target holds exactly
+    offsets 0..32 (offset 20 landed: the size is reckoned as the broker does), and once
+    the setting is changed the same command resumes: the whole source, in order, once."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    from kafka_archive.archive.replay_job import record_size
+    from kafka_archive.formats.records import Record
+
+    pipeline = Pipeline(airflow_env, kafka, s3, f"rs{unique}", tmp_path)
+    source = pipeline.create_topic("src", 1)
+    headers = [("h", b"x")]
+    exact = next(b"v" * n for n in range(LIMIT) if record_size(
+        Record(20, b"k20", b"v" * n, 0, headers)) == LIMIT)
+    pipeline.produce((source, 0, None if i == 33 else f"k{i}".encode(),
+                      exact if i == 20 else b"w" * 5000 if i == 33 else f"v{i}".encode(),
+                      headers, BASE_MS + i * 1000) for i in range(60))
+    pipeline.run_dag()
+    original = in_order(kafka, source)[0]
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    for setting, value, fixed, says in (
+            ("max.message.bytes", str(LIMIT), "10000",
+             f"beyond the target topic's max.message.bytes {LIMIT} (raise max.message.bytes "
+             "above"),
+            ("cleanup.policy", "compact", "delete",
+             "it has no key, and the target topic is compacted (cleanup.policy compact)")):
+        target = f"rs-target-{setting.replace('.', '-')}{unique}"  # a name no group archives
+        admin.create_topics([NewTopic(target, 1, 1, topic_configs={setting: value})])
+        job = cli(pipeline, "--topic", source, "--to-topic", target)
+        out, _ = job.communicate(timeout=600)
+        assert job.returncode == 1, out[-3000:]
+        assert "stopped before archived offset 33" in out and says in out, out[-3000:]
+        assert "timestamp" not in out.split("stopped before archived offset 33")[1][:300], out
+        assert "run the same command again: it resumes at offset 33" in out
+        assert in_order(kafka, target)[0] == original[:33]
+
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, target,
+                                            configs={setting: fixed})])
+        finished(cli(pipeline, "--topic", source, "--to-topic", target))
+        assert in_order(kafka, target)[0] == original, setting
+    admin.close()

@@ -13,7 +13,14 @@ not: the task skips exactly those, after checking that the last one in the targe
 message it expects (key, value, headers and CreateTime timestamp); anything else means
 another writer uses the target partition, and the task refuses. With --hash-by-key
 several source partitions share a target partition, so a resumed task skips what its
-progress file says was acknowledged: at least once for what was sent after that.
+progress file says was acknowledged (recorded every POLL_EVERY messages there): at least
+once for what was sent after that, at most POLL_EVERY messages per source partition.
+
+A message the target will refuse (a record timestamp outside its window, a record larger
+than its max.message.bytes, a message without a key for a compacted topic: refused_by) is
+found before it is sent, so the target holds a prefix of the sequence and the same
+command resumes once the setting is changed; the producer's batches are kept within the
+target's max.message.bytes, so no batch of messages that fit is refused whole.
 """
 
 from __future__ import annotations
@@ -46,6 +53,14 @@ PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "linger.ms": 20,
                      # (a Python callback each, run by poll and flush) was a third of the
                      # producing loop's CPU; flush still waits for every acknowledgement
                      "delivery.report.only.error": True}
+
+
+def producer_settings(settings: dict[str, str]) -> dict:
+    """PRODUCER_SETTINGS with batches no larger than the target topic's max.message.bytes:
+    a batch of messages that each fit, grown past it, is refused whole."""
+    limit = int(settings.get("max.message.bytes", PRODUCER_SETTINGS["batch.size"]))
+    return {**PRODUCER_SETTINGS,
+            "batch.size": max(1, min(PRODUCER_SETTINGS["batch.size"], limit - BATCH_OVERHEAD))}
 
 
 class ReplayError(TerminalError):
@@ -161,7 +176,8 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
         log.warning("%s: the target topic's settings are not readable (%r); a refused message "
                     "stops the partition at the next look at the delivery reports", where, exc)
         settings = {}
-    producer = brokers.producer(config, plan["target_bootstrap"], **PRODUCER_SETTINGS)
+    producer = brokers.producer(config, plan["target_bootstrap"],
+                                **producer_settings(settings))
     sent = index = size = 0
     deliveries = Deliveries()
     first = None  # the first archived offset of this replay's sequence
@@ -196,7 +212,7 @@ def replay_partition(config: Config, plan: dict, part: dict, storage: Storage,
             if deliveries.refused is not None:
                 _acknowledged(producer, deliveries, where, config, plan["target_bootstrap"],
                               topic)
-        if deliveries.pending >= PROGRESS_EVERY:
+        if deliveries.pending >= (PROGRESS_EVERY if target is not None else POLL_EVERY):
             _acknowledged(producer, deliveries, where, config, plan["target_bootstrap"], topic)
             progress.save(acked=index, last_offset=r.offset)
         if rate:
@@ -254,14 +270,43 @@ def _acknowledged(producer, deliveries: Deliveries, where: str, config: Config, 
 
 TIMESTAMP_SETTINGS = ("message.timestamp.type", "message.timestamp.after.max.ms",
                       "message.timestamp.before.max.ms")
+# the target topic's settings a broker refuses a message by (refused_by)
+REFUSING_SETTINGS = (*TIMESTAMP_SETTINGS, "max.message.bytes", "cleanup.policy")
+BATCH_OVERHEAD = 61  # bytes of a v2 record batch's header
+
+
+def record_size(r: Record) -> int:
+    """The record's size in a batch of its own, uncompressed (this producer does not
+    compress), as the broker measures it against max.message.bytes (Kafka's v2 format)."""
+    def varint(n: int) -> int:
+        zigzag, size = (n << 1) ^ (n >> 63), 1
+        while zigzag >= 0x80:
+            zigzag, size = zigzag >> 7, size + 1
+        return size
+
+    def field(data: bytes | None) -> int:
+        return varint(-1) if data is None else varint(len(data)) + len(data)
+
+    body = (3 + field(r.key) + field(r.value) + varint(len(r.headers))  # attributes, deltas
+            + sum(field(name.encode()) + field(value) for name, value in r.headers))
+    return BATCH_OVERHEAD + varint(body) + body
 
 
 def refused_by(settings: dict[str, str], r: Record, now_ms: int) -> str | None:
     """Why the target topic (its settings, target_settings') will refuse this message,
-    as its broker checks it: a CreateTime timestamp too far ahead of or behind the clock;
-    None when it will not. Checked before the message is sent, so that a refusal leaves
-    the target a prefix of the sequence (other refusals stop the partition at the next
-    look at the delivery reports)."""
+    as its broker checks it: a message without a key for a compacted topic, a record
+    larger than max.message.bytes, a CreateTime timestamp too far ahead of or behind the
+    clock; None when it will not. Checked before the message is sent, so that a refusal
+    leaves the target a prefix of the sequence (other refusals stop the partition at the
+    next look at the delivery reports)."""
+    if r.key is None and "compact" in settings.get("cleanup.policy", ""):
+        return (f"it has no key, and the target topic is compacted (cleanup.policy "
+                f"{settings['cleanup.policy']}): Kafka refuses a message without a key there "
+                "(replay into a topic with cleanup.policy delete)")
+    limit = settings.get("max.message.bytes")
+    if limit is not None and record_size(r) > int(limit):
+        return (f"its record is {record_size(r)} bytes, beyond the target topic's "
+                f"max.message.bytes {limit} (raise max.message.bytes above {record_size(r)})")
     if settings.get("message.timestamp.type", "CreateTime") == "CreateTime":
         for name, off_by in (("message.timestamp.after.max.ms", r.timestamp_ms - now_ms),
                              ("message.timestamp.before.max.ms", now_ms - r.timestamp_ms)):
@@ -272,11 +317,11 @@ def refused_by(settings: dict[str, str], r: Record, now_ms: int) -> str | None:
                         f"beyond the target topic's {name} {settings[name]} (message.timestamp"
                         f".type CreateTime; raise {name} above {off_by}, or set the type to "
                         "LogAppendTime: the messages then get the time they land)")
-    return None  # size is the broker's to judge: compression and batching change it
+    return None
 
 
 def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str]:
-    """The target topic's timestamp settings, as the broker applies them."""
+    """The target topic's settings a broker refuses messages by, as it applies them."""
     from kafka.admin import ConfigResource, ConfigResourceType
 
     from kafka_archive import brokers
@@ -287,40 +332,49 @@ def target_settings(config: Config, bootstrap: str, topic: str) -> dict[str, str
         entries = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
                                          config_filter="all")
         return {name: entry["value"] for name, entry in entries["topic"][topic].items()
-                if name in TIMESTAMP_SETTINGS}
+                if name in REFUSING_SETTINGS}
     finally:
         admin.close()
 
 
 def refusal(where: str, r: Record, error, settings) -> ArchiveError:
-    """The error for a message the target refused, classified as librdkafka says
-    (retries.librdkafka_error: a leader moving is worth a retry). A record timestamp
-    outside the target's window (Kafka answers INVALID_RECORD or INVALID_TIMESTAMP) is
-    refused again on every retry: RefusedForGood names the offset, the timestamp, the
-    target's setting and what to change. settings: a function reading the target's timestamp settings. error: the
+    """The error for a message the target refused (found in the delivery reports, past the
+    checks of refused_by), classified as librdkafka says (retries.librdkafka_error: a
+    leader moving is worth a retry). A refusal that repeats on every retry (Kafka answers
+    INVALID_RECORD, INVALID_TIMESTAMP, MSG_SIZE_TOO_LARGE or RECORD_LIST_TOO_LARGE) is
+    RefusedForGood naming the offset, the cause as the target's settings show it, and
+    what to change. settings: a function reading the target's settings. error: the
     KafkaError librdkafka reported."""
     from confluent_kafka import KafkaError
 
-    if error.code() not in (KafkaError.INVALID_RECORD, KafkaError.INVALID_TIMESTAMP):
+    for_good = (KafkaError.INVALID_RECORD, KafkaError.INVALID_TIMESTAMP,
+                KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
+    if error.code() not in for_good:
         return retries.librdkafka_error(error, f"{where}: the target refused archived offset "
                                                f"{r.offset}")
     try:
         found = settings()
     except Exception as exc:  # the advice without the figures
         found = {"unknown": repr(exc)}
-    ahead_ms = r.timestamp_ms - int(time.time() * 1000)
-    when = format_ms(r.timestamp_ms)
-    name = "message.timestamp.after.max.ms" if ahead_ms > 0 else "message.timestamp.before.max.ms"
+    # the cause as the settings show it; for a timestamp, the window of the broker's clock
+    # (the checks of refused_by, with this machine's clock, let it through)
+    why = refused_by(found, r, int(time.time() * 1000))
+    if why is None and error.code() in (KafkaError.INVALID_TIMESTAMP, KafkaError.INVALID_RECORD):
+        ahead_ms = r.timestamp_ms - int(time.time() * 1000)
+        name = ("message.timestamp.after.max.ms" if ahead_ms > 0
+                else "message.timestamp.before.max.ms")
+        if error.code() == KafkaError.INVALID_TIMESTAMP or name in found:
+            why = (f"its record timestamp {format_ms(r.timestamp_ms)} is {abs(ahead_ms) // 1000}"
+                   f" s {'ahead of' if ahead_ms > 0 else 'behind'} this machine's clock; the "
+                   f"topic's {name} is {found.get(name, '?')} (message.timestamp.type "
+                   f"{found.get('message.timestamp.type', '?')}; raise {name} of the target "
+                   f"topic above {abs(ahead_ms)}, or set its message.timestamp.type to "
+                   "LogAppendTime: the messages then get the time they land)")
     return RefusedForGood(
-        f"{where}: the target refuses archived offset {r.offset}, whose record timestamp "
-        f"{when} is {abs(ahead_ms) // 1000} s {'ahead of' if ahead_ms > 0 else 'behind'} the "
-        f"broker's clock; the topic's {name} is {found.get(name, '?')} "
-        f"(message.timestamp.type {found.get('message.timestamp.type', '?')}). This refusal "
-        f"repeats on every retry: raise {name} of the target topic above "
-        f"{abs(ahead_ms)} (kafka-configs.sh --alter --entity-type topics --entity-name "
-        f"<topic> --add-config {name}=...), or set its message.timestamp.type to "
-        "LogAppendTime (the messages then get the time they land), then run the replay again "
-        f"({error.str()})")
+        f"{where}: the target refuses archived offset {r.offset}: "
+        f"{why or 'Kafka says ' + error.str()}. This refusal repeats on every retry: change "
+        f"the target topic (kafka-configs.sh --alter --entity-type topics --entity-name "
+        f"<topic> --add-config ...), then run the replay again ({error.str()})")
 
 
 def summary_lines(rows: list[dict], seconds: float) -> list[str]:
