@@ -307,9 +307,10 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
     group = config.group(plan.group)
     if group.table is not None or not lost:
         return
-    cat = catalog.open_catalog(storage, config, plan.group)
+    cat, listings = catalog.open_catalog(storage, config, plan.group), {}
     for s in lost:
-        for url in runs.unlisted(storage, config, group, cat, s, set(), end=s.end):
+        for url in runs.unlisted(storage, config, group, cat, s, set(), end=s.end,
+                                 listings=listings):
             storage.delete(url)
 
 

@@ -155,14 +155,19 @@ def _compact(config: Config, storage: Storage, tables, group: str, cid: str,
     older = datetime.fromtimestamp(now.timestamp() - spec.compact_after_s,
                                    now.tzinfo).isoformat(timespec="seconds")
     folder = catalog.run_folder(root, group, cid)
-    storage.put_bytes(layout.run_file(root, group, cid, layout.COMPACTION_STARTED),
-                      json.dumps({"created_at": now.isoformat(timespec="seconds")}).encode())
     units = []
     for topic in sorted(cat.state.with_rows()):
-        for key in sorted(cat.state.topics[topic].summaries):
+        for key, summary in sorted(cat.state.topics[topic].summaries.items()):
+            if summary.rows < 2:  # nothing to merge: its rows are not even read
+                continue
             partition, generation = map(int, key.split(":"))
             rows = [_with_planned_at(cat, r) for r in cat.rows(topic, partition, generation)]
             for chosen in choose(rows, older, spec.target_file_size):
+                if not units:  # before its first file (the orphan sweep spares the folder);
+                    # a compaction that merges nothing leaves no folder
+                    storage.put_bytes(layout.run_file(root, group, cid, layout.COMPACTION_STARTED),
+                                      json.dumps({"created_at": now.isoformat(
+                                          timespec="seconds")}).encode())
                 files = [rewrite(storage, out)
                          for out in outputs(config, group, cid, chosen)]
                 units.append({"replaced": chosen,

@@ -241,19 +241,22 @@ def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenS
     record_url = layout.run_file(config.archive_root, plan.group, plan.run_id, "tokens.json")
     creating = (json.loads(storage.get_or_none(record_url) or b'{"creating": []}')["creating"]
                 if None in plan.token_versions.values() else [])  # read only where it matters
-    left_as_found = {}
+    left_as_found, earlier = {}, set(creating)  # (recorded by an earlier attempt)
+    if new := [t for t in plan.topics() if plan.token_versions[t] is None and t not in earlier]:
+        # all at once (a first run of 60 new topics wrote this 60 times): a token recorded
+        # here and then found absent by a later attempt is left absent, whichever topic
+        # the kill came before, as the rule above says
+        creating += new
+        storage.put_bytes(record_url, json.dumps({"creating": creating}).encode())
     for topic in plan.topics():
         offsets = {int(p): o for p, o in plan.base_offsets[topic].items()}
         offsets.update({p: end for (t, p), end in ends.items() if t == topic})
         token = Token(group=plan.group, topic=topic, bootstrap=plan.bootstrap, offsets=offsets,
                       committed_at=now.isoformat(timespec="seconds"), run_id=plan.run_id)
-        if topic in creating and tokens.read(plan.group, topic).token is None:
+        if topic in earlier and tokens.read(plan.group, topic).token is None:
             left_as_found[topic] = absent_again(plan, topic)
             log.warning("%s", left_as_found[topic])
             continue
-        if plan.token_versions[topic] is None:
-            creating.append(topic)
-            storage.put_bytes(record_url, json.dumps({"creating": creating}).encode())
         try:
             tokens.write(token, expected_version=plan.token_versions[topic])
         except TokenConflictError as conflict:

@@ -51,11 +51,12 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     _refuse_other_clusters(config, group.name, reads)
     states = [s for s in states if s.topic in reads]  # an unreadable token holds its topic
     cat = catalog.open_catalog(storage, config, group.name, may_rebuild=True)
+    listings: dict = {}  # the plan's listings of data folders (unlisted), while nothing moves
     taken = _names_taken(group, {s.topic for s in states}, cat.state.with_rows())
     states = [s for s in states if s.topic not in {a.topic for a in taken}]
     offsets = {t: dict(r.token.offsets) if r.token else {} for t, r in reads.items()}
     if not dry_run:
-        cat = _put_back_given_up(storage, config, group, run_id, tokens, cat, tables)
+        cat = _put_back_given_up(storage, config, group, run_id, tokens, cat, tables, listings)
     cut, stale = _cut_short(storage, config, group.name, reads, cat)
     if not dry_run and cut:
         log.warning("run %s advanced tokens but its commit never finished (its in-flight "
@@ -92,7 +93,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
     slices, superseded, cuts = rewinds.supersede(cat, config, slices)
-    superseded += _strays(storage, config, group, cat, slices, superseded)
+    superseded += _strays(storage, config, group, cat, slices, superseded, listings)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
         group=group.name, run_id=run_id, created_at=now.isoformat(timespec="seconds"),
@@ -400,7 +401,7 @@ def _refuse_other_clusters(config: Config, group: str, reads: dict) -> None:
 
 
 def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
-            slices: list[planning.Slice], superseded: list[str]) -> list[str]:
+            slices: list[planning.Slice], superseded: list[str], listings: dict) -> list[str]:
     """Files in the folder of a partition this plan rewinds (a slice starting below what
     the catalog holds), at or beyond the slice's start, that no current row names: an
     abandoned plan's (its commit cut short, its in-flight mark deleted and its token put
@@ -412,7 +413,8 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
         summary = topic and topic.summaries.get(part_key(s.partition, config.generation))
         if not summary or summary.end is None or s.start >= summary.end:
             continue  # not a rewind: the plan's files take the names an earlier attempt's had
-        for url in unlisted(storage, config, group, cat, s, set(superseded) | set(found)):
+        for url in unlisted(storage, config, group, cat, s, set(superseded) | set(found),
+                            listings=listings):
             log.warning("%s is in no current row of the catalog (a plan given up before its "
                         "commit wrote it): moved aside with what the rewind replaces", url)
             found.append(url)
@@ -420,20 +422,25 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
 
 
 def unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
-             s: planning.Slice, known: set[str], end: float = float("inf")) -> list[str]:
+             s: planning.Slice, known: set[str], end: float = float("inf"),
+             listings: dict | None = None) -> list[str]:
     """The files of the slice's Kafka partition whose first offset is in [slice start,
     end), that no current row of the catalog names (and not in known): strays, never a
     committed file. One listing: the partition's folder, or an event-time group's topic
-    tree (only a rewind's, a given-up plan's or a lost slice's cost); a table's reader
-    reads its snapshot."""
+    tree (only a rewind's, a given-up plan's or a lost slice's cost), kept in `listings`
+    for the caller's other slices (a rewind of a topic's 8 partitions lists its tree once,
+    not 8 times); a table's reader reads its snapshot."""
     if group.table is not None:
         return []
     current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
                                           end_after=s.start) for f in row_files(r)}
-    folder, after = layout.slice_listing(config.archive_root, group.name,
-                                         group.layout.kind == "event_time", s.topic,
-                                         s.partition, config.generation, s.start)
-    return [url for url, _ in storage.list(folder, start_after=after)
+    where = layout.slice_listing(config.archive_root, group.name,
+                                 group.layout.kind == "event_time", s.topic, s.partition,
+                                 config.generation, s.start)
+    listings = {} if listings is None else listings
+    if where not in listings:
+        listings[where] = [url for url, _ in storage.list(where[0], start_after=where[1])]
+    return [url for url in listings[where]
             if layout.of_slice(url, config.generation, s.partition, s.start, end)
             and url not in current and url not in known]
 
@@ -442,7 +449,8 @@ GIVEN_UP = "given_up.json"  # in a run's folder: the run was given up, never to 
 
 
 def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_run: str,
-                       tokens: TokenStore, cat: catalog.Catalog, tables) -> catalog.Catalog:
+                       tokens: TokenStore, cat: catalog.Catalog, tables,
+                       listings: dict) -> catalog.Catalog:
     """The run last marked in flight, if a person deleted its mark before its commit
     reached the catalog and no token names it (its commit moved none, or a person put
     older copies back since): the plan was given up, and nothing may stay as it left it.
@@ -453,7 +461,8 @@ def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_
     way but not given up: the new plan replaces it. Idempotent (a kill in between: the
     next plan does it again); noted done, so later plans read one small file. A table
     group's run may have reached its tables before it was given up: taken out of them
-    again (needs tables). Returns the catalog, with the given-up plan's spots."""
+    again (needs tables). Returns the catalog, with the given-up plan's spots. listings:
+    the plan's folder listings (runs.unlisted), kept while nothing moves."""
     root = config.archive_root
     if group.table is not None and tables is None:
         return cat
@@ -482,7 +491,7 @@ def _put_back_given_up(storage: Storage, config: Config, group: Group, planning_
         # report, as under a committed plan's spots (losses.archived_through)
         cat = catalog.append(storage, config, group.name, lambda now: None if _spotted(
             now.state, spots) else {"kind": "give_up", "run_id": run_id, "spots": spots})
-    restored, leftovers = _undo_given_up(storage, config, group, cat, plan, tables)
+    restored, leftovers = _undo_given_up(storage, config, group, cat, plan, tables, listings)
     log.warning("run %s was %s before its commit (its _inflight.json deleted by hand): %d "
                 "files it moved aside are back, %d it wrote are moved aside", run_id,
                 "planned again" if run_id == planning_run else "given up", restored,
@@ -499,7 +508,7 @@ def _spotted(state: State, spots: list[dict]) -> bool:
 
 
 def _undo_given_up(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
-                   plan: Plan, tables) -> tuple[int, list[str]]:
+                   plan: Plan, tables, listings: dict) -> tuple[int, list[str]]:
     """_put_back_given_up's moves: the count of files put back, the files moved aside.
     A table group moves no file (its table reads its snapshot; its maintenance sweeps a
     given-up run's files as orphans): its run's commit, if one reached a table, is
@@ -523,9 +532,12 @@ def _undo_given_up(storage: Storage, config: Config, group: Group, cat: catalog.
     leftovers = {f["url"] for e in (written or {}).get("slices", ()) for f in row_files(e)
                  if f["url"] not in current and storage.size(f["url"]) is not None}
     for s in plan.slices:
-        leftovers.update(unlisted(storage, config, group, cat, s, leftovers))
+        leftovers.update(unlisted(storage, config, group, cat, s, leftovers, listings=listings))
     for url in sorted(leftovers):
         storage.move(url, layout.superseded(root, plan.run_id, url))
+    for where in [w for w in listings if any(url.startswith(w[0].rstrip("/") + "/")
+                                             for url in leftovers)]:
+        del listings[where]  # changed since it was listed (the restores came before)
     return restored, sorted(leftovers)
 
 

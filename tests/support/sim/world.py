@@ -14,6 +14,7 @@ import shutil
 import socket
 import time
 from contextlib import contextmanager
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -95,21 +96,44 @@ class SimStorage(Storage):
     def __init__(self, faults: Faults):
         super().__init__()
         self.faults = faults
+        self.writes: list[str] = []  # what the task in progress wrote, in order
+        # (folder, start_after) -> len(writes) when last listed; and those listed again
+        # with nothing written in the folder between (the same answer, asked twice)
+        self.listed: dict[tuple[str, str | None], int] = {}
+        self.relisted: Counter = Counter()
+
+    def list(self, prefix_url, start_after=None):
+        where = (prefix_url, start_after)
+        if where in self.listed and not any(
+                url.startswith(prefix_url.rstrip("/") + "/")
+                for url in self.writes[self.listed[where]:]):
+            self.relisted[where] += 1
+        self.listed[where] = len(self.writes)
+        return super().list(prefix_url, start_after)
+
+    def task_begins(self) -> None:
+        self.writes.clear()
+        self.listed.clear()
+        self.relisted.clear()
 
     def put_bytes(self, url, data):
         self.faults.tick(f"write {url}")
+        self.writes.append(url)
         super().put_bytes(url, data)
 
     def upload_file(self, source, url, crc32c=None):
         self.faults.tick(f"upload {url}")
+        self.writes.append(url)
         super().upload_file(source, url, crc32c)
 
     def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
         self.faults.tick(f"conditional write {url}")
+        self.writes.append(url)
         return super().put_if(url, data, expected_version, content_type)
 
     def delete(self, url):
         self.faults.tick(f"delete {url}")
+        self.writes.append(url)
         super().delete(url)
 
 
@@ -579,11 +603,19 @@ class World:
         did), or of the step above."""
         self.faults.arm(crash)
         try:
+            self.storage.task_begins()
             with patch.object(lease, "this_process", lambda: {"host": socket.gethostname(),
-                                                              "pid": DEAD_PID}):
-                done = compaction.compact(self.config, self.storage, self.tables, self.group,
-                                          run_id, self.now)
+                                                              "pid": DEAD_PID}), \
+                    self._in_airflow():
+                done = tasks.compact(self.group, run_id)
             out.add(f"compaction: {done}")
+            folder = layout.run_file(self.config.archive_root, self.group, done["compaction"],
+                                     "")
+            if done.get("rows") == 0 and (wrote := [u for u in self.storage.writes
+                                                    if u.startswith(folder)]):
+                raise Violation("cost", f"a compaction that merged nothing wrote {wrote[0]} "
+                                f"(and {len(wrote) - 1} more): a folder a year of such tasks "
+                                "would leave tens of thousands of")
         except Crash as kill:
             out.add(f"compaction: killed before {kill}")
         except ArchiveError as failed:
@@ -659,8 +691,10 @@ class World:
             yield
 
     def task_plan(self, run: Run) -> str:
+        self.storage.task_begins()
         with self._in_airflow():
             plan_url = tasks.plan(self.group, run.run_id)
+        self._listed_once("plan of " + run.run_id)
         run.planned = True
         self.abandoned = self.abandoned and not self.in_flight()
         run.plan_url = plan_url
@@ -810,6 +844,19 @@ class World:
                             f"started, but the task failed with {text} (an earlier attempt's?)")
 
     # --- the invariants -----------------------------------------------------------------
+
+    def _listed_once(self, task: str) -> None:
+        """Cost: a task lists a data folder of the group again only after writing in it (a
+        rewind of a topic's partitions listed an event-time topic's whole tree once per
+        partition: the same answer, asked 8 times)."""
+        tree = storage_join(self.config.archive_root, self.group) + "/"
+        again = [(where, n) for where, n in self.storage.relisted.items()
+                 if where[0].startswith(tree)]  # (not the catalog's log: others append)
+        if again:
+            (folder, after), n = again[0]
+            raise Violation("cost", f"the {task} listed {folder}"
+                            + (f" after {after}" if after else "")
+                            + f" {n + 1} times with nothing written there between")
 
     def _losses_real(self, anomalies, by: str) -> None:
         """A loss reported (mailed, or accepted by `on_retention_gap: skip`) is real: its
