@@ -295,7 +295,9 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
 
 def audit_alert(outcome: dict, link: str, context=None) -> None:
     """Mail the new mismatches of an audit once: where their messages are, what to run,
-    links that open in a browser; then record them as mailed in the checkpoint."""
+    links that open in a browser. Recorded as mailed in the checkpoint first, so a kill
+    after the mail cannot mail the same loss again (a failed send takes the record back:
+    the next audit mails them)."""
     cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     group = outcome["group"]
@@ -305,9 +307,13 @@ def audit_alert(outcome: dict, link: str, context=None) -> None:
     report = storage.browser_link(outcome["report"], REPORT_LINK_S)
     message = alerts.audit_mismatch(group, new, located, link, report, REPORT_LINK_S,
                                     outcome["open"] - len(new), outcome["acknowledged"], holes)
-    alerting.send(cfg.alerts, message, context)
-    incremental.mark_mailed(storage, cfg, group, [a.key for a in new],
-                            runs.now_utc().isoformat(timespec="seconds"))
+    keys = [a.key for a in new]
+    incremental.mark_mailed(storage, cfg, group, keys, runs.now_utc().isoformat(timespec="seconds"))
+    try:
+        alerting.send(cfg.alerts, message, context)
+    except Exception:
+        incremental.mark_mailed(storage, cfg, group, keys, None)
+        raise
 
 
 def preflight(run_id: str) -> dict:

@@ -27,7 +27,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent, Verdict
+from kafka_archive.audit.reconcile import ALARMS, BadMonitoringEvent, MonitoringEvent, Verdict
 
 FORMAT = 2  # 1 kept the id of every run counted: read, then recounted once
 Key = tuple[str, str, int]  # (topic, source, window start ms)
@@ -66,7 +66,9 @@ class Alarm:
                    v.archived, at, run_id)
 
     def same_finding(self, v: Verdict) -> bool:
-        return (self.status, self.expected, self.archived) == (v.status, v.expected or 0, v.archived)
+        """The same loss (or excess): its kind and amount (a late message counted on both
+        sides changes neither)."""
+        return (self.status, self.amount) == (v.status, abs(v.archived - (v.expected or 0)))
 
 
 @dataclass
@@ -136,24 +138,39 @@ class Checkpoint:
         unless `rescan`. A rescan judges by the files and gives `basis`, the catalog's
         count of each window then: a later plain audit, which counts by the catalog,
         compares with that, so a window the files lack stays judged so until a rescan
-        finds it whole or the catalog's count changes (a rewind re-archived it).
+        finds it whole; where the catalog's count changed since (a late message), the
+        change is added to what the files held (never a MISSING turned OK by one late
+        message while the file is still gone).
         A mismatch becomes an alarm (a new one if its counts differ from the open
         alarm's); an alarm is resolved once its window is judged anything but PENDING,
         MISSING or EXCESS."""
-        every, judged, resolved = [], [], []
+        every, judged, resolved, carried = [], [], [], {}
         for v in verdicts:
             key = (v.topic, v.source, v.window_start_ms)
             before = self.windows.get(key)
+            if (not rescan and before is not None and len(before) > 4 and before[1] in ALARMS
+                    and v.expected is not None and _catalog_count(before) != v.archived):
+                # a rescan found the files short of (or beyond) what the catalog counted:
+                # what the catalog gained since (a late message) adds to what the files
+                # held; a plain audit never clears such a finding, a rescan does
+                catalog_now = v.archived
+                files = before[3] + catalog_now - _catalog_count(before)
+                status = ("MISSING" if files < v.expected else "EXCESS" if files > v.expected
+                          else before[1])
+                v = v._replace(status=status, archived=files)
+                carried[key] = catalog_now
             if (not rescan and before is not None and before[1] != "PENDING"
                     and (before[2], _catalog_count(before)) == (v.expected, v.archived)):
                 if v.status != before[1]:  # e.g. PENDING while a rewound topic catches up
-                    v = v._replace(status=before[1], window_ms=before[0])
+                    # (what the files held, where a rescan judged it by them)
+                    v = v._replace(status=before[1], window_ms=before[0], archived=before[3])
                 every.append(v)
                 continue
             every.append(v)
             judged.append(v)
             self.windows[key] = (v.window_ms, v.status, v.expected, v.archived,
-                                 *((basis.get(key, 0),) if basis is not None else ()))
+                                 *((basis.get(key, 0),) if basis is not None else
+                                   (carried[key],) if key in carried else ()))
             alarm = self.alarms.get(key)
             if v.status in ("MISSING", "EXCESS"):
                 if alarm is None or not alarm.same_finding(v):

@@ -135,7 +135,8 @@ def acknowledge(storage: Storage, config: Config, group: str, topic: str, source
     return update(storage, config, group, step)
 
 
-def mark_mailed(storage: Storage, config: Config, group: str, keys, now: str) -> None:
+def mark_mailed(storage: Storage, config: Config, group: str, keys, now: str | None) -> None:
+    """The alarms recorded as mailed at `now` (None: not mailed, a failed send)."""
     keys = set(keys)
 
     def step(cp: Checkpoint) -> None:

@@ -1,0 +1,197 @@
+"""Mutation testing of the simulation (issue 56): single bugs planted in the library, one
+at a time, each in a copy of `plugins/`; for each, the simulation's random sequences (a
+budget of seeds per shape, as the unit tier runs them) and, apart, its kept sequences.
+A mutant is caught when an invariant breaks; the score counts the mutants the random
+sequences catch (a kept sequence was written for its bug: catching it there proves
+little).
+
+    .venv/bin/python -m tests.support.sim.mutants                # every mutant
+    .venv/bin/python -m tests.support.sim.mutants --only lease   # names containing it
+    .venv/bin/python -m tests.support.sim.mutants --budget 2     # twice the seeds
+
+The issue's defects 1-12 come first, as the code was before their fix (5, 7, 8, 10 and
+12 are outside what the simulation models: memory, a real target's size and key
+checks, the audit, Airflow's own failures, Spark Connect; they are listed and reported
+as not modelled, with the test on the real services that catches each), then bugs of our
+own: each a plausible slip in the protocol's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+LIBRARY = REPO / "plugins"
+# seeds per shape at --budget 1: about a minute a mutant on 2 cores (the unit tier's
+# own budget, tests/unit/test_protocol_simulation.py, is larger)
+SEEDS = {"files": 300, "tables": 40, "events": 80, "parsed": 20}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str          # under plugins/kafka_archive/
+    old: str           # text replaced once (it must be there exactly once)
+    new: str
+    modelled: str = ""  # empty: the simulation models it; else which real test catches it
+
+
+MUTANTS = [
+    # --- issue 56's defects, as before their fix ------------------------------------------
+    Mutant("d1 plan ignores a compaction done while it planned", "plan/runs.py",
+           "    moved = None if held is not None or read_at is None else next(",
+           "    moved = None if True else next("),
+    Mutant("d2 compaction off leaves a killed one's lease", "commit/compaction.py",
+           "    if spec.compact_after_s is None and inflight.compacting(storage, root, group) is None:",
+           "    if spec.compact_after_s is None:"),
+    Mutant("d3 lease released without owning it", "catalog/lease.py",
+           '        if (parsed(storage.get_or_none(url)) or {}).get("token") == token:',
+           "        if True:"),
+    Mutant("d4 maintenance waits for a compaction's committed.json", "commit/table_maintenance.py",
+           "    if run_id.startswith(COMPACTION_PREFIX):  # a compaction writes no committed.json",
+           "    if False:"),
+    Mutant("d5 compaction reads its bin whole", "formats/parquet.py",
+           "                    if sum(b.nbytes for b in pending) >= ROW_GROUP_BYTES:",
+           "                    if False:",
+           modelled="tests.support.bench.rewrite (peak memory), not an invariant"),
+    Mutant("d6 idle compaction leaves a folder", "commit/compaction.py",
+           "                if not units:  # before its first file",
+           "                if True:  # before its first file"),
+    Mutant("d6 rewind lists a topic's tree per partition", "plan/runs.py",
+           "    if where not in listings:", "    if True:"),
+    Mutant("d7 replay sends a record past max.message.bytes", "archive/replay_job.py",
+           "    if limit is not None and record_size(r) > int(limit):",
+           "    if False:",
+           modelled="tests/integration/test_replay.py::test_a_message_too_large_or_without_a_key"),
+    Mutant("d9 retried commit announces nothing", "airflow/tasks.py",
+           '    sent = json.loads(storage.get_or_none(outbox) or b"{}") if repeated else {}',
+           '    sent = {"mail": True, "events": True} if repeated else {}'),
+    Mutant("d10 no mail for a run failed without its task's callback", "airflow/alerting.py",
+           "    if task_id in MAILS_ITS_OWN_FAILURE or _seen_within(mails, run_id, SEEN_WAIT_S):",
+           "    if True:",
+           modelled="tests/integration/test_alerts_airflow.py::test_a_task_killed_before_its_callback"),
+    Mutant("d11 a rewind's held range reported lost", "plan/losses.py",
+           "    spans += catalog.lost_ranges(cat.state).get((topic, partition), [])",
+           "    spans = []"),
+    Mutant("d12 Connect's parallelism from default.parallelism", "spark.py",
+           'selectExpr("max(p)")', 'selectExpr("min(p)")',
+           modelled="tests/integration (Spark Connect): the simulation runs no Spark"),
+    # --- our own --------------------------------------------------------------------------
+    Mutant("commit leaves its in-flight mark", "commit/protocol.py",
+           "    inflight.clear(storage, root, plan.group, plan.run_id)\n    for e in manifest",
+           "    for e in manifest"),
+    Mutant("a token a person deleted written back by a retried commit", "commit/protocol.py",
+           "        if topic in earlier and tokens.read(plan.group, topic).token is None:",
+           "        if False:"),
+    Mutant("rewind keeps the rows it archives again", "commit/protocol.py",
+           "                removed += [r for r in cat.rows(s.topic, s.partition, plan.generation,",
+           "                removed += [] and [r for r in cat.rows(s.topic, s.partition, plan.generation,"),
+    Mutant("job's file moved aside is not put back when nothing replaced it", "commit/protocol.py",
+           "                if storage.size(f[\"url\"]) is None and storage.size(aside) is not None:",
+           "                if False:"),
+    Mutant("a straddling row's messages archived again", "plan/rewinds.py",
+           '        start = max([s.start] + [p["end"] for p in straddling])',
+           "        start = s.start"),
+    Mutant("plan forgets the committed-run check", "plan/runs.py",
+           '    if storage.size(layout.run_file(root, group, run_id, "committed.json")) is not None:',
+           "    if False:"),
+    Mutant("failure mailed again within the day", "monitor/alerts.py",
+           "REMIND_AFTER_S = 24 * 3600", "REMIND_AFTER_S = 0"),
+    Mutant("late retention loss not kept as a gap", "commit/protocol.py",
+           "            ends[(s.topic, s.partition)] = s.start\n            continue",
+           "            continue"),
+    Mutant("catalog accepts overlapping rows", "catalog/state.py",
+           "raise OverlapError(", "log_overlap = OverlapError("),
+]
+
+
+def planted(mutant: Mutant, into: Path) -> Path:
+    """A copy of plugins/ with the mutant's change; its root (for PYTHONPATH)."""
+    target = into / "plugins"
+    shutil.copytree(LIBRARY, target, ignore=shutil.ignore_patterns("__pycache__"))
+    path = target / "kafka_archive" / mutant.path
+    text = path.read_text()
+    if text.count(mutant.old) < 1:
+        raise SystemExit(f"mutant {mutant.name!r}: {mutant.old!r} is not in {mutant.path}")
+    path.write_text(text.replace(mutant.old, mutant.new, 1))
+    return target
+
+
+def explored(root: Path, budget: float, first_seed: int) -> dict[str, str | None]:
+    """Per shape: the first violation's kind the random sequences found, or None."""
+    found = {}
+    for shape, seeds in SEEDS.items():
+        count = max(1, int(seeds * budget))
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.support.sim", "--shape", shape, "--first-seed",
+             str(first_seed), "--sequences", str(count), "--no-shrink"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{REPO}"},
+            capture_output=True, text=True, timeout=3600)
+        line = next((l for l in done.stdout.splitlines() if "violations:" in l), done.stderr[-300:])
+        found[shape] = None if "violations: none" in line else line.split("violations:", 1)[-1].strip()
+        if found[shape]:
+            break  # caught: the other shapes need not run
+    return found
+
+
+def kept(root: Path) -> str | None:
+    """Whether the unit tier's kept sequences (and the checks' own tests) fail."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         "tests/unit/test_protocol_simulation.py", "-k", "found or finds or can_fail"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{REPO}"},
+        capture_output=True, text=True, timeout=3600)
+    return None if done.returncode == 0 else (done.stdout.strip().splitlines() or ["?"])[-1]
+
+
+def judge(mutant: Mutant, budget: float, first_seed: int) -> dict:
+    started = time.monotonic()
+    if mutant.modelled:
+        return {"mutant": mutant.name, "modelled": False, "caught_by": mutant.modelled}
+    with tempfile.TemporaryDirectory(prefix="kafka-archive-mutant-") as folder:
+        root = planted(mutant, Path(folder))
+        found = explored(root, budget, first_seed)
+        sequences = kept(root)
+    caught = next((f"{shape}: {kind}" for shape, kind in found.items() if kind), None)
+    return {"mutant": mutant.name, "modelled": True, "random": caught, "kept": sequences,
+            "seconds": round(time.monotonic() - started)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argparse.ArgumentParser(description=__doc__)
+    args.add_argument("--only", help="the mutants whose name contains this")
+    args.add_argument("--budget", type=float, default=1.0, help="seeds per shape, x SEEDS")
+    args.add_argument("--first-seed", type=int, default=0)
+    args.add_argument("--workers", type=int, default=2)
+    opts = args.parse_args(argv)
+    chosen = [m for m in MUTANTS if not opts.only or opts.only in m.name]
+    with ThreadPoolExecutor(opts.workers) as pool:
+        results = list(pool.map(lambda m: judge(m, opts.budget, opts.first_seed), chosen))
+    modelled = [r for r in results if r["modelled"]]
+    for r in results:
+        if not r["modelled"]:
+            print(f"  not modelled  {r['mutant']}: {r['caught_by']}")
+        else:
+            print(f"  {'CAUGHT' if r['random'] else 'missed':6}  {r['mutant']}: random "
+                  f"{r['random'] or 'nothing'}; kept sequences "
+                  f"{'fail' if r['kept'] else 'pass'} ({r['seconds']} s)")
+    caught = sum(bool(r["random"]) for r in modelled)
+    print(f"score: {caught} of {len(modelled)} modelled mutants caught by an invariant in "
+          f"random sequences (budget {opts.budget} x {json.dumps(SEEDS)}); "
+          f"{sum(bool(r['kept']) for r in modelled)} by the kept sequences; "
+          f"{len(results) - len(modelled)} not modelled")
+    return 0 if caught == len(modelled) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
