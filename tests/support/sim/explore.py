@@ -49,6 +49,11 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("compact", rng.randint(0, 3), crash())
     if world.tables is not None and rng.random() < 0.01:
         return ("compaction_setting", rng.random() < 0.5)
+    if rng.random() < 0.03:  # a task killed in the middle of one of its local writes
+        task = rng.choice(("plan", "job", "commit"))
+        run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
+            else rng.choice(runs or ["none"])
+        return ("torn", run_id, task, rng.randint(1, 10))
     if rng.random() < 0.03:  # two live tasks: another body at one of the task's writes
         others = ("rewind", "accept_loss") + (("compact", "maintain") if world.tables else ())
         task = rng.choice(("plan",) * 2 + ("job", "commit"))
@@ -248,6 +253,8 @@ _SAID = {
     "compaction_setting": lambda on: ("a person sets compact_after back to 1h" if on else
                                       "a person sets compact_after: null (compaction off)"),
     "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",
+    "torn": lambda run, task, n: f"task {task} of run {run} killed in the middle of its "
+                                 f"local write #{n}",
     "race": lambda run, task, n, other, t: f"task {task} of run {run} and, at its write #{n}, "
                                            + {"compact": "a compaction (another deployment)",
                                               "maintain": "the tables' maintenance",

@@ -65,8 +65,10 @@ MUTANTS = [
            "                    if False:",
            modelled="tests.support.bench.rewrite (peak memory), not an invariant"),
     Mutant("d6 idle compaction leaves a folder", "commit/compaction.py",
-           "                if not units:  # before its first file",
-           "                if True:  # before its first file"),
+           "    folder = catalog.run_folder(root, group, cid)\n    units = []",
+           "    folder = catalog.run_folder(root, group, cid)\n    units = []\n"
+           "    storage.put_bytes(layout.run_file(root, group, cid, layout.COMPACTION_STARTED),"
+           " b'{}')"),
     Mutant("d6 rewind lists a topic's tree per partition", "plan/runs.py",
            "    if where not in listings:", "    if True:"),
     Mutant("d7 replay sends a record past max.message.bytes", "archive/replay_job.py",
@@ -86,7 +88,11 @@ MUTANTS = [
     Mutant("d12 Connect's parallelism from default.parallelism", "spark.py",
            'selectExpr("max(p)")', 'selectExpr("min(p)")',
            modelled="tests/integration (Spark Connect): the simulation runs no Spark"),
-    # --- our own --------------------------------------------------------------------------
+    # --- the issue's own examples and ours -------------------------------------------------
+    Mutant("local writes not atomic (written in place)", "storage.py",
+           """        self.tmp = tempfile.NamedTemporaryFile(dir=self.path.parent, prefix=f".{self.path.name}.",
+                                               delete=False)""",
+           """        self.tmp = open(self.path, "wb")"""),
     Mutant("commit leaves its in-flight mark", "commit/protocol.py",
            "    inflight.clear(storage, root, plan.group, plan.run_id)\n    for e in manifest",
            "    for e in manifest"),

@@ -26,13 +26,14 @@ from kafka_archive.catalog import lease
 from kafka_archive.archive import job
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.commit import compaction, finalizing, iceberg, mirror, table_maintenance
-from kafka_archive.errors import ArchiveError
+from kafka_archive.errors import ArchiveError, TerminalError
 from kafka_archive.manifest import row_files
 from kafka_archive.monitor import preflight
 from kafka_archive.monitor.alerts import Message
 from kafka_archive.monitor.mailing import Mailings
 from kafka_archive.plan import inflight, losses, rewinds, runs
 from kafka_archive.plan.planning import HeldTopicsError, Plan
+from kafka_archive import storage as storage_module
 from kafka_archive.storage import Storage, join as storage_join
 from kafka_archive.tools import verify
 from kafka_archive.tokens import LocalTokenStore, MalformedTokenError, Token, parse, render
@@ -72,9 +73,18 @@ class Faults:
 
     def __init__(self):
         self.crash_at, self.calls, self.switch_at, self.other = 0, 0, 0, None
+        self.torn_at, self.torn_calls = 0, 0  # a kill in the middle of the Nth local write
 
-    def arm(self, crash_at: int, switch_at: int = 0, other=None) -> None:
+    def arm(self, crash_at: int, switch_at: int = 0, other=None, torn_at: int = 0) -> None:
         self.crash_at, self.calls, self.switch_at, self.other = crash_at, 0, switch_at, other
+        self.torn_at, self.torn_calls = torn_at, 0
+
+    def midway(self, what: str) -> None:
+        """Half of a local write's bytes are written: the armed kill may come here."""
+        if self.torn_at:
+            self.torn_calls += 1
+            if self.torn_calls == self.torn_at:
+                raise Crash(f"the middle of writing {what}")
 
     def tick(self, what: str) -> None:
         if not (self.crash_at or self.switch_at):
@@ -249,6 +259,7 @@ class World:
                                         self.mailbox.append, lambda run_id: f"run {run_id}")
         # runs whose commit was announced (mail and Asset events), how many times, and
         # how many of those said they replace an earlier announcement
+        self.committed_runs: set[str] = set()  # runs whose commit task succeeded (own plan)
         self.announced: dict[str, int] = {}
         self.announced_again: dict[str, int] = {}
         self.open_anomalies: set[str] = set()   # anomaly keys mailed and still seen
@@ -269,12 +280,43 @@ class World:
         kind, *args = step
         self.now += timedelta(minutes=1)
         try:
-            with self._table_writes_may_be_killed():
+            with self._table_writes_may_be_killed(), self._writes_may_be_torn():
                 getattr(self, "_" + kind)(out, *args)
         finally:
             self.faults.arm(0)
             self._keep_token_copies()
         return out
+
+    @contextmanager
+    def _writes_may_be_torn(self):
+        """A local write (storage._atomic_local: a temporary file, then a rename) may be
+        killed in the middle of its bytes; a kill, unlike an exception, leaves what it
+        wrote where it wrote it (the temporary file: no reader sees it)."""
+        real_enter, real_exit = storage_module._atomic_local.__enter__, \
+            storage_module._atomic_local.__exit__
+        faults = self.faults
+
+        def enter(writing):
+            file = real_enter(writing)
+            write = file.write
+
+            def in_halves(data):
+                half = len(data) // 2
+                write(data[:half])
+                faults.midway(str(writing.path))
+                return write(data[half:])
+            file.write = in_halves
+            return file
+
+        def leave(writing, exc_type, exc, tb):
+            if exc_type is not None and issubclass(exc_type, Crash):
+                writing.tmp.close()  # killed: nothing cleans up
+                return False
+            return real_exit(writing, exc_type, exc, tb)
+
+        with patch.object(storage_module._atomic_local, "__enter__", enter), \
+                patch.object(storage_module._atomic_local, "__exit__", leave):
+            yield
 
     @contextmanager
     def _table_writes_may_be_killed(self):
@@ -397,14 +439,14 @@ class World:
             self._compaction_task(out, run_id, 0)
 
     def _task(self, out: Outcome, run_id: str, task: str, crash: int,
-              switch_at: int = 0, other=None) -> bool:
+              switch_at: int = 0, other=None, torn_at: int = 0) -> bool:
         """One task of a run executed (again: a retry, a Clear); whether it succeeded.
         other(what): a body that runs whole at the task's write #switch_at."""
         run = self.runs.get(run_id)
         if run is None or (task != "plan" and run.plan_url is None):
             return False
         self.launch_fails = task == "job" and crash == LAUNCH_FAILS
-        self.faults.arm(max(crash, 0), switch_at, other)
+        self.faults.arm(max(crash, 0), switch_at, other, torn_at)
         try:
             result = getattr(self, "task_" + task)(run)
         except Crash as kill:
@@ -413,6 +455,10 @@ class World:
         except (ArchiveError, LaunchFailed) as failed:
             self.faults.arm(0)
             out.add(f"{run_id} {task}: failed: {type(failed).__name__}: {failed}")
+            if run_id in self.committed_runs and task in ("plan", "commit") \
+                    and isinstance(failed, TerminalError):
+                raise Violation("committed run failed again", f"run {run_id} committed, and its "
+                                f"{task} task executed again failed: {failed}") from None
             self._failure_mailed(run, task, failed)
             return False
         finally:
@@ -439,6 +485,12 @@ class World:
                 f"meanwhile, before {what}: {other} (nothing to say)"]
 
         self._task(out, run_id, task, 0, switch_at, meanwhile)
+
+    def _torn(self, out: Outcome, run_id: str, task: str, torn_at: int):
+        """A task of a run (plan: of a new run when there is none by that id) killed in
+        the middle of its Nth local write (half of its bytes written)."""
+        self.runs.setdefault(run_id, Run(run_id))
+        self._task(out, run_id, task, 0, torn_at=torn_at)
 
     def _clear_run(self, out: Outcome, run_id: str, crash: int):
         """Airflow's Clear of a whole run: every task again, the plan's result replaced."""
@@ -738,6 +790,11 @@ class World:
         with self._in_airflow():
             summary = tasks.commit(run.plan_url)
         run_id = summary["run_id"]
+        if inflight.holding(self.storage, self.config.archive_root, self.group) == run_id:
+            raise Violation("mark left", f"run {run_id}'s commit task succeeded, but the "
+                            "in-flight mark still names it: no later run can plan")
+        if run_id == run.run_id:
+            self.committed_runs.add(run_id)
         if summary["announce"]:
             self.announced[run_id] = self.announced.get(run_id, 0) + 1
             if summary["announce"] == "again":
@@ -953,7 +1010,8 @@ class World:
             tree = storage_join(self.config.archive_root, self.group)
             for url, _ in Storage().list(tree):
                 # (`_runs`, `_catalog`; an hour's `_SUCCESS`, a topic's `_finalized.json`)
-                metadata = url[len(tree) + 1:].startswith("_") or url.rsplit("/", 1)[-1].startswith("_")
+                # (a killed write's temporary `.name.*` file: hidden from readers, as `_`)
+                metadata = url[len(tree) + 1:].startswith("_") or url.rsplit("/", 1)[-1][:1] in "_."
                 if not metadata and url not in current:
                     raise Violation("stray file", f"{url} is in the group's tree but in no "
                                     "current row: a reader of the folders reads it too")
