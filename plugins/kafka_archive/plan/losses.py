@@ -60,11 +60,11 @@ def lost_spans(cat: catalog.Catalog, topic: str, partition: int, generation: int
                token: int, earliest: int) -> list[tuple[int, int]]:
     """The ranges between a token line and Kafka's earliest offset that are in neither
     Kafka nor the archive: the line's gap less what the archive still holds (current rows:
-    after a rewind, or a line edited down) or holds as a loss recorded before. None when
-    it holds them all: then nothing is lost."""
+    after a rewind, or a line edited down). None when it holds them all: then nothing is
+    lost. (A range recorded as lost before is lost still: reported again, it is mailed
+    once by its key, and a plan that gave way after recording it mails it on its retry.)"""
     spans = [(r["start"], r["end"]) for r in cat.rows(topic, partition, generation,
                                                        end_after=token)]
-    spans += catalog.lost_ranges(cat.state).get((topic, partition), [])
     lost, at = [], token
     for start, end in sorted(spans):
         if at >= earliest:

@@ -112,7 +112,9 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         return plan
     plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
     storage.put_bytes(plan_url, plan.to_json())
-    _mark(storage, config, group, run_id, plan_url, read_at=cat.state.seq)
+    # a plan that replaces no rows cannot list a row a compaction replaced meanwhile
+    _mark(storage, config, group, run_id, plan_url,
+          read_at=cat.state.seq if superseded or cuts else None)
     _move_aside(storage, config, plan)
     return plan
 
@@ -121,9 +123,9 @@ class CompactionUnderWay(TransientError):
     """The group's tables are being compacted: the plan gave way, nothing was planned."""
 
 
-# catalog entries that change which rows are current: a plan that read the rows before
-# one of them was appended may list files that are no longer current
-_ROW_CHANGES = frozenset({"commit", "compaction", "backfill", "rebuild"})
+# catalog entries that replace rows: a plan that read the rows before one of them was
+# appended may list files that are no longer current (a rebuild makes the same rows again)
+_ROW_CHANGES = frozenset({"commit", "compaction", "backfill"})
 
 
 def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url: str,
@@ -138,7 +140,7 @@ def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url:
     its mark is in the catalog's log after read_at: the plan gives way to it too."""
     inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
     if group.table is None and read_at is None:
-        return
+        return  # (nothing to compare, no compaction to look for)
     held = inflight.compacting(storage, config.archive_root, group.name) \
         if group.table is not None else None
     moved = None if held is not None or read_at is None else next(

@@ -854,12 +854,13 @@ class World:
     def _mailed(self, send, anomalies_due: set[str], tokens_left: bool = False) -> None:
         """Run what sends the mails (faults disarmed: a callback's bookkeeping); the
         anomalies they are about must be exactly the ones due, each once."""
-        armed, self.faults.crash_at = self.faults.crash_at, 0
+        armed, torn = self.faults.crash_at, self.faults.torn_at
+        self.faults.crash_at = self.faults.torn_at = 0
         sent = len(self.mailbox)
         try:
             send()
         finally:
-            self.faults.crash_at = armed
+            self.faults.crash_at, self.faults.torn_at = armed, torn
         about = [k for m in self.mailbox[sent:] if "changed by hand" not in m.subject
                  for k in m.about]
         if sorted(about) != sorted(anomalies_due):

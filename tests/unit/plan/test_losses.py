@@ -77,7 +77,7 @@ def test_a_plan_in_flight_with_the_topic_is_refused(setup):
 
 
 class Rows:
-    """A catalog as loss_begins reads it: current rows of one partition, no loss yet."""
+    """A catalog as lost_spans reads it: current rows of one partition, no loss yet."""
 
     def __init__(self, *spans):
         self.spans, self.state = spans, catalog.State()
