@@ -46,7 +46,7 @@ from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.manifest import added_rows, not_archived, row_files
-from kafka_archive.plan import inflight, runs
+from kafka_archive.plan import inflight, losses, runs
 from kafka_archive.plan.planning import Plan
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import Token, TokenConflictError, TokenStore
@@ -159,7 +159,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "quarantined": sum(e.get("quarantined", 0) for e in manifest["slices"]),
                "late": sum(e.get("late", 0) for e in manifest["slices"]),
                "files": sum(len(row_files(e)) for e in manifest["slices"]),
-               "retention_lost": really_lost(manifest, ends),
+               "retention_lost": really_lost(config, plan, manifest, storage),
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
                           for t in plan.topics() if t not in left_as_found},
                "tokens_left_as_found": left_as_found, "after_entry": seen,
@@ -215,16 +215,17 @@ def _keep_what_was_not_archived_again(config: Config, plan: Plan, manifest: dict
                         if position > s.start else "")
 
 
-def really_lost(manifest: dict, ends: dict[tuple[str, int], int]) -> list[dict]:
-    """The job's retention losses (planning.Anomaly as dicts) less what the archive still
-    holds (the rows a rewind was to archive again, kept: `ends` reaches past them): a
-    loss is only what is in neither Kafka nor the archive."""
-    lost = []
-    for a in manifest.get("retention_lost", ()):
-        held_to = max(a["lost_from"], ends.get((a["topic"], a["partition"]), a["lost_from"]))
-        if held_to < a["lost_to"]:
-            lost.append({**a, "lost_from": held_to})
-    return lost
+def really_lost(config: Config, plan: Plan, manifest: dict, storage: Storage) -> list[dict]:
+    """The job's retention losses (planning.Anomaly as dicts), each as the ranges of it
+    that neither Kafka nor the archive holds (losses.lost_spans: the rows a rewind was to
+    archive again are kept, and are no loss)."""
+    late = manifest.get("retention_lost", ())
+    if not late:
+        return []
+    cat = catalog.open_catalog(storage, config, plan.group, may_rebuild=True)
+    return [{**a, "lost_from": start, "lost_to": end} for a in late
+            for start, end in losses.lost_spans(cat, a["topic"], a["partition"],
+                                                plan.generation, a["lost_from"], a["lost_to"])]
 
 
 def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenStore,

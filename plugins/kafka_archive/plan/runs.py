@@ -173,7 +173,7 @@ def _judged(cat: catalog.Catalog, config: Config, states: list[planning.Partitio
     were archived, a retention gap like any other (held or skipped, recorded, mailed), not
     a silent skip. Where Kafka still holds the end, the line stays absent: a rewind. A line
     below Kafka's earliest offset (a rewind, then retention) counts from where the archive
-    stops holding what lies between (losses.loss_begins): a rewind cannot lose what the
+    stops holding what lies between (losses.lost_spans): a rewind cannot lose what the
     archive holds; what it holds of it splits the loss (the spans returned per partition,
     which the plan reports as one anomaly each)."""
     judged = {t: dict(lines) for t, lines in offsets.items()}
