@@ -173,6 +173,40 @@ def test_duplicates_produced_on_purpose_are_excess(pipeline, base):
     assert json.loads(cli.stdout)["totals"]["EXCESS"] == 1
 
 
+KILLED_MID_WINDOW = """
+import os, signal, sys
+from kafka_archive.audit.producer import AuditedProducer
+kafka, monitoring, topic, ts = sys.argv[1:5]
+# linger: nothing is delivered while sending, so no count is published on a send; then
+# every message is acknowledged (counted, not yet published) and the process is killed
+producer = AuditedProducer(source="web-9", monitoring_topic=monitoring, bootstrap_servers=kafka,
+                           acks="all", linger_ms=2000)
+for i in range(6):
+    producer.send(topic, value=b"m%d" % i, partition=0, timestamp_ms=int(ts) + i)
+producer._producer.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_producer_killed_mid_window_is_unaudited_not_excess(pipeline, base, smtp_maildir):
+    """Issue 56, defect 8: a producer SIGKILLed after its messages were acknowledged and
+    before it published their count. Its opening event tells the audit the window's count
+    is incomplete: UNAUDITED, no alarm, no mail (it was a false EXCESS 6)."""
+    topic = pipeline.create_topic("killed", 1)
+    send_audited(pipeline, "web-9", topic, [(0, base - MIN + 1)] * 2)  # a window before, OK
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WINDOW, pipeline.kafka,
+                             pipeline.monitoring, topic, str(base + 1)],
+                            env=pipeline.env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    archive_once(pipeline, "run-1")
+
+    outcome = audit_now("killed")
+    assert outcome["mismatches"] == 0, outcome["summary"]
+    assert verdicts(pipeline, "killed") == {(topic, "web-9", base - MIN): ("OK", 2, 2),
+                                            (topic, "web-9", base): ("UNAUDITED", 0, 6)}
+    assert not mails_to(smtp_maildir, pipeline.mail_to)
+
+
 def test_partly_archived_window_is_pending_then_ok(airflow_env, kafka, s3, unique, tmp_path,
                                                    monkeypatch, base):
     pipeline = audited_pipeline(airflow_env, kafka, s3, f"p{unique}", tmp_path,

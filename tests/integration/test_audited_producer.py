@@ -58,6 +58,10 @@ def test_counts_only_acknowledged_messages_per_window(kafka, unique):
         assert (e["source"], e["topic"], e["window_ms"]) == ("svc-a", data, MIN)
         totals[e["window_start_ms"]] = totals.get(e["window_start_ms"], 0) + e["count"]
     assert totals == {base: 3, base + MIN: 2}
+    # each window opened (count 0, stored before its first message was sent) and counted
+    opened = [e["window_start_ms"] for e in events if e["count"] == 0]
+    assert opened == [base, base + MIN]
+    assert [e["seq"] for e in events if e["count"] == 0] < [e["seq"] for e in events if e["count"]]
     assert len({(e["producer_id"], e["seq"]) for e in events}) == len(events)
     headers = [dict(m.headers) for m in read_all(kafka, data)]
     assert headers == [{"kafka-archive-source": b"svc-a"}] * 5
@@ -71,7 +75,8 @@ def test_an_idle_producer_reports_closed_windows_without_flush(kafka, unique):
     try:
         producer.send(data, value=b"1").get(timeout=30)
         # no flush, no further send: the reporter thread publishes once the window closes
-        [event] = [json.loads(m.value) for m in read_all(kafka, monitoring, at_least=1)]
+        opening, event = [json.loads(m.value) for m in read_all(kafka, monitoring, at_least=2)]
+        assert (opening["count"], opening["window_start_ms"]) == (0, event["window_start_ms"])
         assert (event["source"], event["topic"], event["count"], event["window_ms"]) == (
             "svc-b", data, 1, 1000)
     finally:
@@ -99,7 +104,8 @@ def test_counts_by_the_timestamp_the_broker_stored_and_heads_a_relayed_message(k
     counted: dict[int, int] = {}
     for e in (json.loads(m.value) for m in read_all(kafka, monitoring)):
         counted[e["window_start_ms"]] = counted.get(e["window_start_ms"], 0) + e["count"]
-    assert counted == archived and sum(counted.values()) == 5
+    assert {w: n for w, n in counted.items() if n} == archived and sum(counted.values()) == 5
+    assert counted[long_ago] == 0  # the window opened by the send time, counted by none
     assert [m.headers for m in stored] == [[("kafka-archive-source", b"relay"),
                                             ("kafka-archive-source", b"origin"),
                                             ("trace", b"t")]] * 5

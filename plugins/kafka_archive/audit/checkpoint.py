@@ -8,6 +8,8 @@
   the last file counted in `expected`; `seen`: per producer, the event sequence numbers
   counted (as ranges), so an event delivered twice counts once across audits;
 - `expected`, `archived`: the counts folded in so far, as reconcile takes them;
+  `unclosed`: the windows a producer opened (its opening event) and published no count
+  for yet, with those producers: a producer killed mid-window stays here;
 - `windows`: the last verdict of every window, so a window judged final stays judged
   while its counts do not change (even if its topic's archive falls back for a rewind);
 - `retired_before_ms`: judged windows ending before it were dropped from the counts and
@@ -83,6 +85,7 @@ class Checkpoint:
     alarms: dict[Key, Alarm] = field(default_factory=dict)
     retired_before_ms: int | None = None
     version: str | None = None  # the stored version this was read from; not stored
+    unclosed: dict[Key, list[str]] = field(default_factory=dict)  # -> producer ids
 
     def to_json(self) -> bytes:
         return json.dumps({
@@ -90,6 +93,7 @@ class Checkpoint:
             "events": self.events, "seen": self.seen,
             "expected": [[*k, w, n] for k, (w, n) in self.expected.items()],
             "archived": [[*k, n] for k, n in self.archived.items()],
+            "unclosed": [[*k, ids] for k, ids in self.unclosed.items()],
             "windows": [[*k, *v] for k, v in self.windows.items()],
             "alarms": [asdict(a) for a in self.alarms.values()],
             "retired_before_ms": self.retired_before_ms}).encode()
@@ -104,12 +108,13 @@ class Checkpoint:
                    {(t, s, w): n for t, s, w, n in raw["archived"]},
                    {(t, s, w): tuple(rest) for t, s, w, *rest in raw["windows"]},
                    {(a["topic"], a["source"], a["window_start_ms"]): Alarm(**a)
-                    for a in raw["alarms"]}, raw.get("retired_before_ms"), version)
+                    for a in raw["alarms"]}, raw.get("retired_before_ms"), version,
+                   {(t, s, w): ids for t, s, w, ids in raw.get("unclosed", [])})
 
     def forget_counts(self) -> None:
         """Start the counts over (a rescan); the verdicts and alarms stay."""
         self.catalog_seq, self.events, self.seen = None, {}, {}
-        self.expected, self.archived = {}, {}
+        self.expected, self.archived, self.unclosed = {}, {}, {}
 
     def fold_events(self, events: Iterable[MonitoringEvent]) -> int:
         """Add events not counted yet (by producer and sequence number); how many."""
@@ -125,6 +130,13 @@ class Checkpoint:
                     f"reported both {width} ms and {e.window_ms} ms wide "
                     f"(producer {e.producer_id} seq {e.seq})")
             self.expected[key] = (width, count + e.count)
+            opened = self.unclosed.setdefault(key, [])
+            if e.count == 0 and e.producer_id not in opened:  # its opening event
+                opened.append(e.producer_id)
+            elif e.count and e.producer_id in opened:  # its count: the window closed
+                opened.remove(e.producer_id)
+            if not opened:
+                del self.unclosed[key]
             added += 1
         return added
 
@@ -188,6 +200,7 @@ class Checkpoint:
         for topic, source, start in gone:
             width = self.windows.pop((topic, source, start))[0]
             self.expected.pop((topic, source, start), None)
+            self.unclosed.pop((topic, source, start), None)
             for key in [k for k in self.archived if k[:2] == (topic, source)
                         and start <= k[2] < start + width]:
                 del self.archived[key]
@@ -203,6 +216,7 @@ class Checkpoint:
                 and k[2] < self.retired_before_ms and k[:2] + (k[2],) not in self.alarms]
         for key in late:
             self.expected.pop(key, None)
+            self.unclosed.pop(key, None)
             self.archived.pop(key, None)
         return len(late)
 

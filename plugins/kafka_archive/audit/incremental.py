@@ -76,7 +76,8 @@ def audit(config: Config, storage: Storage, group: str, run_id: str, at: str,
                      dropped, cp.retired_before_ms)
         def verdicts_of(archived: dict) -> list[Verdict]:
             return reconcile.reconcile(cp.expected, archived, config.audit.window_s * 1000,
-                                       through, config.audit.grace_s * 1000)
+                                       through, config.audit.grace_s * 1000,
+                                       unclosed=cp.unclosed)
 
         basis = None
         if rescan:  # judged by the files; what the catalog counts is kept beside

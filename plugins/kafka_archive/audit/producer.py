@@ -9,6 +9,13 @@ producer still reports), and every count (closed or not) on flush() and close().
 acknowledgements arrive after it was reported gets a second event, and a retried event
 is recognised by (producer_id, seq) and counted once.
 
+Before its first message of a (topic, window) by the send time, a producer publishes an
+opening event for that window (count 0) and waits for it to be acknowledged: a producer
+killed before it published the window's count has left that opening behind, so the audit
+knows the window's count is incomplete (UNAUDITED where more was archived, not EXCESS).
+One such wait per topic and window; an opening that cannot be delivered fails the send
+before the message is sent.
+
 The monitoring topic must exist: the constructor checks it (within CHECK_TIMEOUT_S) and
 fails naming it, before any message is sent or counted, or creates it with
 `create_monitoring_topic=True` (the broker's default partitions and replication).
@@ -33,6 +40,7 @@ from kafka_archive.formats.audit_counts import window_start
 
 DEFAULTS = Audit()
 CHECK_TIMEOUT_S = 5
+OPEN_TIMEOUT_S = 30  # a window's opening event stored, or the send fails
 
 
 class MonitoringTopicMissing(TerminalError):
@@ -53,6 +61,7 @@ class AuditedProducer:
         self._lock = threading.Lock()
         self._acked: dict[tuple[str, int], int] = {}  # (topic, window start) -> acknowledged
         self._seq = 0
+        self._opened: set[tuple[str, int]] = set()  # (topic, window start) announced
         self._closing = threading.Event()
         self._reporter = threading.Thread(target=self._report_closed_windows, daemon=True,
                                           name=f"audit-reporter-{self.source}")
@@ -61,6 +70,9 @@ class AuditedProducer:
     def send(self, topic: str, value=None, key=None, headers=None, partition=None,
              timestamp_ms=None):
         timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        window = (topic, window_start(timestamp_ms, self.window_ms))
+        if window not in self._opened:
+            self._open(window)
         # its own source header first: the archive counts by the first one, and a relay's
         # caller may pass on the original message's (kept, after it)
         future = self._producer.send(topic, value=value, key=key, partition=partition,
@@ -96,6 +108,19 @@ class AuditedProducer:
     def _report_closed_windows(self) -> None:
         while not self._closing.wait(self.window_ms / 1000):
             self._publish(closed_before=window_start(int(time.time() * 1000), self.window_ms))
+
+    def _open(self, window: tuple[str, int]) -> None:
+        """Publish the window's opening event (count 0) and wait until it is stored."""
+        with self._lock:
+            self._seq += 1
+            event = MonitoringEvent(self.source, window[0], window[1], self.window_ms, 0,
+                                    self.producer_id, self._seq)
+        self._producer.send(self.monitoring_topic, key=self.source.encode(),
+                            value=event.to_json()).get(timeout=OPEN_TIMEOUT_S)
+        # windows well behind this one need no memory: a send there opens it again (a
+        # second opening event is harmless)
+        self._opened = {w for w in self._opened if w[1] >= window[1] - 2 * self.window_ms}
+        self._opened.add(window)
 
     def _count(self, window: tuple[str, int]) -> None:
         with self._lock:  # callbacks run on the producer's I/O thread

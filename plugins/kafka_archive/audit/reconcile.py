@@ -10,7 +10,10 @@ closed and fully archived:
     EXCESS n    n more messages were archived than producers counted (duplicates)
     PENDING     the window is not yet archived past its end plus the grace period
     UNAUDITED   archived messages from a source that publishes no counts for this topic
-                (no header, or a producer without AuditedProducer): shown, never an alarm
+                (no header, or a producer without AuditedProducer), or more archived than
+                counted where a producer of the source opened the window (or the one
+                before) and never published its count (killed mid-window): its messages
+                cannot be told from duplicates. Shown, never an alarm
 
 Monitoring events are deltas: a producer that acknowledges more messages for a window it
 already reported publishes another event with a new sequence number. The expected count
@@ -115,13 +118,17 @@ def expected_counts(events: Iterable[MonitoringEvent]) -> dict[tuple[str, str, i
 def reconcile(expected: Mapping[tuple[str, str, int], tuple[int, int]],
               archived: Mapping[tuple[str, str, int], int], archive_window_ms: int,
               archived_through: Mapping[str, int | None], grace_ms: int,
-              since_ms: int | None = None, until_ms: int | None = None) -> list[Verdict]:
+              since_ms: int | None = None, until_ms: int | None = None,
+              unclosed: Iterable[tuple[str, str, int]] = ()) -> list[Verdict]:
     """Verdicts for every window of the topics in `archived_through` (topic -> time up to
     which every partition of it is archived, None when not at all).
 
     `archived` counts are per archive window (archive_window_ms); each producer window
     must be a whole number of them, and they are summed into it. A window is judged only
     once `window end + grace <= archived_through[topic]`; before that it is PENDING.
+    `unclosed`: windows a producer opened and published no count for (Checkpoint's); there
+    and in the window after (its last messages may carry the broker's later timestamp),
+    more archived than counted is UNAUDITED: the uncounted messages are that producer's.
     """
     # archived counts rolled up into the producer windows of each (topic, source)
     widths: dict[tuple[str, str], int] = {}
@@ -136,6 +143,11 @@ def reconcile(expected: Mapping[tuple[str, str, int], tuple[int, int]],
         for (topic, source, start), count in archived.items():
             width = widths.get((topic, source), archive_window_ms)
             rolled[(topic, source, window_start(start, width))] += count
+
+    uncertain = set()
+    for topic, source, start in unclosed:
+        width = (expected.get((topic, source, start)) or (archive_window_ms,))[0]
+        uncertain |= {(topic, source, start), (topic, source, start + width)}
 
     buckets: dict[str, list[Verdict]] = {status: [] for status in STATUSES}
     for key in chain(expected, (k for k in rolled if k not in expected)):  # deterministic order
@@ -153,7 +165,8 @@ def reconcile(expected: Mapping[tuple[str, str, int], tuple[int, int]],
             status = "PENDING"
         else:
             want = want or 0
-            status = "OK" if got == want else "MISSING" if got < want else "EXCESS"
+            status = ("OK" if got == want else "MISSING" if got < want
+                      else "UNAUDITED" if key in uncertain else "EXCESS")
         buckets[status].append(Verdict(topic, source, start, width, want, got, status))
     # what needs a look first, in a stable order; the OK rows (nearly all of them, in a big
     # audit) keep the order of the producers' reports, which is deterministic and cheap

@@ -58,12 +58,14 @@ class Env:
         self.put(layout.run_file(self.cfg.archive_root, "backup", run_id, "committed.json"),
                  {"run_id": run_id, "committed_at": at})
 
-    def events(self, *counts, window=0):
-        """One events file as ingest writes it: one event per count."""
+    def events(self, *counts, window=0, producer="p1"):
+        """One events file as ingest writes it: one event per count (0: a window's
+        opening event)."""
         rows = []
         for n in counts:
             self.seq += 1
-            rows.append([self.offset, *MonitoringEvent("s", "t", window, MIN, n, "p1", self.seq)])
+            rows.append([self.offset, *MonitoringEvent("s", "t", window, MIN, n, producer,
+                                                       self.seq)])
             self.offset += 1
         self.put(layout.audit_events_file(self.cfg.archive_root, self.cfg.audit.topic, 0,
                                           rows[0][0]), {"events": rows, "bad": []})
@@ -211,6 +213,25 @@ def test_a_lost_race_reads_again_and_a_checkpoint_write_is_compare_and_swap(env)
     assert len(calls) == 2 and calls[0] != calls[1]
 
 
+def test_a_producer_killed_mid_window_leaves_its_window_unaudited_not_excess(env):
+    """Issue 56, defect 8: a producer opened window 0 and was killed before it published
+    the window's count; its restart (another producer id, the same source) counted 4.
+    Its 3 uncounted messages, one stamped by the broker in the next window, are no
+    duplicates: UNAUDITED, no alarm. A producer that did publish its count keeps EXCESS."""
+    env.run("r1", "2026-01-01T00:00:00+00:00",
+            [env.row(0, 0, 6), env.row(1, 0, 1, window=MIN), env.row(2, 0, 3, window=2 * MIN)])
+    env.events(0, producer="dead")
+    env.events(0, 4, producer="restarted")
+    env.events(0, 2, window=2 * MIN, producer="restarted")  # 3 archived: a real excess
+    done = env.audit()
+    assert statuses(done) == {0: ("UNAUDITED", 4, 6), MIN: ("UNAUDITED", 0, 1),
+                              2 * MIN: ("EXCESS", 2, 3)}
+    assert [a.window_start_ms for a in done.alarms] == [2 * MIN]
+    # the first producer was alive after all: its count arrives late, and the window adds up
+    env.events(2, producer="dead")
+    assert statuses(env.audit())[0] == ("OK", 6, 6)
+
+
 def test_checkpoint_round_trips(env):
     env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 1, 10)])
     env.events(10)
@@ -218,6 +239,11 @@ def test_checkpoint_round_trips(env):
     data, version = env.storage.get_versioned(layout.audit_checkpoint(env.cfg.archive_root, "backup"))
     cp = Checkpoint.from_json(data, version)
     assert cp.to_json() == data and cp.catalog_seq == 1 and cp.seen == {"p1": [[1, 1]]}
+    env.events(0, producer="p2")  # an opening with no count yet
+    env.audit()
+    data, version = env.storage.get_versioned(layout.audit_checkpoint(env.cfg.archive_root, "backup"))
+    cp = Checkpoint.from_json(data, version)
+    assert cp.to_json() == data and cp.unclosed == {("t", "s", 0): ["p2"]}
 
 
 def test_locate_names_the_partitions_and_offsets_of_a_window(env):
