@@ -215,7 +215,7 @@ REWIND_THEN_RETENTION_NO_LOSS = [
 # the retry found the run committed ("repeated") and announced nothing: no mail, no
 # Asset event, ever
 COMMIT_KILLED_BEFORE_ITS_ANNOUNCEMENT = [
-    ("produce", "t", 0, 3, False, 0), ("run", "r1", 0, 0, 15), ("task", "r1", "commit", 0)]
+    ("produce", "t", 0, 3, False, 0), ("run", "r1", 0, 0, 16), ("task", "r1", "commit", 0)]
 # found by the loss check's fix (seed 861): a rewind whose whole range the archive holds
 # and Kafka deleted planned nothing, so its line stayed below Kafka's earliest for good
 REWOUND_LINE_NEVER_CAUGHT_UP = [
@@ -301,7 +301,7 @@ MAINTENANCE_UNDER_A_GIVEN_UP_REWIND = [  # soak seed 3003203: the catalog's file
 COMPACTION_KILLED_THEN_A_REWIND = [
     ("produce", "t", 0, 5, False, 0), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
     ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
-    ("compact", 2, 10), ("delete_token", "t"),
+    ("compact", 2, 11), ("delete_token", "t"),
     ("run", "scheduled__2026-01-01T05:00:00+00:00", 0, 0, 0)]
 # issue 56, defect 2: a compaction killed, then compaction turned off (compact_after:
 # null); the compact task returned "skipped" before finishing the dead lease, every plan
@@ -309,7 +309,7 @@ COMPACTION_KILLED_THEN_A_REWIND = [
 COMPACTION_KILLED_THEN_TURNED_OFF = [
     ("produce", "t", 0, 5, False, 0), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
     ("produce", "t", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
-    ("compact", 2, 10), ("compaction_setting", False), ("produce", "t", 0, 3, False, 0),
+    ("compact", 2, 11), ("compaction_setting", False), ("produce", "t", 0, 3, False, 0),
     ("run", "scheduled__2026-01-01T05:00:00+00:00", 0, 0, 0)]
 # issue 56, defect 4: maintenance took a table whose current snapshot is a compaction's
 # for one not settled yet (it looked for the compaction's committed.json, which none
@@ -330,6 +330,15 @@ PLAN_RACING_A_COMPACTION = [
 # issue 56, defect 6 (cost): a compact task with nothing to merge left a compaction.*
 # folder behind (4 in 5 of them: ~35,000 a year)
 COMPACTION_WITH_NOTHING_TO_MERGE = [("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 0)]
+# issue 56, defect 3 (its last part), found by the race of two compactions (seed 46): a
+# holder paused between its release's read and delete (its lease taken over meanwhile,
+# the successor killed mid-compaction) deleted the successor's lease; nothing finished
+# the successor's table commit, and the table read a file the catalog never named
+RELEASE_AFTER_A_TAKEOVER = [
+    ("produce", "t", 0, 5, False, 0), ("produce", "t", 1, 9, False, 0),
+    ("run", "scheduled__2026-01-01T01:06:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T01:11:00+00:00", 0, 0, 0),
+    ("race", "scheduled__2026-01-01T01:12:00+00:00", "compact", 2, "compact", "t", False, 12)]
 FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":
@@ -344,7 +353,8 @@ FOUND_IN_TABLES = {"committed run's commit added again to its table":
                    "compaction killed, then turned off": COMPACTION_KILLED_THEN_TURNED_OFF,
                    "compacted table never maintained": COMPACTED_TABLE_NEVER_MAINTAINED,
                    "plan racing a compaction": PLAN_RACING_A_COMPACTION,
-                   "compaction with nothing to merge": COMPACTION_WITH_NOTHING_TO_MERGE}
+                   "compaction with nothing to merge": COMPACTION_WITH_NOTHING_TO_MERGE,
+                   "release after a takeover": RELEASE_AFTER_A_TAKEOVER}
 
 
 # in an event-time group's world (--shape events), each red before its fix
@@ -547,6 +557,21 @@ def test_the_liveness_check_finds_maintenance_that_never_settles_a_compaction(tm
     _sticks_the_table_group(patch.object(table_maintenance, "settled", old_rule),
                             COMPACTED_TABLE_NEVER_MAINTAINED,
                             "maintenance with nothing in flight waits for table", tmp_path)
+
+
+def test_the_table_check_finds_a_release_of_a_lease_taken_over_meanwhile(tmp_path):
+    """With the release before (read the lease, then delete it if it names us), the
+    successor's lease is deleted and its half-done compaction never finished."""
+    from kafka_archive.catalog import lease
+
+    def read_then_delete(storage, url, token, version):
+        if (lease.parsed(storage.get_or_none(url)) or {}).get("token") == token:
+            storage.delete(url)
+
+    with patch.object(lease, "_release", read_then_delete):
+        result = explore.run_steps(RELEASE_AFTER_A_TAKEOVER, tmp_path / "world", shape="tables")
+    assert result.violation is not None and result.violation.kind == "table disagrees", \
+        explore.report(result)
 
 
 def _sticks_the_table_group(old_rule, steps: list[tuple], saying: str, tmp_path) -> None:

@@ -2,8 +2,9 @@
 group's compaction lease shares: plan.inflight.compacting): a lease, `_catalog/<group>/_rebuilding.json`,
 created with `If-None-Match: *`. A second rebuilder fails fast (TransientError, retried
 later) instead of doing the same minutes of work. A lease is taken over when it has
-expired or when its holder, on this host, is gone (a killed rebuild). Only a guard
-against waste: the rebuild's entry is claimed by compare-and-swap, so two rebuilds at
+expired or when its holder, on this host, is gone (a killed rebuild). Its holder
+releases it by compare-and-swap to a released mark (storage has no conditional delete),
+so a holder never releases its successor's. Only a guard against waste: the rebuild's entry is claimed by compare-and-swap, so two rebuilds at
 once would still leave one catalog.
 """
 
@@ -90,7 +91,7 @@ def claimed(storage: Storage, url: str, claim: dict, busy, take_over=None,
         renewal.stop()
         _HELD_HERE.discard(token)
         if done or release_on_error:
-            _release(storage, url, token)
+            _release(storage, url, token, renewal.version)
 
 
 class _Renewal(threading.Thread):
@@ -122,14 +123,26 @@ class _Renewal(threading.Thread):
             self.join()
 
 
-def _release(storage: Storage, url: str, token: str) -> None:
-    """Delete the lease if it is still this claim's (read, then delete: a live claim is
-    renewed, so no other can take it over in between)."""
+def _release(storage: Storage, url: str, token: str, version) -> None:
+    """Replace the lease by a released mark, by compare-and-swap on the version this
+    holder wrote last: only while it is still ours. (A read and a delete would not do: a
+    holder paused between the two, its lease expired and taken over meanwhile, would
+    delete its successor's.)"""
     try:
-        if (parsed(storage.get_or_none(url)) or {}).get("token") == token:
-            storage.delete(url)
+        storage.put_if(url, json.dumps({"released": token, "at": time.time()}).encode(),
+                       version)
+    except VersionConflict:
+        log.warning("lease %s was taken over before its release: its successor's stays", url)
     except Exception as exc:  # it expires
         log.warning("lease %s not released (%r)", url, exc)
+
+
+def released(data: bytes | None) -> bool:
+    """Whether a lease file holds the mark its last holder left when it released it."""
+    try:
+        return "released" in json.loads(data)
+    except (TypeError, ValueError):
+        return False
 
 
 def _utc(epoch_s: float) -> str:
@@ -137,7 +150,8 @@ def _utc(epoch_s: float) -> str:
 
 
 def parsed(data: bytes | None) -> dict | None:
-    """A lease as stored, or None when there is none or it does not read as one."""
+    """A lease as stored, or None when there is none, it was released or it does not read
+    as one."""
     try:
         held = json.loads(data)
         return held if {"host", "pid", "since", "until"} <= set(held) else None

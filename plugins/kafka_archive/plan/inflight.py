@@ -102,7 +102,7 @@ def compacting(storage: Storage, root: str, group: str) -> dict | None:
     None. alive: its process may still be running (another host's: until its claim
     expires)."""
     data = storage.get_or_none(layout.compaction_lease(root, group))
-    if data is None:
+    if data is None or lease.released(data):
         return None
     held = lease.parsed(data)
     return {**(held or {}), "alive": held is not None and lease.alive(held)}

@@ -47,19 +47,26 @@ def next_step(rng: random.Random, world: World) -> tuple:
     runs = sorted(world.runs)
     if world.tables is not None and rng.random() < 0.05:
         return ("compact", rng.randint(0, 3), crash())
-    if world.tables is not None and rng.random() < 0.01:
+    if world.tables is not None and rng.random() < 0.03:
         return ("compaction_setting", rng.random() < 0.5)
     if rng.random() < 0.03:  # a task killed in the middle of one of its local writes
         task = rng.choice(("plan", "job", "commit"))
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
             else rng.choice(runs or ["none"])
         return ("torn", run_id, task, rng.randint(1, 10))
-    if rng.random() < 0.03:  # two live tasks: another body at one of the task's writes
-        others = ("rewind", "accept_loss") + (("compact", "maintain") if world.tables else ())
-        task = rng.choice(("plan",) * 2 + ("job", "commit"))
-        run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
-            else rng.choice(runs or ["none"])
-        return ("race", run_id, task, rng.randint(1, 8), rng.choice(others), topic)
+    if rng.random() < (0.06 if world.tables else 0.03):  # two live tasks: another body
+        # at one of the task's writes; a table group's plan most often against another
+        # deployment's compaction, half the time of a rewind a person asked for just before
+        others = ("rewind", "accept_loss") + (("compact",) * 4 + ("maintain",)
+                                              if world.tables else ())
+        task = rng.choice(("plan",) * 2 + ("job", "commit") + (("compact",) if world.tables else ()))
+        run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") \
+            if task in ("plan", "compact") else rng.choice(runs or ["none"])
+        rewound = task == "plan" and rng.random() < 0.5
+        # the other body killed at one of its own writes (a compaction's lease left behind)
+        killed_at = rng.choice((0, rng.randint(1, 12)))
+        return ("race", run_id, task, rng.randint(1, 8), rng.choice(others), topic, rewound,
+                killed_at)
     r = rng.random()
     if r < 0.28:
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
@@ -82,6 +89,11 @@ def next_step(rng: random.Random, world: World) -> tuple:
             run_id = rng.choice(("manual__x:1", "manual__x_1"))
         return ("run", run_id, crash(), launch(), crash())
     if r < 0.76:
+        failed = [run for run in runs if world.runs[run].failed]
+        if failed and rng.random() < 0.5:  # Airflow's retry of a task that failed or died
+            run_id = rng.choice(failed)
+            task = world.runs[run_id].failed
+            return ("task", run_id, task, launch() if task == "job" else crash())
         task = rng.choice(("plan", "job", "commit") + (("finalize",) * 2
                                                        if world.shape == "events" else ()))
         if task == "finalize":
@@ -255,13 +267,17 @@ _SAID = {
     "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",
     "torn": lambda run, task, n: f"task {task} of run {run} killed in the middle of its "
                                  f"local write #{n}",
-    "race": lambda run, task, n, other, t: f"task {task} of run {run} and, at its write #{n}, "
-                                           + {"compact": "a compaction (another deployment)",
+    "race": lambda run, task, n, other, t, rewound=False, killed_at=0: (
+        (f"kafka-archive rewind --topic {t} --to-offset 0, then " if rewound else "")
+        + f"task {task} of run {run} and, at its write #{n}, "
+                                           + {"compact": "an hour later, a compaction "
+                                                         "(another deployment)",
                                               "maintain": "the tables' maintenance",
                                               "rewind": f"kafka-archive rewind --topic {t} "
                                                         "--to-offset 0",
                                               "accept_loss": f"kafka-archive accept-loss "
-                                                             f"--topic {t}"}[other],
+                                                             f"--topic {t}"}[other]
+        + _kill(killed_at)),
 }
 
 

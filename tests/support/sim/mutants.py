@@ -55,8 +55,9 @@ MUTANTS = [
            "    if spec.compact_after_s is None and inflight.compacting(storage, root, group) is None:",
            "    if spec.compact_after_s is None:"),
     Mutant("d3 lease released without owning it", "catalog/lease.py",
-           '        if (parsed(storage.get_or_none(url)) or {}).get("token") == token:',
-           "        if True:"),
+           '        storage.put_if(url, json.dumps({"released": token, "at": time.time()}).encode(),\n'
+           '                       version)',
+           "        storage.delete(url)"),
     Mutant("d4 maintenance waits for a compaction's committed.json", "commit/table_maintenance.py",
            "    if run_id.startswith(COMPACTION_PREFIX):  # a compaction writes no committed.json",
            "    if False:"),

@@ -167,6 +167,7 @@ class Run:
     run_id: str
     plan_url: str | None = None
     planned: bool = False  # its plan task succeeded (plan_url None: nothing to do)
+    failed: str | None = None  # the task whose last attempt failed or was killed
 
 
 @dataclass
@@ -451,9 +452,11 @@ class World:
             result = getattr(self, "task_" + task)(run)
         except Crash as kill:
             out.add(f"{run_id} {task}: killed before {kill}")
+            run.failed = task
             return False
         except (ArchiveError, LaunchFailed) as failed:
             self.faults.arm(0)
+            run.failed = task
             out.add(f"{run_id} {task}: failed: {type(failed).__name__}: {failed}")
             if run_id in self.committed_runs and task in ("plan", "commit") \
                     and isinstance(failed, TerminalError):
@@ -464,17 +467,24 @@ class World:
         finally:
             self.faults.arm(0)
         out.add(f"{run_id} {task}: {result}")
+        if run.failed == task:
+            run.failed = None
         return True
 
     def _race(self, out: Outcome, run_id: str, task: str, switch_at: int, other: str,
-              topic: str = "t"):
+              topic: str = "t", rewound: bool = False, killed_at: int = 0):
         """Two live tasks: a task of a run (plan: of a new run when there is none by that
-        id) and, at its write #switch_at, another deployment's compaction, maintenance or
-        a person's rewind to 0 or accept-loss on topic, run whole before that write goes
-        on (a switch point of the two processes)."""
+        id) and, at its write #switch_at, another deployment's compaction (an hour later:
+        rows to merge), maintenance or a person's rewind to 0 or accept-loss on topic, run
+        whole before that write goes on (a switch point of the two processes), killed at
+        its own write #killed_at if given. The task may be a compaction too (then the
+        other sees its lease as a dead holder's: one that stalled past its expiry). rewound:
+        a person rewound topic's partition 0 to offset 0 just before the task began."""
         self.runs.setdefault(run_id, Run(run_id))
-        bodies = {"compact": lambda meanwhile: self._compact(meanwhile, 0, 0),
-                  "maintain": lambda meanwhile: self._maintain(meanwhile, 0),
+        if rewound:
+            self._rewind(out, topic, 0, 0)
+        bodies = {"compact": lambda meanwhile: self._compact(meanwhile, 1, killed_at),
+                  "maintain": lambda meanwhile: self._maintain(meanwhile, killed_at),
                   "rewind": lambda meanwhile: self._rewind(meanwhile, topic, 0, 0),
                   "accept_loss": lambda meanwhile: self._accept_loss(meanwhile, topic)}
 
@@ -484,7 +494,11 @@ class World:
             out.lines += [f"meanwhile, before {what}: {line}" for line in aside.lines] or [
                 f"meanwhile, before {what}: {other} (nothing to say)"]
 
-        self._task(out, run_id, task, 0, switch_at, meanwhile)
+        if task == "compact":
+            if self.tables is not None:
+                self._compaction_task(out, run_id, 0, switch_at, meanwhile)
+        else:
+            self._task(out, run_id, task, 0, switch_at, meanwhile)
 
     def _torn(self, out: Outcome, run_id: str, task: str, torn_at: int):
         """A task of a run (plan: of a new run when there is none by that id) killed in
@@ -650,10 +664,11 @@ class World:
         self.tables.config = self.config
         out.add(f"compaction {'on' if on else 'off'}")
 
-    def _compaction_task(self, out: Outcome, run_id: str, crash: int):
+    def _compaction_task(self, out: Outcome, run_id: str, crash: int, switch_at: int = 0,
+                         other=None):
         """The compact task of a DAG run (run_id; it runs whatever its run's other tasks
-        did), or of the step above."""
-        self.faults.arm(crash)
+        did), or of the step above; other(what): a body run whole at its write #switch_at."""
+        self.faults.arm(crash, switch_at, other)
         try:
             self.storage.task_begins()
             with patch.object(lease, "this_process", lambda: {"host": socket.gethostname(),
