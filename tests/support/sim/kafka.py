@@ -58,6 +58,9 @@ class Kafka:
         # deleted topics: gone for every reader; their history stays for the invariants
         self.deleted: set[str] = set()
         self.down = False  # unreachable: every client fails as brokers.consumer's does
+        # a replay's target world: some messages have no key (every 5th offset from 4),
+        # and values of three sizes (a padding of 0, 10 or 20 bytes by the offset)
+        self.keyless = False
 
     def reachable(self) -> None:
         if self.down:
@@ -66,13 +69,17 @@ class Kafka:
     def create(self, topic: str, partitions: int) -> None:
         self.topics.setdefault(topic, [Partition() for _ in range(partitions)])
 
+    def key(self, offset: int) -> bytes | None:
+        return None if self.keyless and offset % 5 == 4 else b"k"
+
     def value(self, topic: str, partition: int, offset: int) -> bytes:
         if self.event_time and offset % 7 == 3:
             return b"not json"  # a parser's dead letter
         if self.event_time:
             return json.dumps({"ts": self.topics[topic][partition].event_ms[offset],
                                "id": f"{topic}/{partition}/{offset}"}).encode()
-        return f"{topic}/{partition}/{offset}".encode()
+        return f"{topic}/{partition}/{offset}".encode() + (
+            b"." * (offset % 3 * 10) if self.keyless else b"")
 
     def consumer_topics(self) -> set[str]:
         """The topics a client sees (whether Kafka is reachable or not)."""
@@ -91,7 +98,7 @@ class Kafka:
         p = self.topics[topic][partition]
         offsets = [o for o in range(max(start, p.earliest), min(end, p.end)) if o in p.messages]
         if offsets:
-            yield Batch(np.array(offsets, np.int64), binary_array([b"k"] * len(offsets)),
+            yield Batch(np.array(offsets, np.int64), binary_array([self.key(o) for o in offsets]),
                         binary_array([self.value(topic, partition, o) for o in offsets]),
                         np.array([p.messages[o] for o in offsets], np.int64),
                         headers_array([None] * len(offsets)))

@@ -1,8 +1,9 @@
 """The replay's resume rules in the simulation (issue 41 §4): the real replay task
 (archive.replay_job.replay_partition) over a file group's real archived files, into a
-simulated target that refuses messages its timestamp settings refuse, killed at any write
-(its progress files) or any delivery, with the setting changed by a person and the same
-replay run again. After every step each target partition must hold a prefix of what it
+simulated target that refuses messages its settings refuse (a timestamp too far ahead,
+a record beyond max.message.bytes, a message without a key on a compacted topic),
+killed at any write (its progress files) or any delivery, with the settings changed by a
+person and the same replay run again. After every step each target partition must hold a prefix of what it
 replays, in order, each message once; at the end, after the fix, at most 3 runs land all
 of it.
 """
@@ -22,6 +23,7 @@ from kafka import TopicPartition
 from kafka_archive import brokers
 from kafka_archive.archive import replay_job
 from kafka_archive.errors import ArchiveError
+from kafka_archive.formats.records import Record
 from kafka_archive.storage import Storage
 from kafka_archive.tools import replay
 
@@ -49,9 +51,17 @@ class Target:
     partitions: dict[int, list[Delivered]]
     settings: dict[str, str] = field(default_factory=dict)
 
-    def accepts(self, timestamp_ms: int, now_ms: int) -> bool:
-        after = int(self.settings.get("message.timestamp.after.max.ms", 1 << 62))
-        return timestamp_ms - now_ms <= after
+    def refuses(self, key, value, headers, timestamp_ms: int, now_ms: int) -> int | None:
+        """The error code its broker answers a message with, or None: it is written."""
+        if key is None and "compact" in self.settings.get("cleanup.policy", ""):
+            return KafkaError.INVALID_RECORD
+        size = replay_job.record_size(Record(None, key, value, timestamp_ms, headers or []))
+        if size > int(self.settings.get("max.message.bytes", 1 << 62)):
+            return KafkaError.MSG_SIZE_TOO_LARGE
+        if timestamp_ms - now_ms > int(self.settings.get("message.timestamp.after.max.ms",
+                                                          1 << 62)):
+            return KafkaError.INVALID_TIMESTAMP
+        return None
 
 
 class Producer:
@@ -70,12 +80,13 @@ class Producer:
 
     def _deliver(self, count: int) -> None:
         for partition, key, value, headers, ts, report in self.queue[:count]:
-            if self.target.accepts(ts, self.now_ms):
+            refused = self.target.refuses(key, value, headers, ts, self.now_ms)
+            if refused is None:
                 held = self.target.partitions[partition]
                 held.append(Delivered(len(held), key, value, headers, ts))
                 report(None, None)
             else:
-                report(KafkaError(KafkaError.INVALID_TIMESTAMP), None)
+                report(KafkaError(refused), None)
         del self.queue[:count]
 
     def poll(self, timeout=0):
@@ -109,6 +120,7 @@ class ReplayWorld:
 
     def __init__(self, root: Path, rng: random.Random):
         self.world = World(root)
+        self.world.kafka.keyless = True
         self.rng = rng
         for partition in range(2):
             for _ in range(rng.randint(1, 3)):
@@ -120,18 +132,32 @@ class ReplayWorld:
         self.world.drain()
         # the simulated group archives every topic; the target is not a real one
         self.request = replay.Request("backup", "t", "t_copy", allow_archived_target=True)
-        self.target = Target({0: [], 1: []}, dict(REFUSING) if rng.random() < 0.7 else {})
+        settings = dict(REFUSING) if rng.random() < 0.7 else {}
+        if rng.random() < 0.4:  # a value padded by 10 bytes fits, by 20 does not
+            settings["max.message.bytes"] = str(replay_job.record_size(
+                Record(None, b"k", b"t/0/99" + b"." * 10, 0, [])))
+        if rng.random() < 0.3:
+            settings["cleanup.policy"] = "compact"
+        self.target = Target({0: [], 1: []}, settings)
         self.expected = {p: self._archived(p) for p in (0, 1)}
 
     def _archived(self, partition: int) -> list[tuple]:
         rows = self.world.kafka.topics["t"][partition].messages
         return [(self.world.kafka.value("t", partition, o), rows[o]) for o in sorted(rows)]
 
+    def fix_settings(self, which: str | None = None) -> None:
+        """What a refusal's error tells a person to change: one setting, or (None) all."""
+        for name in ("message.timestamp.after.max.ms", "max.message.bytes"):
+            if which in (None, name):
+                self.target.settings.pop(name, None)
+        if which in (None, "cleanup.policy"):
+            self.target.settings["cleanup.policy"] = "delete"
+
     def step(self, step: tuple) -> Outcome:
         out, (kind, *args) = Outcome(), step
         if kind == "fix_setting":
-            self.target.settings.pop("message.timestamp.after.max.ms", None)
-            out.add("the target's message.timestamp.after.max.ms is raised")
+            self.fix_settings(*args)
+            out.add(f"the target's {args[0] if args else 'settings'} fixed")
             return out
         crash = args[0]
         self.world.faults.arm(crash)
@@ -186,7 +212,8 @@ class ReplayWorld:
 
 def next_step(rng: random.Random) -> tuple:
     if rng.random() < 0.15:
-        return ("fix_setting",)
+        return ("fix_setting", rng.choice(("message.timestamp.after.max.ms", "max.message.bytes",
+                                           "cleanup.policy")))
     return ("replay", rng.choice((0, 0, rng.randint(1, 14))))
 
 
