@@ -63,10 +63,14 @@ def next_step(rng: random.Random, world: World) -> tuple:
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") \
             if task in ("plan", "compact") else rng.choice(runs or ["none"])
         rewound = task == "plan" and rng.random() < 0.5
+        if rewound:  # of a topic archived so far, if any
+            topic = rng.choice([t for t in sorted(world.kafka.topics) if world._token(t)]
+                               or [topic])
         # the other body killed at one of its own writes (a compaction's lease left behind)
-        killed_at = rng.choice((0, rng.randint(1, 12)))
-        return ("race", run_id, task, rng.randint(1, 8), rng.choice(others), topic, rewound,
-                killed_at)
+        killed_at = rng.choice((0, 0, rng.randint(1, 12)))
+        writes = 4 if task == "plan" else 8  # a plan writes a few files, its mark the 3rd
+        return ("race", run_id, task, rng.randint(1, writes), rng.choice(others), topic,
+                rewound, killed_at)
     r = rng.random()
     if r < 0.28:
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
@@ -268,7 +272,8 @@ _SAID = {
     "torn": lambda run, task, n: f"task {task} of run {run} killed in the middle of its "
                                  f"local write #{n}",
     "race": lambda run, task, n, other, t, rewound=False, killed_at=0: (
-        (f"kafka-archive rewind --topic {t} --to-offset 0, then " if rewound else "")
+        (f"kafka-archive rewind --topic {t} (its partition of most rows, to Kafka's earliest), then "
+         if rewound else "")
         + f"task {task} of run {run} and, at its write #{n}, "
                                            + {"compact": "an hour later, a compaction "
                                                          "(another deployment)",

@@ -479,10 +479,18 @@ class World:
         whole before that write goes on (a switch point of the two processes), killed at
         its own write #killed_at if given. The task may be a compaction too (then the
         other sees its lease as a dead holder's: one that stalled past its expiry). rewound:
-        a person rewound topic's partition 0 to offset 0 just before the task began."""
+        a person rewound the partition of topic with the most archived rows to Kafka's
+        earliest offset just before the task began."""
         self.runs.setdefault(run_id, Run(run_id))
-        if rewound:
-            self._rewind(out, topic, 0, 0)
+        token = rewound and topic in self.kafka.topics and self._token(topic)
+        if token and token.offsets:  # the line of the most rows, as far back as Kafka holds
+            try:
+                held = Counter(r["partition"] for r in catalog.open_catalog(
+                    Storage(), self.config, self.group).rows(topic))
+            except catalog.CatalogUnreadable:
+                held = Counter()
+            partition = max(sorted(token.offsets), key=lambda p: held[p])
+            self._rewind(out, topic, partition, self.kafka.topics[topic][partition].earliest)
         bodies = {"compact": lambda meanwhile: self._compact(meanwhile, 1, killed_at),
                   "maintain": lambda meanwhile: self._maintain(meanwhile, killed_at),
                   "rewind": lambda meanwhile: self._rewind(meanwhile, topic, 0, 0),
