@@ -27,6 +27,7 @@ from kafka_archive.archive import job
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.commit import compaction, finalizing, iceberg, mirror, table_maintenance
 from kafka_archive.errors import ArchiveError, TerminalError
+from kafka_archive.formats import parquet
 from kafka_archive.manifest import row_files
 from kafka_archive.monitor import preflight
 from kafka_archive.monitor.alerts import Message
@@ -762,7 +763,8 @@ class World:
                 patch.object(runs, "now_utc", lambda: self.now), \
                 patch.object(alerting, "mailings", lambda cfg, group, context=None: self.mailings), \
                 patch.object(preflight, "conditional_writes", lambda *args: None), \
-                patch.object(mirror, "mirror", lambda *args: None):
+                patch.object(mirror, "mirror", lambda *args: None), \
+                patch.object(parquet, "concatenate", _bounded_concatenate):
             yield
 
     def task_plan(self, run: Run) -> str:
@@ -1200,6 +1202,38 @@ class World:
                 if p.end > 0 and (token is None or token.offsets.get(partition) != p.end):
                     return False
         return True
+
+
+def _bounded_concatenate(files, out, below=None):
+    """parquet.concatenate (a compaction's rewrite, a rewind's copy-on-write) with the
+    cost invariant of its memory: it holds at most one row group's worth of rows beyond
+    ROW_GROUP_BYTES (issue 56, defect 5: a bin read whole peaked at 10x). With the bound
+    at 1 byte, each row group written may hold no more rows than the largest read."""
+    import pyarrow.parquet as pq
+
+    largest = 0
+    real_read, real_write = pq.ParquetFile.read_row_group, pq.ParquetWriter.write_table
+
+    def read(source, i, *args, **kwargs):
+        nonlocal largest
+        table = real_read(source, i, *args, **kwargs)
+        largest = max(largest, table.num_rows)
+        return table
+
+    def write(writer, table, *args, **kwargs):
+        if table.num_rows > largest:
+            raise Violation("cost", f"a rewrite held {table.num_rows} rows in one row group, "
+                            f"beyond the largest it read ({largest}): its memory grows with "
+                            "the bin, not with the row group")
+        return real_write(writer, table, *args, **kwargs)
+
+    with patch.object(parquet, "ROW_GROUP_BYTES", 1), \
+            patch.object(pq.ParquetFile, "read_row_group", read), \
+            patch.object(pq.ParquetWriter, "write_table", write):
+        return _CONCATENATE(files, out, below)
+
+
+_CONCATENATE = parquet.concatenate
 
 
 def _names(urls: set[str]) -> list[str]:
