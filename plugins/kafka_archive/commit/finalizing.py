@@ -116,10 +116,14 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
 
 def _record_watermarks(config: Config, group: Group, storage: Storage,
                        done: dict[str, dict]) -> None:
-    """The run folders' side of each topic's watermark, which a catalog rebuild reads."""
+    """The run folders' side of each topic's watermark, which a catalog rebuild reads;
+    never moved back (another finalizer may have recorded a later one since this one read
+    the catalog, and this one may die before its entry)."""
     for topic, state in done.items():
-        storage.put_bytes(layout.finalized_state(config.archive_root, group.name, topic),
-                          json.dumps({"through_ms": state["through_ms"]}).encode())
+        url = layout.finalized_state(config.archive_root, group.name, topic)
+        stored = json.loads(storage.get_or_none(url) or b"{}").get("through_ms")
+        if stored is None or state["through_ms"] > stored:
+            storage.put_bytes(url, json.dumps({"through_ms": state["through_ms"]}).encode())
 
 
 def _final_before(group: Group, path: str, watermark_ms: int | None) -> bool:

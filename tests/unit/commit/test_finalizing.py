@@ -90,3 +90,21 @@ def test_the_race_is_real_without_the_fresh_read(cfg):
     with pytest.raises(VersionConflict):
         storage.put_if(catalog.store.entry_url(made.archive_root, "partitioned", seq + 1),
                        b"{}", None)
+
+
+def test_a_finalize_killed_before_its_entry_leaves_a_later_recorded_watermark(cfg, monkeypatch):
+    """Issue 56 (a suspect, real): another finalizer recorded a later watermark since this
+    one read the catalog; this one, killed before its catalog entry, wrote its older one
+    over it, and a catalog rebuild would have moved the watermark back."""
+    made, tokens = cfg
+    later = NOW + 5 * HOUR
+    url = layout.finalized_state(made.archive_root, "partitioned", "t")
+    Storage().put_bytes(url, json.dumps({"through_ms": later}).encode())
+
+    def killed(*args, **kwargs):
+        raise SystemExit("killed before the catalog entry")
+
+    monkeypatch.setattr(catalog, "append", killed)
+    with pytest.raises(SystemExit):
+        finalizing.finalize(made, made.group("partitioned"), Storage(), tokens, Kafka(), NOW, "r2")
+    assert json.loads(local_path(url).read_text()) == {"through_ms": later}
