@@ -47,8 +47,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
     runs = sorted(world.runs)
     if world.tables is not None and rng.random() < 0.05:
         return ("compact", rng.randint(0, 3), crash())
-    if world.tables is not None and rng.random() < 0.03:
-        return ("compaction_setting", rng.random() < 0.5)
+    if world.tables is not None and (rng.random() < 0.03 or (
+            world.compaction_killed and rng.random() < 0.3)):
+        # (a compaction killed for memory: turning it off is the natural answer)
+        return ("compaction_setting", rng.random() < 0.5 and not world.compaction_killed)
     if rng.random() < 0.03:  # a task killed in the middle of one of its local writes
         task = rng.choice(("plan", "job", "commit"))
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \

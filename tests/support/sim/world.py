@@ -245,6 +245,7 @@ class World:
             self.kafka.create(topic, partitions)
         self.now = START
         self.compactions = 0
+        self.compaction_killed = False  # in the step just run
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
         # topic -> the plans (run folder -> plan.json) made before a person deleted its token
@@ -281,6 +282,7 @@ class World:
         out = Outcome()
         kind, *args = step
         self.now += timedelta(minutes=1)
+        self.compaction_killed = False
         try:
             with self._table_writes_may_be_killed(), self._writes_may_be_torn():
                 getattr(self, "_" + kind)(out, *args)
@@ -694,6 +696,7 @@ class World:
                                 "would leave tens of thousands of")
         except Crash as kill:
             out.add(f"compaction: killed before {kill}")
+            self.compaction_killed = True  # a person may answer with compaction off
         except ArchiveError as failed:
             out.add(f"compaction: failed: {type(failed).__name__}: {failed}")
 
