@@ -329,6 +329,21 @@ def connection_lost(exc: BaseException) -> str | None:
     return None
 
 
+def credentials_refused(exc: BaseException) -> str | None:
+    """What a Connect client's error says when the server refused its credentials (the
+    connection's token): the gRPC status; None otherwise. No retry helps then."""
+    while exc is not None:
+        status = getattr(exc, "getGrpcStatusCode", None) or getattr(exc, "code", None)
+        try:
+            status = status() if callable(status) else None
+        except Exception:  # noqa: BLE001  an exception's own code() of another kind
+            status = None
+        if getattr(status, "name", None) in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            return f"gRPC status {status.name}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def parallelism(session) -> int:
     """How many tasks the session runs at once (its default parallelism). A Connect client
     has no SparkContext: the server's setting where it has one, else the cluster's own

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kafka_archive import spark
 from kafka_archive.config import Config
-from kafka_archive.errors import TransientError
+from kafka_archive.errors import TerminalError, TransientError
 
 # the session setting that says which library zip a Connect session holds as an artifact
 LIBRARY_CONF = "spark.kafka_archive.library"
@@ -27,7 +27,8 @@ def connect_session(url: str, name: str):
     Python workers stay warm from run to run (and Spark 4.1 ends a session's workers only
     with the server: a session per run would leave ~300 MiB of them behind each time),
     and the library (a session artifact, `pyfile`) is sent only when the session lacks it.
-    TransientError naming the server when it cannot be reached."""
+    TransientError naming the server when it cannot be reached; TerminalError when it
+    refuses the credentials (a wrong token: retries would only repeat it)."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
     # the Connect client's own builder: pyspark's generic one refuses a remote session in a
     # process with a classic one, and marks the process (SPARK_CONNECT_MODE_ENABLED) so
@@ -47,9 +48,14 @@ def connect_session(url: str, name: str):
             session.conf.set(LIBRARY_CONF, library.name)
     except Exception as exc:  # noqa: BLE001  grpc's and pyspark's own: unreachable, refused
         close_client(session)
+        where = base.removeprefix('sc://').rstrip('/')
+        if refused := spark.credentials_refused(exc):  # no retry helps: not transient
+            raise TerminalError(f"the Spark Connect server at {where} refused this client's "
+                                f"credentials ({refused}): check the token of the group's "
+                                "Spark Connect connection") from exc
         why = spark.connection_lost(exc) or str(exc).splitlines()[0]  # (grpc's repr: not the text)
-        raise TransientError(f"the Spark Connect server at {base.removeprefix('sc://').rstrip('/')} "
-                             f"cannot be reached: {why[:300]}") from exc
+        raise TransientError(f"the Spark Connect server at {where} cannot be reached: "
+                             f"{why[:300]}") from exc
     return session
 
 

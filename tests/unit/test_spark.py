@@ -265,3 +265,26 @@ def test_a_connect_clients_parallelism_is_the_clusters_not_a_default_of_two():
     configured = ConnectSession()
     configured.conf = type("Conf", (), {"get": staticmethod(lambda key, default=None: "12")})()
     assert spark.parallelism(configured) == 12
+
+
+def test_a_connect_server_refusing_the_credentials_is_told_from_one_that_cannot_be_reached():
+    """Issue 56 (a suspect, real): an UNAUTHENTICATED answer (a wrong token) was reported
+    as "cannot be reached" and retried. pyspark's own exceptions, as its client raises
+    them (a server's answer wrapped by the caller's)."""
+    import grpc
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    def raised(status):
+        try:
+            try:
+                raise SparkConnectGrpcException("refused", grpc_status_code=status)
+            except SparkConnectGrpcException as inner:
+                raise RuntimeError("addArtifacts failed") from inner
+        except RuntimeError as outer:
+            return outer
+
+    for status in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        assert spark.credentials_refused(raised(status)) == f"gRPC status {status.name}"
+        assert spark.connection_lost(raised(status)) is None
+    assert spark.credentials_refused(raised(grpc.StatusCode.UNAVAILABLE)) is None
+    assert spark.connection_lost(raised(grpc.StatusCode.UNAVAILABLE)) == "gRPC status UNAVAILABLE"

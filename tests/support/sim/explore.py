@@ -73,6 +73,11 @@ def next_step(rng: random.Random, world: World) -> tuple:
         writes = 4 if task == "plan" else 8  # a plan writes a few files, its mark the 3rd
         return ("race", run_id, task, rng.randint(1, writes), rng.choice(others), topic,
                 rewound, killed_at)
+    failing = {run for run in runs if world.runs[run].failed == "commit"}
+    named = [t for t in sorted(world.kafka.topics)
+             if (token := world._token(t)) is not None and token.run_id in failing]
+    if named and rng.random() < 0.1:  # a person rewinds (deletes the token) of a topic a
+        return ("delete_token", rng.choice(named))  # failing run's commit moved already
     r = rng.random()
     if r < 0.28:
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
