@@ -337,6 +337,11 @@ def inflight_marker(root: str, group: str) -> str:
     return join(runs_dir(root, group), "_inflight.json")
 
 
+def connect_secret(root: str) -> str:
+    """The deployment's secret of its Spark Connect session id (spark_connect)."""
+    return join(root, "_connect", "session_secret")
+
+
 def compaction_lease(root: str, group: str) -> str:
     """The compaction of a group under way (commit.compaction)."""
     return join(runs_dir(root, group), "_compacting.json")

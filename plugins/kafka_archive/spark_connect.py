@@ -1,19 +1,21 @@
 """The archive and replay jobs as Spark Connect clients (a group's `spark_connect`): the
-deployment's server session, reattached by an id made from its archive root and the
-library zip, and each job's operations tagged, so that a retry interrupts what its killed
+deployment's server session, reattached by an id made from its archive root, a secret
+kept under it and the library zip, and each job's operations tagged, so that a retry interrupts what its killed
 attempt left running and nothing else. The job itself is the one spark-submit runs
 (kafka_archive.spark.mapped); README, "Spark Connect"."""
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from kafka_archive import spark
+from kafka_archive import layout, spark
 from kafka_archive.config import Config
-from kafka_archive.errors import TerminalError, TransientError
+from kafka_archive.errors import TerminalError, TransientError, VersionConflict
+from kafka_archive.storage import Storage
 
 # the session setting that says which library zip a Connect session holds as an artifact
 LIBRARY_CONF = "spark.kafka_archive.library"
@@ -75,19 +77,31 @@ def close_client(session) -> None:
     session.stop()
 
 
-def session_name(config: Config) -> str:
-    """A deployment's Connect session name: its archive root (no other deployment's)."""
-    return config.archive_root.rstrip("/")
+def session_name(config: Config, storage: Storage) -> str:
+    """A deployment's Connect session name: its archive root (no other deployment's) and
+    a secret kept under it, created once. A session id made from the root alone could be
+    made by any client of the server (its token is shared): that client could attach to
+    the deployment's session, add artifacts to its workers or interrupt its jobs. The
+    secret needs the archive root's credentials. Never logged."""
+    url = layout.connect_secret(config.archive_root)
+    secret = storage.get_or_none(url)
+    if secret is None:
+        try:
+            storage.put_if(url, secrets.token_hex(32).encode(), None)
+        except VersionConflict:  # another task created it first: that one it is
+            pass
+        secret = storage.get_bytes(url)
+    return f"{config.archive_root.rstrip('/')}#{secret.decode().strip()}"
 
 
 @contextmanager
-def connected(url: str, config: Config, job: str):
-    """The deployment's Connect session (connect_session, named by the archive root) for
+def connected(url: str, config: Config, job: str, storage: Storage):
+    """The deployment's Connect session (connect_session, named by session_name) for
     one job: `job` (its plan's URL) tags the job's operations, so that what an earlier
     attempt of the same job (a killed task) left running is interrupted first and cannot
     write beside this one, while other groups' jobs in the session run on. The client is
     closed at the end (close_client)."""
-    session = connect_session(url, session_name(config))
+    session = connect_session(url, session_name(config, storage))
     try:
         session.interruptTag(job_tag(job))
         session.addTag(job_tag(job))

@@ -40,8 +40,9 @@ def pipeline(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
 def over_connect(url: str, plan_url: str) -> dict:
     """What ArchiveOperator does for a group with `spark_connect` (without Airflow's task)."""
     cfg = connections.load_config()
-    with connected(url, cfg, plan_url) as session:
-        return job.recorded(session, cfg, plan_url, connections.storage(cfg.s3_conn_id))
+    storage = connections.storage(cfg.s3_conn_id)
+    with connected(url, cfg, plan_url, storage) as session:
+        return job.recorded(session, cfg, plan_url, storage)
 
 
 def hadoop_read(pipeline: Pipeline, sc, tmp_path) -> list[tuple]:
@@ -227,10 +228,11 @@ def test_a_retry_interrupts_its_own_jobs_earlier_attempt_and_no_other(pipeline, 
     from concurrent.futures import ThreadPoolExecutor
 
     cfg = connections.load_config()
+    storage = connections.storage(cfg.s3_conn_id)
 
     def job_running(plan_url: str, started: Path):
         started.mkdir()
-        with connected(spark_connect, cfg, plan_url) as session:
+        with connected(spark_connect, cfg, plan_url, storage) as session:
             return spark.mapped(session, 1, _sleeping(30, str(started)), "a long job")
 
     def under_way(job, started: Path) -> None:
@@ -249,7 +251,7 @@ def test_a_retry_interrupts_its_own_jobs_earlier_attempt_and_no_other(pipeline, 
         under_way(other, tmp_path / "other")
         killed = pool.submit(job_running, backup_run, tmp_path / "killed")
         under_way(killed, tmp_path / "killed")
-        with connected(spark_connect, cfg, backup_run):
+        with connected(spark_connect, cfg, backup_run, storage):
             pass  # the retry of backup's run: its earlier attempt's job is interrupted
         with pytest.raises(Exception, match="(?i)cancel|interrupt"):
             killed.result(timeout=60)

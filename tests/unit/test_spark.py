@@ -225,13 +225,25 @@ def test_any_other_task_failure_is_terminal_and_names_what_was_raised():
 def test_each_deployment_has_its_connect_session_and_each_job_its_tag(tmp_path):
     """Two deployments (another archive root) share a Connect server: their sessions
     differ. In a session, a job's attempts share a tag (a retry interrupts what a killed
-    attempt left running) that no other job has (other groups' runs go on)."""
-    ids = set()
-    for root in ("s3://prod/archive", "s3://dev/archive", "s3://prod/archive/"):
-        path = tmp_path / f"{len(ids)}.yaml"
+    attempt left running) that no other job has (other groups' runs go on). A session id
+    cannot be made from the root alone (issue 56: another client of the server could
+    attach): a secret under the root, created once, goes into it."""
+    from kafka_archive import layout
+    from kafka_archive.storage import Storage
+
+    def session(root: str) -> str:
+        path = tmp_path / "c.yaml"
         path.write_text(f"kafka: {{bootstrap_servers: b:9092}}\narchive_root: {root}\n")
-        ids.add(spark_connect.session_id(spark_connect.session_name(config.load(path)), spark.library_zip()))
+        return str(spark_connect.session_id(spark_connect.session_name(config.load(path), Storage()),
+                                            spark.library_zip()))
+
+    prod, dev = (f"file://{tmp_path}/{name}/archive" for name in ("prod", "dev"))
+    ids = {session(root) for root in (prod, dev, prod + "/")}
     assert len(ids) == 2  # a trailing slash is the same root
+    assert session(prod) in ids  # the secret is created once, then read
+    secret = Storage().get_bytes(layout.connect_secret(prod))
+    assert len(secret) == 64 and session(prod) != str(spark_connect.session_id(
+        prod, spark.library_zip()))
     plans = [f"s3://prod/archive/_runs/{g}/scheduled__2026-01-01T00:00:00+00:00/plan.json"
              for g in ("backup", "tables")]
     tags = {spark_connect.job_tag(plan) for plan in plans}

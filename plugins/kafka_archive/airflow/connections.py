@@ -177,7 +177,7 @@ def check_spark_connect(config: Config, conn_id: str) -> str:
     from kafka_archive import spark, spark_connect
 
     url = SparkConnectHook(conn_id).get_connection_url()
-    with spark_connect.connected(url, config, "preflight") as session:
+    with spark_connect.connected(url, config, "preflight", storage(config.s3_conn_id)) as session:
         cores = spark.parallelism(session)
     server = url.partition("/;")[0].removeprefix("sc://").rstrip("/")  # (no token)
     return f"{server} (connection {conn_id}): {cores} cores"

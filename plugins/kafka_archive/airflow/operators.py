@@ -125,7 +125,7 @@ class ArchiveOperator(BaseOperator):
         def launch():
             started = time.monotonic()
             try:
-                with spark_connect.connected(url, cfg, self.plan_url) as self.session:
+                with spark_connect.connected(url, cfg, self.plan_url, storage) as self.session:
                     connected = time.monotonic()
                     lines = self.run_connected(self.session, cfg, storage, started, connected)
             finally:

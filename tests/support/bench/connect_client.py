@@ -21,9 +21,10 @@ args = parser.parse_args()
 
 started = time.monotonic()
 cfg = kafka_connection.connected(config.load(args.config))
-with spark_connect.connected(args.url, cfg, args.plan) as session:
+storage = Storage.from_environment()
+with spark_connect.connected(args.url, cfg, args.plan, storage) as session:
     ready = time.monotonic()
-    manifest = job.recorded(session, cfg, args.plan, Storage.from_environment())
+    manifest = job.recorded(session, cfg, args.plan, storage)
     print("\n".join(progress.lines(manifest, time.monotonic() - started, ready - started)))
 print(f"client peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB",
       flush=True)
