@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[3]
 LIBRARY = REPO / "plugins"
 # seeds per shape at --budget 1: the unit tier's own for the table worlds (its
 # TABLE_SEQUENCES), fewer of the others (tests/unit/test_protocol_simulation.py)
-SEEDS = {"files": 300, "tables": 100, "events": 80, "parsed": 20, "replay": 100}
+SEEDS = {"files": 600, "tables": 100, "events": 80, "parsed": 20, "replay": 100}
 
 
 @dataclass(frozen=True)
