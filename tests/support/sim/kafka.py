@@ -1,7 +1,7 @@
 """The simulation's Kafka: partitions that grow, lose their head to retention, gain
 offsets no reader sees (transaction markers, compacted records), and topics that come
 and go. The plan and the operators' tools see it through kafka-python's consumer API,
-the job's slice bodies through the Batches librdkafka's reader (archive.source) yields.
+the job's slice bodies through librdkafka's (RangeConsumer, read by archive.source).
 """
 
 from __future__ import annotations
@@ -10,12 +10,10 @@ import json
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-import numpy as np
 from kafka import TopicPartition
 from kafka.structs import OffsetAndTimestamp
 
 from kafka_archive.errors import TransientError
-from kafka_archive.formats.batch import Batch, binary_array, headers_array
 
 
 @dataclass
@@ -89,19 +87,82 @@ class Kafka:
         self.reachable()
         return Consumer(self)
 
-    def batches(self, topic: str, partition: int, start: int, end: int):
-        """What archive.source.read yields for [start, end): from the earliest offset
-        left where retention deleted the head since the plan; nothing of a deleted topic."""
+    def range_consumer(self) -> RangeConsumer:
+        """What brokers.range_consumer gives the job: librdkafka's consumer."""
         self.reachable()
-        if topic in self.deleted:
-            return
-        p = self.topics[topic][partition]
-        offsets = [o for o in range(max(start, p.earliest), min(end, p.end)) if o in p.messages]
-        if offsets:
-            yield Batch(np.array(offsets, np.int64), binary_array([self.key(o) for o in offsets]),
-                        binary_array([self.value(topic, partition, o) for o in offsets]),
-                        np.array([p.messages[o] for o in offsets], np.int64),
-                        headers_array([None] * len(offsets)))
+        return RangeConsumer(self)
+
+
+class _Message:
+    """A confluent_kafka Message as archive.source reads one: a record or an error event."""
+
+    def __init__(self, offset=None, key=None, value=None, timestamp=0, error=None):
+        self._offset, self._key, self._value = offset, key, value
+        self._timestamp, self._error = timestamp, error
+
+    def error(self):
+        return self._error
+
+    def offset(self):
+        return self._offset
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def timestamp(self):
+        return (1, self._timestamp)  # TIMESTAMP_CREATE_TIME
+
+    def headers(self):
+        return None
+
+
+class _EndOfPartition:
+    def code(self):
+        from confluent_kafka import KafkaError
+        return KafkaError._PARTITION_EOF
+
+    def fatal(self):
+        return False
+
+
+class RangeConsumer:
+    """librdkafka's consumer as archive.source.read drives it (assign at an offset,
+    consume, unassign), as the broker answers: from the earliest offset left where
+    retention deleted the assigned one (auto.offset.reset earliest), messages in offset
+    order past the slice's end too (the reader must stop at it), offsets no reader sees
+    skipped, an end-of-partition event at the log's end, nothing of a deleted topic but
+    that event."""
+
+    def __init__(self, kafka: Kafka):
+        self.kafka, self.at = kafka, None
+
+    def assign(self, tps) -> None:
+        [tp] = tps
+        self.at = (tp.topic, tp.partition, tp.offset)
+
+    def consume(self, count: int, timeout: float = 0) -> list:
+        self.kafka.reachable()
+        topic, partition, position = self.at
+        if topic in self.kafka.deleted:
+            return [_Message(error=_EndOfPartition())]
+        p = self.kafka.topics[topic][partition]
+        position = max(position, p.earliest)
+        offsets = sorted(o for o in p.messages if o >= position)[:count]
+        found = [_Message(o, self.kafka.key(o), self.kafka.value(topic, partition, o),
+                          p.messages[o]) for o in offsets]
+        self.at = (topic, partition, (offsets[-1] + 1) if offsets else p.end)
+        if len(found) < count:  # the rest of the log read: its end
+            found.append(_Message(error=_EndOfPartition()))
+        return found
+
+    def unassign(self) -> None:
+        self.at = None
+
+    def close(self) -> None:
+        pass
 
 
 class Consumer:

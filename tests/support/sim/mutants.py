@@ -112,6 +112,8 @@ MUTANTS = [
            """        self.tmp = tempfile.NamedTemporaryFile(dir=self.path.parent, prefix=f".{self.path.name}.",
                                                delete=False)""",
            """        self.tmp = open(self.path, "wb")"""),
+    Mutant("the Kafka reader returns one message past the slice", "archive/source.py",
+           "                    if offset >= end:", "                    if offset > end:"),
     Mutant("commit leaves its in-flight mark", "commit/protocol.py",
            "    inflight.clear(storage, root, plan.group, plan.run_id)\n    for e in manifest",
            "    for e in manifest"),

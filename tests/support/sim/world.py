@@ -23,7 +23,7 @@ from unittest.mock import patch
 from kafka_archive import brokers, catalog, layout
 from kafka_archive.airflow import alerting, connections, tasks
 from kafka_archive.catalog import lease
-from kafka_archive.archive import job
+from kafka_archive.archive import job, source
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.commit import compaction, finalizing, iceberg, mirror, table_maintenance
 from kafka_archive.errors import ArchiveError, TerminalError
@@ -798,8 +798,8 @@ class World:
 
             def archived(plan, slices):
                 writer = job.ArchiveTask(self.config, plan) if plan.columns else task
-                return [writer.archive(s, self.kafka.batches(s.topic, s.partition, s.start,
-                                                             s.end), self.storage)
+                return [writer.archive(s, source.read(self.kafka.range_consumer(), s.topic,
+                                                      s.partition, s.start, s.end), self.storage)
                         for s in slices]
             try:
                 done.append(job.archive_plan(self.config, run.plan_url, self.storage,
