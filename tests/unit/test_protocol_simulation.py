@@ -221,7 +221,18 @@ COMMIT_KILLED_BEFORE_ITS_ANNOUNCEMENT = [
 REWOUND_LINE_NEVER_CAUGHT_UP = [
     ("produce", "u", 0, 1, True, 0), ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
     ("rewind_time", "u", 0, 120), ("retention", "u", 0, 6)]
+# found by the setting step (issue 56, config changes between runs), each red before its
+# fix (tests/unit/plan/test_planning.py has each rule): with min_records 3 a transaction's
+# marker alone pending waited for good (no message to date it: a lag of one for ever);
+# with on_retention_gap: skip, a gap up to the log's end never moved the token
+MIN_RECORDS_WAITING_ON_A_MARKER = [("setting", "min_records", 3), ("produce", "t", 0, 6, True, 0)]
+SKIPPED_GAP_TO_THE_LOGS_END = [
+    ("produce", "u", 0, 4, False, 0), ("retention", "u", 0, 5),
+    ("run", "scheduled__2026-01-01T00:19:00+00:00", 0, 0, 0), ("produce", "u", 0, 3, True, 0),
+    ("retention", "u", 0, 6), ("setting", "on_retention_gap", "skip")]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
+         "min_records waiting on a marker": MIN_RECORDS_WAITING_ON_A_MARKER,
+         "skipped gap to the log's end": SKIPPED_GAP_TO_THE_LOGS_END,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,
          "restored token taken for a lost race": RESTORED_TOKEN_TAKEN_FOR_A_LOST_RACE,
          "rewind met retention": REWIND_MET_RETENTION,

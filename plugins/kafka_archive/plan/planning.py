@@ -201,10 +201,15 @@ def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[in
                 slices.append(Slice(s.topic, s.partition, start, start, policy.max_bytes))
             continue
         if pending == 0:
+            if token is not None and start != token:  # a skipped gap up to the log's end:
+                # the token moves past it (else the gap is found, and skipped, every run)
+                slices.append(Slice(s.topic, s.partition, start, start, policy.max_bytes))
             continue
         if pending < policy.min_records:
             oldest = oldest_pending_ms(s.topic, s.partition, start)
-            age_s = (now_ms - oldest) / 1000 if oldest is not None else 0
+            # None: no message pending, only offsets no reader sees (a transaction's
+            # marker): nothing to wait for, and waiting would show a lag for good
+            age_s = (now_ms - oldest) / 1000 if oldest is not None else policy.max_delay_s
             if age_s < policy.max_delay_s:
                 waiting[f"{s.topic}/{s.partition}"] = (
                     f"{pending} pending < min_records {policy.min_records}, oldest {age_s:.0f}s "

@@ -51,6 +51,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
             world.compaction_killed and rng.random() < 0.3)):
         # (a compaction killed for memory: turning it off is the natural answer)
         return ("compaction_setting", rng.random() < 0.5 and not world.compaction_killed)
+    if rng.random() < 0.02:  # a person changes a setting between runs
+        name = rng.choice(("on_retention_gap", "min_records"))
+        return ("setting", name, rng.choice(("fail", "skip")) if name == "on_retention_gap"
+                else rng.choice((1, 3)))
     if rng.random() < 0.03:  # a task killed in the middle of one of its local writes
         task = rng.choice(("plan", "job", "commit"))
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
@@ -273,6 +277,7 @@ _SAID = {
     "damage_catalog": lambda n: f"a catalog snapshot or row chunk is damaged (file #{n})",
     "maintain": lambda n: f"a day later, the tables' maintenance (expiry, orphans){_kill(n)}",
     "compact": lambda hours, n: f"{hours} hours later, the tables' compaction{_kill(n)}",
+    "setting": lambda name, value: f"a person sets {name}: {value}",
     "compaction_setting": lambda on: ("a person sets compact_after back to 1h" if on else
                                       "a person sets compact_after: null (compaction off)"),
     "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",

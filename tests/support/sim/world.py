@@ -669,11 +669,27 @@ class World:
         if self.tables is None:
             return
         group = self.config.group(self.group)
-        table = replace(group.table, compact_after_s=3600 if on else None)
-        self.config = replace(self.config, groups={**self.config.groups,
-                                                   self.group: replace(group, table=table)})
-        self.tables.config = self.config
+        self._reconfigured(replace(group, table=replace(group.table,
+                                                        compact_after_s=3600 if on else None)))
         out.add(f"compaction {'on' if on else 'off'}")
+
+    def _setting(self, out: Outcome, name: str, value):
+        """A person changes a group setting between runs: `on_retention_gap` (fail or
+        skip: a retention gap held for a person, or recorded as a loss and skipped) or the
+        policy's `min_records` (fewer pending wait until the oldest is max_delay old)."""
+        group = self.config.group(self.group)
+        if name == "min_records":
+            group = replace(group, policy=replace(group.policy, min_records=value))
+        else:
+            group = replace(group, **{name: value})
+        self._reconfigured(group)
+        out.add(f"{name}: {value}")
+
+    def _reconfigured(self, group) -> None:
+        """The group's config as changed: the next tasks load it so."""
+        self.config = replace(self.config, groups={**self.config.groups, self.group: group})
+        if self.tables is not None:
+            self.tables.config = self.config
 
     def _compaction_task(self, out: Outcome, run_id: str, crash: int, switch_at: int = 0,
                          other=None):
@@ -1141,6 +1157,7 @@ class World:
             self._fix_token(Outcome(), topic)
         for n in range(40):
             before = self._positions()
+            self.now += timedelta(minutes=1)  # runs a schedule apart (min_records waits)
             run_id = f"drain__{n}"
             out = Outcome()
             self.runs[run_id] = Run(run_id)

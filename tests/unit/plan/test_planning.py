@@ -85,6 +85,27 @@ def test_min_records_waits_until_max_delay():
     assert slices == [Slice("t", 0, 0, 3, 10_000)] and waiting == {}
 
 
+def test_pending_offsets_without_a_message_never_wait_for_min_records():
+    """Found by the simulation's setting step (min_records 3, then 6 messages and a
+    transaction's marker): the marker alone pending, with no message to date it, waited
+    for good, and the partition showed a lag of one for ever."""
+    few = replace(GROUP, policy=replace(GROUP.policy, min_records=3))
+    slices, _, waiting = plan([PartitionState("t", 0, 0, 7)], {"t": {0: 6}}, few,
+                              oldest=lambda t, p, o: None)
+    assert slices == [Slice("t", 0, 6, 7, 10_000)] and waiting == {}
+
+
+def test_a_skipped_retention_gap_up_to_the_logs_end_moves_the_token_past_it():
+    """Found by the simulation's setting step (on_retention_gap: skip): retention deleted
+    everything after the token, up to the log's end; nothing was pending from Kafka's
+    earliest, so no slice moved the token, and every run found (and skipped) the gap."""
+    skip = replace(GROUP, on_retention_gap="skip")
+    slices, anomalies, _ = plan([PartitionState("t", 0, 8, 8)], {"t": {0: 4}}, skip)
+    assert [(a.kind, a.lost_from, a.lost_to, a.action) for a in anomalies] == [
+        ("retention_gap", 4, 8, "skipped")]
+    assert slices == [Slice("t", 0, 8, 8, 10_000)]
+
+
 def test_topic_policy_overrides_by_first_matching_regex():
     group = replace(GROUP, topic_policies=(("billing\\..*", replace(GROUP.policy, max_records=5)),))
     slices, _, _ = plan([PartitionState("billing.eu", 0, 0, 50), PartitionState("logs", 0, 0, 50)],
