@@ -230,7 +230,16 @@ SKIPPED_GAP_TO_THE_LOGS_END = [
     ("produce", "u", 0, 4, False, 0), ("retention", "u", 0, 5),
     ("run", "scheduled__2026-01-01T00:19:00+00:00", 0, 0, 0), ("produce", "u", 0, 3, True, 0),
     ("retention", "u", 0, 6), ("setting", "on_retention_gap", "skip")]
+# found by the 60-minute soak on b07e460 (seed 2428): a stale job's failure names the plan
+# in flight, which a later run replaced: the same incident got a new key and a new mail
+STALE_JOB_MAILED_AGAIN = [
+    ("produce", "u", 0, 8, False, 0), ("run", "scheduled__2026-01-01T00:01:00+00:00", 0, -1, 0),
+    ("run", "manual__x_1", 0, 3, 0), ("remove_inflight",),
+    ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 2), ("task", "manual__x_1", "job", 0),
+    ("remove_inflight",), ("run", "scheduled__2026-01-01T00:25:00+00:00", 0, 0, 4),
+    ("race", "scheduled__2026-01-01T00:01:00+00:00", "job", 4, "rewind", "u", False, 0)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
+         "stale job mailed again": STALE_JOB_MAILED_AGAIN,
          "min_records waiting on a marker": MIN_RECORDS_WAITING_ON_A_MARKER,
          "skipped gap to the log's end": SKIPPED_GAP_TO_THE_LOGS_END,
          "commit cleared another run's mark": COMMIT_CLEARED_ANOTHER_RUNS_MARK,

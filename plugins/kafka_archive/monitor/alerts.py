@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable
@@ -130,7 +131,13 @@ def failure_key(task_id: str, error_class: str | None, error: str,
     meet it."""
     for run_id in sorted({r for r in run_ids if r}, key=len, reverse=True):
         error = error.replace(run_id, "<run>").replace(layout.run_folder_name(run_id), "<run>")
-    return f"{task_id} {error_class} {error}"
+    # and any other run Airflow named (the plan in flight, which moves on while the
+    # incident stays the same): its id, or its run folder's name
+    return f"{task_id} {error_class} {_AIRFLOW_RUN_ID.sub('<run>', error)}"
+
+
+_AIRFLOW_RUN_ID = re.compile(r"\b(?:scheduled|manual|backfill|asset_triggered|dataset_triggered)"
+                             r"__[^\s,;()]*[^\s,;():.]")
 
 
 def failure_due(mailed: dict[str, dict], key: str, now_s: float) -> bool:

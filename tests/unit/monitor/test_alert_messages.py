@@ -194,6 +194,14 @@ def test_the_same_failure_in_consecutive_runs_is_one_key_and_mailed_daily():
     assert not alerts.failure_due(mailed, first, 1000.0 + alerts.REMIND_AFTER_S - 1)
     assert alerts.failure_due(mailed, first, 1000.0 + alerts.REMIND_AFTER_S)
     assert alerts.failure_due(mailed, other, 1001.0)
+    # the soak's seed 2428: a stale job's error names the plan in flight, which a later
+    # run replaced; the same incident, mailed once
+    stale = [alerts.failure_key("job", "PlanNotInFlight", f"run manual__x_1 is not the plan in "
+                                f"flight (run {flight} is): its job writes nothing",
+                                ["manual__x_1"])
+             for flight in ("scheduled__2026-01-01T00:05:00+00:00",
+                            "scheduled__2026-01-01T00_25_00_00_00")]
+    assert stale[0] == stale[1] and "<run> is)" in stale[0]
 
 
 def test_a_failure_mail_says_what_to_do_and_whether_it_is_a_reminder():
