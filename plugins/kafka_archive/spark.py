@@ -313,35 +313,39 @@ def mapped(session, tasks: int, task: Callable[[int], Iterable[dict]], what: str
 _SERVER_STOPPING = ("stopped SparkContext", "SparkContext was shut down")
 
 
-def connection_lost(exc: BaseException) -> str | None:
-    """What a Connect client's error says when the server went away (restarted, killed,
-    a network cut): the gRPC status, or the client's retries given up; None otherwise."""
-    while exc is not None:
-        status = getattr(exc, "getGrpcStatusCode", lambda: None)()
-        if status is not None and status.name in ("UNAVAILABLE", "CANCELLED"):
-            return f"gRPC status {status.name}"
-        if type(exc).__name__ == "RetriesExceeded":
-            return "the client's retries given up"
-        if type(exc).__module__.startswith("pyspark.errors.exceptions.connect") and any(
-                stopped in str(exc) for stopped in _SERVER_STOPPING):
-            return "its Spark stopped under the job"
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def credentials_refused(exc: BaseException) -> str | None:
-    """What a Connect client's error says when the server refused its credentials (the
-    connection's token): the gRPC status; None otherwise. No retry helps then."""
+def _grpc_statuses(exc: BaseException | None):
+    """Each error of exc's chain (its causes, then contexts) with its gRPC status name, as
+    pyspark's Connect errors (getGrpcStatusCode) and grpc's own (code()) give it; None
+    for an error without one."""
     while exc is not None:
         status = getattr(exc, "getGrpcStatusCode", None) or getattr(exc, "code", None)
         try:
             status = status() if callable(status) else None
         except Exception:  # noqa: BLE001  an exception's own code() of another kind
             status = None
-        if getattr(status, "name", None) in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
-            return f"gRPC status {status.name}"
+        yield exc, getattr(status, "name", None)
         exc = exc.__cause__ or exc.__context__
+
+
+def connection_lost(exc: BaseException) -> str | None:
+    """What a Connect client's error says when the server went away (restarted, killed,
+    a network cut): the gRPC status, or the client's retries given up; None otherwise."""
+    for error, status in _grpc_statuses(exc):
+        if status in ("UNAVAILABLE", "CANCELLED"):
+            return f"gRPC status {status}"
+        if type(error).__name__ == "RetriesExceeded":
+            return "the client's retries given up"
+        if type(error).__module__.startswith("pyspark.errors.exceptions.connect") and any(
+                stopped in str(error) for stopped in _SERVER_STOPPING):
+            return "its Spark stopped under the job"
     return None
+
+
+def credentials_refused(exc: BaseException) -> str | None:
+    """What a Connect client's error says when the server refused its credentials (the
+    connection's token): the gRPC status; None otherwise. No retry helps then."""
+    return next((f"gRPC status {status}" for _, status in _grpc_statuses(exc)
+                 if status in ("UNAUTHENTICATED", "PERMISSION_DENIED")), None)
 
 
 def parallelism(session) -> int:
