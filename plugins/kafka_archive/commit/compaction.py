@@ -63,7 +63,8 @@ class CompactionBusy(TransientError):
 
 def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
     """The bins of one Kafka partition's rows (in offset order) to merge: runs of at least
-    two contiguous rows, each planned before `older_than` (ISO-8601) and smaller than
+    two contiguous rows, each planned at or before `older_than` (ISO-8601, seconds, as plans
+    record it) and smaller than
     SMALL x target, packed in offset order up to target bytes. A row not yet that old,
     a large one or a gap (offsets lost to retention) ends a bin.
 
@@ -81,7 +82,7 @@ def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
 
     for row in rows:
         planned, nbytes = row.get("planned_at") or "", row.get("bytes") or 0
-        if not (planned < older_than and nbytes < SMALL * target):
+        if not (planned and planned <= older_than and nbytes < SMALL * target):
             close()
             size = 0
             continue

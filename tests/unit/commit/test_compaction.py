@@ -32,6 +32,12 @@ def test_rows_of_recent_runs_stay_as_they_are():
     assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 5), (5, 9)]]
 
 
+def test_a_row_planned_exactly_compact_after_ago_is_old_enough():
+    # compact_after: 0 and a run planned in the compaction's second (plans record seconds)
+    rows = [row(0, 5, planned=BEFORE), row(5, 9, planned=BEFORE)]
+    assert spans(choose(rows, BEFORE, TARGET)) == [[(0, 5), (5, 9)]]
+
+
 def test_a_lone_small_row_is_not_rewritten():
     assert choose([row(0, 5)], BEFORE, TARGET) == []
     assert choose([row(0, 5), row(5, 9, planned=NEW)], BEFORE, TARGET) == []
@@ -76,10 +82,10 @@ def compacted_each_run(days: int, run_bytes: int, target: int) -> tuple[float, l
 
 def test_a_days_runs_end_in_one_file_and_the_last_hours():
     _, rows = compacted_each_run(1, 30 << 10, 256 << 20)
-    # after the last run's (23:45) compaction: the day's file, the runs of the last hour
-    # (22:45 included: not planned *before* 22:45)
-    assert len(rows) == 1 + 5
-    assert rows[0]["start"] == 0 and len(rows[0]["pieces"]) == 96 - 5
+    # after the last run's (23:45) compaction: the day's file (22:45's run included: it is
+    # exactly compact_after old), the runs of the last hour
+    assert len(rows) == 1 + 4
+    assert rows[0]["start"] == 0 and len(rows[0]["pieces"]) == 96 - 4
 
 
 def test_a_low_volume_partitions_large_file_is_not_rewritten_with_every_run():
