@@ -47,10 +47,12 @@ def next_step(rng: random.Random, world: World) -> tuple:
     runs = sorted(world.runs)
     if world.tables is not None and rng.random() < 0.05:
         return ("compact", rng.randint(0, 3), crash())
-    if world.tables is not None and (rng.random() < 0.03 or (
-            world.compaction_killed and rng.random() < 0.3)):
-        # (a compaction killed for memory: turning it off is the natural answer)
-        return ("compaction_setting", rng.random() < 0.5 and not world.compaction_killed)
+    if world.tables is not None and (rng.random() < 0.05 or (
+            world.compaction_killed and rng.random() < 0.15)):
+        # (a compaction killed for memory, not finished since: turning it off is the
+        # natural answer)
+        return ("compaction_setting", None if world.compaction_killed else rng.choice(
+            (None, 0, 0, 3600)))
     if rng.random() < 0.02:  # a person changes a setting between runs
         name = rng.choice(("on_retention_gap", "min_records"))
         return ("setting", name, rng.choice(("fail", "skip")) if name == "on_retention_gap"
@@ -65,18 +67,25 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # deployment's compaction, half the time of a rewind a person asked for just before
         others = ("rewind", "accept_loss") + (("compact",) * 4 + ("maintain",)
                                               if world.tables else ())
-        task = rng.choice(("plan",) * 2 + ("job", "commit") + (("compact",) if world.tables else ()))
+        task = rng.choice(("plan",) * 2 + ("job", "commit") + (("compact",) * 2 if world.tables
+                                                              else ()))
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") \
             if task in ("plan", "compact") else rng.choice(runs or ["none"])
         rewound = task == "plan" and rng.random() < 0.5
         if rewound:  # of a topic archived so far, if any
             topic = rng.choice([t for t in sorted(world.kafka.topics) if world._token(t)]
                                or [topic])
+        # (two compactions: most often, a holder paused at its release while another's
+        # compaction takes its lease over as an expired one's)
+        other = "compact" if task == "compact" and rng.random() < 0.6 else rng.choice(others)
         # the other body killed at one of its own writes (a compaction's lease left behind)
-        killed_at = rng.choice((0, 0, rng.randint(1, 12)))
-        writes = 4 if task == "plan" else 8  # a plan writes a few files, its mark the 3rd
-        return ("race", run_id, task, rng.randint(1, writes), rng.choice(others), topic,
-                rewound, killed_at)
+        killed_at = rng.choice((0, rng.randint(1, 12)) if other == "compact" else
+                               (0, 0, rng.randint(1, 12)))
+        # a plan writes a few files, its mark the 3rd; a compaction with nothing to merge
+        # takes its lease and releases it (the release is its 2nd write)
+        switch_at = rng.randint(1, 4) if task == "plan" else rng.choice(
+            (2, rng.randint(1, 8))) if task == "compact" else rng.randint(1, 8)
+        return ("race", run_id, task, switch_at, other, topic, rewound, killed_at)
     failing = {run for run in runs if world.runs[run].failed == "commit"}
     named = [t for t in sorted(world.kafka.topics)
              if (token := world._token(t)) is not None and token.run_id in failing]
@@ -278,8 +287,9 @@ _SAID = {
     "maintain": lambda n: f"a day later, the tables' maintenance (expiry, orphans){_kill(n)}",
     "compact": lambda hours, n: f"{hours} hours later, the tables' compaction{_kill(n)}",
     "setting": lambda name, value: f"a person sets {name}: {value}",
-    "compaction_setting": lambda on: ("a person sets compact_after back to 1h" if on else
-                                      "a person sets compact_after: null (compaction off)"),
+    "compaction_setting": lambda after: "a person sets compact_after: " + (
+        "null (compaction off)" if after is None or after is False else "1h"
+        if after is True or after == 3600 else f"{after} s (each run merges the runs before)"),
     "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",
     "torn": lambda run, task, n: f"task {task} of run {run} killed in the middle of its "
                                  f"local write #{n}",

@@ -245,7 +245,7 @@ class World:
             self.kafka.create(topic, partitions)
         self.now = START
         self.compactions = 0
-        self.compaction_killed = False  # in the step just run
+        self.compaction_killed = False  # and no compaction has finished since
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
         # topic -> the plans (run folder -> plan.json) made before a person deleted its token
@@ -282,7 +282,6 @@ class World:
         out = Outcome()
         kind, *args = step
         self.now += timedelta(minutes=1)
-        self.compaction_killed = False
         try:
             with self._table_writes_may_be_killed(), self._writes_may_be_torn():
                 getattr(self, "_" + kind)(out, *args)
@@ -662,16 +661,18 @@ class World:
         self.compactions += 1
         self._compaction_task(out, f"sim{self.compactions}", crash)
 
-    def _compaction_setting(self, out: Outcome, on: bool):
-        """A person turns the table group's compaction off (`compact_after: null`: the
-        natural answer to a compact task killed for memory) or back on (the default 1h);
-        the next tasks load the config as changed."""
+    def _compaction_setting(self, out: Outcome, after):
+        """A person sets the table group's `compact_after`: null (compaction off: the
+        natural answer to a compact task killed for memory), 0 (each run's compact task
+        merges every run before it) or the default 1h (True/False: 1h/null, as kept
+        sequences say); the next tasks load the config as changed."""
         if self.tables is None:
             return
+        if isinstance(after, bool):  # (0 == False: not a dict's key)
+            after = 3600 if after else None
         group = self.config.group(self.group)
-        self._reconfigured(replace(group, table=replace(group.table,
-                                                        compact_after_s=3600 if on else None)))
-        out.add(f"compaction {'on' if on else 'off'}")
+        self._reconfigured(replace(group, table=replace(group.table, compact_after_s=after)))
+        out.add(f"compact_after: {'null' if after is None else after}")
 
     def _setting(self, out: Outcome, name: str, value):
         """A person changes a group setting between runs: `on_retention_gap` (fail or
@@ -703,6 +704,8 @@ class World:
                     self._in_airflow():
                 done = tasks.compact(self.group, run_id)
             out.add(f"compaction: {done}")
+            if "skipped" not in done:
+                self.compaction_killed = False
             folder = layout.run_file(self.config.archive_root, self.group, done["compaction"],
                                      "")
             if done.get("rows") == 0 and (wrote := [u for u in self.storage.writes
