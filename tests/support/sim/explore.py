@@ -62,6 +62,12 @@ def next_step(rng: random.Random, world: World) -> tuple:
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
             else rng.choice(runs or ["none"])
         return ("torn", run_id, task, rng.randint(1, 10))
+    if world.tables is not None and world.unmerged_runs >= 2 and rng.random() < 0.05:
+        # runs to merge an hour from now: a compaction finding nothing yet, paused at its
+        # release (its 2nd write) while another's, an hour later, takes its lease over as
+        # an expired one's, merges them and may be killed
+        return ("race", world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00"), "compact",
+                2, "compact", topic, False, rng.choice((0, rng.randint(1, 12))))
     if rng.random() < (0.06 if world.tables else 0.03):  # two live tasks: another body
         # at one of the task's writes; a table group's plan most often against another
         # deployment's compaction, half the time of a rewind a person asked for just before

@@ -246,6 +246,7 @@ class World:
         self.now = START
         self.compactions = 0
         self.compaction_killed = False  # and no compaction has finished since
+        self.unmerged_runs = 0  # runs committed since a compaction last merged rows
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
         # topic -> the plans (run folder -> plan.json) made before a person deleted its token
@@ -438,6 +439,7 @@ class World:
                 break
         else:
             self._finalize(out, run_id, 0)  # (its kills: a finalize step of its own)
+            self.unmerged_runs += 1
         if self.tables is not None:  # a table group's compact task runs after all others
             self._compaction_task(out, run_id, 0)
 
@@ -706,6 +708,8 @@ class World:
             out.add(f"compaction: {done}")
             if "skipped" not in done:
                 self.compaction_killed = False
+            if done.get("rows"):
+                self.unmerged_runs = 0
             folder = layout.run_file(self.config.archive_root, self.group, done["compaction"],
                                      "")
             if done.get("rows") == 0 and (wrote := [u for u in self.storage.writes
