@@ -579,9 +579,10 @@ def test_the_liveness_check_finds_maintenance_that_never_settles_a_compaction(tm
                             "maintenance with nothing in flight waits for table", tmp_path)
 
 
-def test_the_table_check_finds_a_release_of_a_lease_taken_over_meanwhile(tmp_path):
+def test_the_lease_check_finds_a_release_of_a_lease_taken_over_meanwhile(tmp_path):
     """With the release before (read the lease, then delete it if it names us), the
-    successor's lease is deleted and its half-done compaction never finished."""
+    successor's lease is deleted (and its half-done compaction never finished: the table
+    check found that first, before the lease check)."""
     from kafka_archive.catalog import lease
 
     def read_then_delete(storage, url, token, version):
@@ -590,8 +591,9 @@ def test_the_table_check_finds_a_release_of_a_lease_taken_over_meanwhile(tmp_pat
 
     with patch.object(lease, "_release", read_then_delete):
         result = explore.run_steps(RELEASE_AFTER_A_TAKEOVER, tmp_path / "world", shape="tables")
-    assert result.violation is not None and result.violation.kind == "table disagrees", \
+    assert result.violation is not None and result.violation.kind == "lease", \
         explore.report(result)
+    assert "was deleted by" in str(result.violation)
 
 
 def _sticks_the_table_group(old_rule, steps: list[tuple], saying: str, tmp_path) -> None:

@@ -10,6 +10,7 @@ not exist (yet) is a no-op, so a shrunk sequence stays runnable. `World.step` ru
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import time
@@ -64,6 +65,7 @@ class LaunchFailed(Exception):
 
 
 DEAD_PID = 4_194_304 + 1  # above Linux's pid_max: no process has it
+LEASES = ("/_compacting.json", "/_rebuilding.json")  # catalog.lease's files
 LAUNCH_FAILS = -1  # a job task's "crash" that makes its launch fail before the job starts
 
 
@@ -112,6 +114,13 @@ class SimStorage(Storage):
         # with nothing written in the folder between (the same answer, asked twice)
         self.listed: dict[tuple[str, str | None], int] = {}
         self.relisted: Counter = Counter()
+        # leases (a compaction's, a rebuild's): the task that holds each now, by its
+        # claim's token, and the task whose storage calls these are (a racing body's
+        # nested inside); a lease removed by a task that does not hold it breaks its
+        # protocol, whatever follows
+        self.actors: list[str] = []
+        self.lease_holders: dict[str, tuple[str, str]] = {}  # url -> (token, actor)
+        self.lease_violations: list[str] = []
 
     def list(self, prefix_url, start_after=None):
         where = (prefix_url, start_after)
@@ -140,12 +149,30 @@ class SimStorage(Storage):
     def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
         self.faults.tick(f"conditional write {url}")
         self.writes.append(url)
-        return super().put_if(url, data, expected_version, content_type)
+        version = super().put_if(url, data, expected_version, content_type)
+        if url.endswith(LEASES):
+            claim = json.loads(data)
+            if "released" in claim:
+                self._lease_removed(url, "released")
+            else:
+                self.lease_holders[url] = (claim.get("token"), self.actor())
+        return version
 
     def delete(self, url):
         self.faults.tick(f"delete {url}")
         self.writes.append(url)
         super().delete(url)
+        if url.endswith(LEASES):
+            self._lease_removed(url, "deleted")
+
+    def actor(self) -> str:
+        return self.actors[-1] if self.actors else "?"
+
+    def _lease_removed(self, url: str, how: str) -> None:
+        token, holder = self.lease_holders.pop(url, (None, None))
+        if holder is not None and holder != self.actor():
+            self.lease_violations.append(f"lease {url.rsplit('/', 1)[-1]} held by {holder} "
+                                         f"was {how} by {self.actor()}")
 
 
 class SimTokens(LocalTokenStore):
@@ -245,6 +272,7 @@ class World:
             self.kafka.create(topic, partitions)
         self.now = START
         self.compactions = 0
+        self.actions = 0  # processes so far (each an actor of the storage's calls)
         self.compaction_killed = False  # and no compaction has finished since
         self.unmerged_runs = 0  # runs committed since a compaction last merged rows
         self.runs: dict[str, Run] = {}
@@ -284,7 +312,8 @@ class World:
         kind, *args = step
         self.now += timedelta(minutes=1)
         try:
-            with self._table_writes_may_be_killed(), self._writes_may_be_torn():
+            with self._table_writes_may_be_killed(), self._writes_may_be_torn(), \
+                    self._acting(kind):
                 getattr(self, "_" + kind)(out, *args)
         finally:
             self.faults.arm(0)
@@ -443,6 +472,17 @@ class World:
         if self.tables is not None:  # a table group's compact task runs after all others
             self._compaction_task(out, run_id, 0)
 
+    @contextmanager
+    def _acting(self, name: str):
+        """The storage calls of the block are one process's (a task, a person's command,
+        a racing body), for the lease invariant."""
+        self.actions += 1
+        self.storage.actors.append(f"{name} (#{self.actions})")
+        try:
+            yield
+        finally:
+            self.storage.actors.pop()
+
     def _task(self, out: Outcome, run_id: str, task: str, crash: int,
               switch_at: int = 0, other=None, torn_at: int = 0) -> bool:
         """One task of a run executed (again: a retry, a Clear); whether it succeeded.
@@ -453,7 +493,8 @@ class World:
         self.launch_fails = task == "job" and crash == LAUNCH_FAILS
         self.faults.arm(max(crash, 0), switch_at, other, torn_at)
         try:
-            result = getattr(self, "task_" + task)(run)
+            with self._acting(f"{task} of {run_id}"):
+                result = getattr(self, "task_" + task)(run)
         except Crash as kill:
             out.add(f"{run_id} {task}: killed before {kill}")
             run.failed = task
@@ -502,7 +543,8 @@ class World:
 
         def meanwhile(what: str) -> None:
             aside = Outcome()
-            bodies[other](aside)
+            with self._acting(f"racing {other}"):
+                bodies[other](aside)
             out.lines += [f"meanwhile, before {what}: {line}" for line in aside.lines] or [
                 f"meanwhile, before {what}: {other} (nothing to say)"]
 
@@ -703,7 +745,7 @@ class World:
             self.storage.task_begins()
             with patch.object(lease, "this_process", lambda: {"host": socket.gethostname(),
                                                               "pid": DEAD_PID}), \
-                    self._in_airflow():
+                    self._in_airflow(), self._acting(f"compaction of {run_id}"):
                 done = tasks.compact(self.group, run_id)
             out.add(f"compaction: {done}")
             if "skipped" not in done:
@@ -990,7 +1032,12 @@ class World:
                                    f"{_ranges(in_kafka)} are still in Kafka"))
 
     def check(self, final: bool = False) -> None:
-        """Invariants 1-3 of issue 41 on what the catalog, the files and the tokens say."""
+        """Invariants 1-3 of issue 41 on what the catalog, the files and the tokens say;
+        a lease removed only by its holder (issue 56), at any time."""
+        if self.storage.lease_violations:
+            raise Violation("lease", self.storage.lease_violations[0] + ": a lease is "
+                            "released only by its holder (one whose own expired and was "
+                            "taken over leaves its successor's alone)")
         try:
             cat = catalog.open_catalog(Storage(), self.config, self.group)
             rows = cat.rows()
