@@ -71,7 +71,7 @@ def next_step(rng: random.Random, world: World) -> tuple:
     if rng.random() < (0.06 if world.tables else 0.03):  # two live tasks: another body
         # at one of the task's writes; a table group's plan most often against another
         # deployment's compaction, half the time of a rewind a person asked for just before
-        others = ("rewind", "accept_loss") + (("compact",) * 4 + ("maintain",)
+        others = ("rewind", "accept_loss", "retention") + (("compact",) * 4 + ("maintain",)
                                               if world.tables else ())
         task = rng.choice(("plan",) * 2 + ("job", "commit") + (("compact",) * 2 if world.tables
                                                               else ()))
@@ -309,7 +309,9 @@ _SAID = {
                                               "rewind": f"kafka-archive rewind --topic {t} "
                                                         "--to-offset 0",
                                               "accept_loss": f"kafka-archive accept-loss "
-                                                             f"--topic {t}"}[other]
+                                                             f"--topic {t}",
+                                              "retention": f"Kafka's retention deletes {t}/0 "
+                                                           "up to its end"}[other]
         + _kill(killed_at)),
 }
 

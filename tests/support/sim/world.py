@@ -398,6 +398,11 @@ class World:
         if token is None or partition not in token.offsets:
             self.unarchivable.setdefault((topic, partition), set()).update(gone)
 
+    def _pending_in(self, topic: str, partition: int) -> int:
+        """How many messages partition holds now (0: none, or no such partition)."""
+        parts = self.kafka.topics.get(topic, [])
+        return parts[partition].end - parts[partition].earliest if partition < len(parts) else 0
+
     def _delete_topic(self, out: Outcome, topic: str):
         """The topic is deleted from Kafka (for good: the simulation does not create it
         again, which would start its offsets over)."""
@@ -522,7 +527,8 @@ class World:
         id) and, at its write #switch_at, another deployment's compaction (an hour later:
         rows to merge), maintenance or a person's rewind to 0 or accept-loss on topic, run
         whole before that write goes on (a switch point of the two processes), killed at
-        its own write #killed_at if given. The task may be a compaction too (then the
+        its own write #killed_at if given; or Kafka's retention deleting a partition's
+        messages. The task may be a compaction too (then the
         other sees its lease as a dead holder's: one that stalled past its expiry). rewound:
         a person rewound the partition of topic with the most archived rows to Kafka's
         earliest offset just before the task began."""
@@ -539,7 +545,11 @@ class World:
         bodies = {"compact": lambda meanwhile: self._compact(meanwhile, 1, killed_at),
                   "maintain": lambda meanwhile: self._maintain(meanwhile, killed_at),
                   "rewind": lambda meanwhile: self._rewind(meanwhile, topic, 0, 0),
-                  "accept_loss": lambda meanwhile: self._accept_loss(meanwhile, topic)}
+                  "accept_loss": lambda meanwhile: self._accept_loss(meanwhile, topic),
+                  # Kafka's retention runs beside everything: here it deletes partition
+                  # 0's every message so far (what a plan saw pending is gone by the job)
+                  "retention": lambda meanwhile: self._retention(
+                      meanwhile, topic, 0, self._pending_in(topic, 0))}
 
         def meanwhile(what: str) -> None:
             aside = Outcome()
