@@ -34,9 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 LIBRARY = REPO / "plugins"
-# seeds per shape at --budget 1: the unit tier's own for the table worlds (its
-# TABLE_SEQUENCES), fewer of the others (tests/unit/test_protocol_simulation.py)
-SEEDS = {"files": 600, "tables": 100, "events": 80, "parsed": 20, "replay": 100}
+# seeds per shape at --budget 1: the unit tier's own (tests/unit/test_protocol_simulation.py,
+# its SEQUENCES, TABLE_, EVENT_ and PARSED_SEQUENCES; the replay's 100)
+SEEDS = {"files": 2000, "tables": 100, "events": 200, "parsed": 30, "replay": 100}
 
 
 @dataclass(frozen=True)
