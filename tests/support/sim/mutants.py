@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 LIBRARY = REPO / "plugins"
 # seeds per shape at --budget 1: the unit tier's own (tests/unit/test_protocol_simulation.py,
-# its SEQUENCES, TABLE_, EVENT_ and PARSED_SEQUENCES; the replay's 100)
+# its SEQUENCES, TABLE_, EVENT_ and PARSED_SEQUENCES; 100 of its 300 replay sequences)
 SEEDS = {"files": 2000, "tables": 100, "events": 200, "parsed": 30, "replay": 100}
 
 
