@@ -477,7 +477,16 @@ COMPACTIONS_FILES_SWEPT_BEFORE_IT_FINISHED = [
     ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
     ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0), ("compact", 3, 10),
     ("maintain", 9)]
-FOUND_IN_PARSED = {"compaction's files swept before it finished":
+# issue 56, found by the 60-minute soak (seed 305435): maintenance committed to a
+# dead-letter table between a commit's creation of it and the commit's setting of its
+# name mapping; the lost compare-and-swap escaped as pyiceberg's CommitFailedException
+# (unclassified: no retry) instead of being read again and set again
+TABLE_PROPERTY_RACING_MAINTENANCE = [
+    ("produce", "u", 0, 7, False, 0), ("run", "scheduled__2026-01-01T02:08:00+00:00", 0, 0, 2),
+    ("race", "scheduled__2026-01-01T02:09:00+00:00", "plan", 4, "compact", "u", False, 0),
+    ("race", "scheduled__2026-01-01T02:09:00+00:00", "commit", 5, "maintain", "t", False, 11)]
+FOUND_IN_PARSED = {"table property set racing maintenance": TABLE_PROPERTY_RACING_MAINTENANCE,
+                   "compaction's files swept before it finished":
                    COMPACTIONS_FILES_SWEPT_BEFORE_IT_FINISHED,
                    "dead-letter table name taken by an archived topic":
                    DEAD_LETTER_TABLE_NAME_TAKEN_BY_AN_ARCHIVED_TOPIC,

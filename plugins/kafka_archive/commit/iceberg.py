@@ -262,10 +262,28 @@ def open_table(catalog, identifier: tuple[str, str], location: str | None = None
     if table.metadata.name_mapping() is None:  # kept up to date by each schema update
         from pyiceberg.table import TableProperties
 
-        mapping = table.schema().name_mapping.model_dump_json()
-        with table.transaction() as tx:
-            tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        set_properties(table, {TableProperties.DEFAULT_NAME_MAPPING:
+                               table.schema().name_mapping.model_dump_json()})
     return table
+
+
+def set_properties(table, properties: dict[str, str]) -> None:
+    """The table's properties set, by compare-and-swap: on a lost race (another writer
+    committed meanwhile: a run, a compaction, maintenance) the table is read again and
+    set again."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with table.transaction() as tx:
+                tx.set_properties(properties)
+            return
+        except CommitFailedException as exc:
+            log.warning("table %s: another writer committed first (%s); again (%d)",
+                        name(table), exc, attempt)
+            table.refresh()
+    raise TransientError(f"table {name(table)}: lost the race to set {sorted(properties)} "
+                         f"{ATTEMPTS} times; run again")
 
 
 def commit_tables(tables: Tables, plan: Plan, manifest: dict) -> dict[str, int]:

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from kafka_archive import layout
 from kafka_archive.commit.compaction import PREFIX as COMPACTION_PREFIX
-from kafka_archive.commit.iceberg import RUN_ID, WITHDRAWN, name
+from kafka_archive.commit.iceberg import RUN_ID, WITHDRAWN, name, set_properties
 from kafka_archive.plan import inflight, runs
 from kafka_archive.storage import Storage
 
@@ -106,8 +106,7 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
         if planned[folder] is not None and planned[folder] < now_ms - keep_ms:
             storage.delete(url)
             gone += 1
-    with table.transaction() as tx:
-        tx.set_properties({ORPHANS_SWEPT: str(now_ms)})
+    set_properties(table, {ORPHANS_SWEPT: str(now_ms)})
     if gone:
         log.warning("table %s: %d files of runs that never committed deleted", name(table), gone)
     return gone
