@@ -63,10 +63,10 @@ class CompactionBusy(TransientError):
 
 def choose(rows: list[dict], older_than: str, target: int) -> list[list[dict]]:
     """The bins of one Kafka partition's rows (in offset order) to merge: runs of at least
-    two contiguous rows, each planned at or before `older_than` (ISO-8601, seconds, as plans
-    record it) and smaller than
-    SMALL x target, packed in offset order up to target bytes. A row not yet that old,
-    a large one or a gap (offsets lost to retention) ends a bin.
+    two contiguous rows, each planned at or before `older_than` (ISO-8601, seconds, as
+    plans record it) and smaller than SMALL x target, packed in offset order up to target
+    bytes. A row not yet that old, a large one or a gap (offsets lost to retention) ends a
+    bin.
 
     Rows of the day `older_than` falls in merge with each other, rows of the days before
     with each other, never the two: today's file grows with each run, and the file of

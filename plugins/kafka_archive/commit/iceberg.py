@@ -268,22 +268,29 @@ def open_table(catalog, identifier: tuple[str, str], location: str | None = None
 
 
 def set_properties(table, properties: dict[str, str]) -> None:
-    """The table's properties set, by compare-and-swap: on a lost race (another writer
-    committed meanwhile: a run, a compaction, maintenance) the table is read again and
-    set again."""
+    """The table's properties set; on a lost race (another writer committed meanwhile: a
+    run, a compaction, maintenance) set again on the table read again."""
+    def attempt() -> None:
+        with table.transaction() as tx:
+            tx.set_properties(properties)
+
+    _until_won(table, f"set {sorted(properties)}", attempt)
+
+
+def _until_won(table, what: str, attempt):
+    """attempt()'s result, on the table as last committed: read again and tried again
+    after each lost compare-and-swap, ATTEMPTS times at most."""
     from pyiceberg.exceptions import CommitFailedException
 
-    for attempt in range(1, ATTEMPTS + 1):
+    for n in range(1, ATTEMPTS + 1):
+        table.refresh()
         try:
-            with table.transaction() as tx:
-                tx.set_properties(properties)
-            return
+            return attempt()
         except CommitFailedException as exc:
             log.warning("table %s: another writer committed first (%s); again (%d)",
-                        name(table), exc, attempt)
-            table.refresh()
-    raise TransientError(f"table {name(table)}: lost the race to set {sorted(properties)} "
-                         f"{ATTEMPTS} times; run again")
+                        name(table), exc, n)
+    raise TransientError(f"table {name(table)}: lost the race to {what} {ATTEMPTS} times; "
+                         "run again")
 
 
 def commit_tables(tables: Tables, plan: Plan, manifest: dict) -> dict[str, int]:
@@ -409,25 +416,17 @@ def _once(table, run_id: str, what: str, changes):
     """The snapshot whose summary names run_id: the table's, when it holds one already,
     else the one `changes(transaction)` makes (or refuses, raising), committed. On a lost
     compare-and-swap the table is read again and asked first."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(1, ATTEMPTS + 1):
-        table.refresh()
+    def attempt():
         if (found := run_snapshot(table, run_id)) is not None:
             log.info("table %s holds %s %s already (snapshot %d)", name(table), what, run_id,
                      found.snapshot_id)
             return found
         tx = table.transaction()
         changes(tx)
-        try:
-            tx.commit_transaction()
-        except CommitFailedException as exc:
-            log.warning("table %s: another writer committed first (%s); again (%d)",
-                        name(table), exc, attempt)
-            continue
+        tx.commit_transaction()
         return run_snapshot(table.refresh(), run_id)
-    raise TransientError(f"table {name(table)}: lost the race to commit {what} {run_id} "
-                         f"{ATTEMPTS} times; run again")
+
+    return _until_won(table, f"commit {what} {run_id}", attempt)
 
 
 def _replacing(tx, io, properties: dict[str, str]):

@@ -129,6 +129,8 @@ MUTANTS = [
            '        if stored is None or state["through_ms"] > stored:', "        if True:",
            modelled="tests/unit/commit/test_finalizing.py::"
                     "test_a_finalize_killed_before_its_entry_leaves_a_later_recorded_watermark"),
+    Mutant("a table property set gives up on a lost race", "commit/iceberg.py",
+           '    _until_won(table, f"set {sorted(properties)}", attempt)', "    attempt()"),
     Mutant("commit leaves its in-flight mark", "commit/protocol.py",
            "    inflight.clear(storage, root, plan.group, plan.run_id)\n    for e in manifest",
            "    for e in manifest"),

@@ -114,12 +114,12 @@ class SimStorage(Storage):
         # with nothing written in the folder between (the same answer, asked twice)
         self.listed: dict[tuple[str, str | None], int] = {}
         self.relisted: Counter = Counter()
-        # leases (a compaction's, a rebuild's): the task that holds each now, by its
-        # claim's token, and the task whose storage calls these are (a racing body's
+        # leases (a compaction's, a rebuild's): the task that holds each now, and the
+        # task whose storage calls these are (a racing body's
         # nested inside); a lease removed by a task that does not hold it breaks its
         # protocol, whatever follows
         self.actors: list[str] = []
-        self.lease_holders: dict[str, tuple[str, str]] = {}  # url -> (token, actor)
+        self.lease_holders: dict[str, str] = {}  # url -> the actor whose claim it holds
         self.lease_violations: list[str] = []
 
     def list(self, prefix_url, start_after=None):
@@ -155,7 +155,7 @@ class SimStorage(Storage):
             if "released" in claim:
                 self._lease_removed(url, "released")
             else:
-                self.lease_holders[url] = (claim.get("token"), self.actor())
+                self.lease_holders[url] = self.actor()
         return version
 
     def delete(self, url):
@@ -169,7 +169,7 @@ class SimStorage(Storage):
         return self.actors[-1] if self.actors else "?"
 
     def _lease_removed(self, url: str, how: str) -> None:
-        token, holder = self.lease_holders.pop(url, (None, None))
+        holder = self.lease_holders.pop(url, None)
         if holder is not None and holder != self.actor():
             self.lease_violations.append(f"lease {url.rsplit('/', 1)[-1]} held by {holder} "
                                          f"was {how} by {self.actor()}")
