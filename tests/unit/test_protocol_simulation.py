@@ -421,7 +421,18 @@ HOUR_FINALIZED_UNDER_A_PLAN_IN_FLIGHT = [  # seed 8004658: its job wrote into it
 REWIND_OF_A_TOPIC_LISTED_PER_PARTITION = [
     ("produce", "t", 0, 3, False, 0), ("produce", "t", 1, 3, False, 0), ("run", "r1", 0, 0, 0),
     ("rewind_time", "t", None, 120), ("run", "r2", 0, 0, 0)]
+# issue 56, the 60-minute soak (seed 304134): a final hour's rewind re-archived it in one
+# file where it had two; the commit re-opened it, and finalize, waiting on a partition never
+# archived (then on a topic deleted), never finalized it again: its event stood unreplaced
+FINAL_HOUR_REWOUND_NEVER_ANNOUNCED_AGAIN = [
+    ("produce", "t", 1, 2, False, 90), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 7, 1),
+    ("clear_run", "scheduled__2026-01-01T00:06:00+00:00", 0), ("produce", "t", 1, 1, False, 90),
+    ("run", "scheduled__2026-01-01T00:13:00+00:00", 0, 0, 0), ("delete_token", "t"),
+    ("run", "scheduled__2026-01-01T00:15:00+00:00", 0, 4, 0), ("produce", "t", 0, 8, False, 0),
+    ("run", "scheduled__2026-01-01T00:17:00+00:00", 0, 0, 0), ("delete_topic", "t")]
 FOUND_IN_EVENTS = {"rewind of a topic listed per partition": REWIND_OF_A_TOPIC_LISTED_PER_PARTITION,
+                   "final hour rewound, never announced again":
+                   FINAL_HOUR_REWOUND_NEVER_ANNOUNCED_AGAIN,
                    "given-up run's rows back by a rebuild": GIVEN_UP_RUNS_ROWS_BACK_BY_A_REBUILD,
                    "hour finalized under a plan in flight": HOUR_FINALIZED_UNDER_A_PLAN_IN_FLIGHT,
                    "earlier attempt's file left in an hour": EARLIER_ATTEMPTS_FILE_LEFT_IN_AN_HOUR,

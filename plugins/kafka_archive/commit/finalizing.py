@@ -58,13 +58,16 @@ def finalize(config: Config, group: Group, storage: Storage, tokens: TokenStore,
     through = {} if holder is not None else archived_through(config, group, tokens,
                                                             consumer, now_ms)
     done: dict[str, dict] = {}
-    for topic, through_ms in sorted(through.items()):
-        mark = watermark(through_ms, group.lateness_s)
+    # the catalog's topics too: a final hour a rewind archived again is final again at
+    # once, though a partition was never archived since or the topic left Kafka
+    for topic in sorted(set(through) | set(cat.state.topics)) if holder is None else ():
         known = cat.state.topics.get(topic)
-        if mark is None or known is None:
+        if known is None:
             continue
-        if known.finalized_through_ms is not None:
-            mark = max(mark, known.finalized_through_ms)  # never moves back
+        marks = [watermark(through.get(topic), group.lateness_s), known.finalized_through_ms]
+        mark = max((m for m in marks if m is not None), default=None)  # never moves back
+        if mark is None:
+            continue
         new = sorted(path for path in known.open_time
                      if layout.time_partition_range(path, group.layout)[1] <= mark)
         for path in new:
