@@ -68,6 +68,12 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # an expired one's, merges them and may be killed
         return ("race", world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00"), "compact",
                 2, "compact", topic, False, rng.choice((0, rng.randint(1, 12))))
+    if world.tables is not None and world.unmerged_runs >= 2 and rng.random() < 0.04:
+        # runs to merge: a rewind's plan, its rows read, while another deployment's
+        # compaction merges them before the plan's mark (issue 56's defect 1 window)
+        topic = rng.choice([t for t in sorted(world.kafka.topics) if world._token(t)] or [topic])
+        return ("race", world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00"), "plan",
+                rng.randint(1, 3), "compact", topic, True, 0)
     if rng.random() < (0.06 if world.tables else 0.03):  # two live tasks: another body
         # at one of the task's writes; a table group's plan most often against another
         # deployment's compaction, half the time of a rewind a person asked for just before
