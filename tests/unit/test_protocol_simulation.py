@@ -565,6 +565,34 @@ def test_the_loss_check_finds_a_loss_reported_for_what_the_archive_holds(tmp_pat
     assert "[0, 5) are in the archive" in str(result.violation)
 
 
+# retention deletes partition u/0's head while its first run is planned: the commit must
+# still write the partition's line (at the slice's start), or the next run starts it anew
+RETENTION_DURING_A_NEW_PARTITIONS_FIRST_RUN = [
+    ("produce", "u", 0, 9, False, 0),
+    ("race", "scheduled__2026-01-01T00:11:00+00:00", "plan", 3, "accept_loss", "u", True, 0),
+    ("retention", "u", 0, 1)]
+
+
+def test_the_decided_check_finds_a_commit_that_leaves_a_lost_heads_partition_out(tmp_path):
+    """With a slice whose head retention deleted during the job left out of the token's
+    lines (a `continue` without its end), the commit leaves the new partition undecided."""
+    from kafka_archive.commit import protocol
+
+    real = protocol.verify
+
+    def forgetting_lost_heads(plan, manifest, size_of):
+        lost = {(a["topic"], a["partition"]) for a in manifest.get("retention_lost", ())}
+        return {k: v for k, v in real(plan, manifest, size_of).items() if k not in lost}
+
+    with patch.object(protocol, "verify", forgetting_lost_heads):
+        result = explore.run_steps(RETENTION_DURING_A_NEW_PARTITIONS_FIRST_RUN, tmp_path / "world")
+    assert result.violation is not None and result.violation.kind == "undecided", \
+        explore.report(result)
+    assert "without deciding partition 0" in str(result.violation)
+    assert explore.run_steps(RETENTION_DURING_A_NEW_PARTITIONS_FIRST_RUN,
+                             tmp_path / "again").violation is None
+
+
 def test_the_announcement_check_finds_a_retried_commit_that_announces_nothing(tmp_path):
     """With the rule before (a commit found committed announces nothing: as if its outbox
     said all was sent), the retry of a commit killed before its mail succeeds unannounced."""

@@ -98,6 +98,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
         switch_at = rng.randint(1, 4) if task == "plan" else rng.choice(
             (2, rng.randint(1, 8))) if task == "compact" else rng.randint(1, 8)
         return ("race", run_id, task, switch_at, other, topic, rewound, killed_at)
+    if rng.random() < 0.1 and (stale := world.stale_jobs()):
+        # Airflow retries a given-up plan's job while the runs in flight move on: the
+        # same failure each time, naming another run (one incident, one mail)
+        return ("task", rng.choice(stale), "job", 0)
     failing = {run for run in runs if world.runs[run].failed == "commit"}
     named = [t for t in sorted(world.kafka.topics)
              if (token := world._token(t)) is not None and token.run_id in failing]

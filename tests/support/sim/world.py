@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from unittest.mock import patch
 
-from kafka_archive import brokers, catalog, layout
+from kafka_archive import brokers, catalog, layout, manifest as manifests
 from kafka_archive.airflow import alerting, connections, tasks
 from kafka_archive.catalog import lease
 from kafka_archive.archive import job, source
@@ -898,6 +898,8 @@ class World:
                             "in-flight mark still names it: no later run can plan")
         if run_id == run.run_id:
             self.committed_runs.add(run_id)
+        if not summary.get("repeated"):
+            self._check_every_slice_decided(run.plan_url, summary)
         if summary["announce"]:
             self.announced[run_id] = self.announced.get(run_id, 0) + 1
             if summary["announce"] == "again":
@@ -911,6 +913,25 @@ class World:
         return f"committed {run_id}: tokens {summary['tokens']}" + (
             f", left as found {sorted(summary['tokens_left_as_found'])}"
             if summary["tokens_left_as_found"] else "")
+
+    def _check_every_slice_decided(self, plan_url: str, summary: dict) -> None:
+        """A commit decides every partition its plan planned: the token it writes has the
+        partition's line, at or past the slice's start, whatever the job met (a head lost
+        to retention meanwhile included); else the next run starts the partition from
+        start_from again (with `latest`, past messages never archived). Not a topic Kafka
+        deleted meanwhile, nor a token a person changed since the plan (left as found)."""
+        plan = Plan.from_json(Storage().get_bytes(plan_url))
+        made = manifests.read(Storage(), self.config.archive_root, self.group, plan.run_id)
+        vanished = {(t, p) for t, p in made.get("vanished", ())}
+        for s in plan.slices:
+            if s.topic in summary["tokens_left_as_found"] or (s.topic, s.partition) in vanished:
+                continue
+            line = summary["tokens"].get(s.topic, {}).get(str(s.partition))
+            if line is None or line < s.start:
+                raise Violation("undecided", f"run {plan.run_id}'s commit wrote token "
+                                f"{s.topic} without deciding partition {s.partition} (slice "
+                                f"[{s.start}, {s.end}), line {line}): its next run starts "
+                                "it from start_from again")
 
     def task_finalize(self, run_id: str) -> dict:
         return finalizing.finalize(self.config, self.config.group(self.group), self.storage,
@@ -943,6 +964,14 @@ class World:
 
     def in_flight(self) -> bool:
         return inflight.holding(self.storage, self.config.archive_root, self.group) is not None
+
+    def stale_jobs(self) -> list[str]:
+        """Runs whose job failed last, while another run's plan is in flight (theirs was
+        given up): a retry of their job fails again, naming the plan in flight."""
+        holder = inflight.holding(self.storage, self.config.archive_root, self.group)
+        return [] if holder is None else sorted(
+            run_id for run_id, run in self.runs.items() if run.failed == "job"
+            and run.plan_url and run_id != holder)
 
     # --- the mails, against a model of what each incident deserves ----------------------
 
