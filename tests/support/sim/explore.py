@@ -74,6 +74,12 @@ def next_step(rng: random.Random, world: World) -> tuple:
         topic = rng.choice([t for t in sorted(world.kafka.topics) if world._token(t)] or [topic])
         return ("race", world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00"), "plan",
                 rng.randint(1, 3), "compact", topic, True, 0)
+    if world.tables is not None and rng.random() < 0.04 and (retried := [
+            run for run in runs if world.runs[run].failed == "commit"]):
+        # Airflow's retry of a commit (the first to create its topic's tables, often)
+        # while maintenance, elsewhere, commits to the same tables
+        return ("race", rng.choice(retried), "commit", rng.randint(1, 6), "maintain", topic,
+                False, 0)
     if rng.random() < (0.06 if world.tables else 0.03):  # two live tasks: another body
         # at one of the task's writes; a table group's plan most often against another
         # deployment's compaction, half the time of a rewind a person asked for just before
