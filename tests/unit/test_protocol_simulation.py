@@ -238,7 +238,19 @@ STALE_JOB_MAILED_AGAIN = [
     ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 2), ("task", "manual__x_1", "job", 0),
     ("remove_inflight",), ("run", "scheduled__2026-01-01T00:25:00+00:00", 0, 0, 4),
     ("race", "scheduled__2026-01-01T00:01:00+00:00", "job", 4, "rewind", "u", False, 0)]
+# issue 56, the 60-minute soak (seed 404972): a person put back a copy of token t that a
+# run given up since had written; the plan in flight took that for a run committing now
+# (a race) and its commit failed TokenConflictError at every retry: the group stuck
+GIVEN_UP_RUNS_TOKEN_COPY_PUT_BACK_UNDER_A_PLAN = [
+    ("produce", "t", 0, 5, False, 0), ("produce", "u", 0, 9, True, 0),
+    ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 7), ("delete_token", "u"),
+    ("delete_token", "t"), ("remove_inflight",),
+    ("run", "scheduled__2026-01-01T00:12:00+00:00", 0, 0, 0),
+    ("race", "scheduled__2026-01-01T00:13:00+00:00", "plan", 1, "rewind", "t", True, 8),
+    ("restore_token", "t", 2)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
+         "given-up run's token copy put back under a plan":
+         GIVEN_UP_RUNS_TOKEN_COPY_PUT_BACK_UNDER_A_PLAN,
          "stale job mailed again": STALE_JOB_MAILED_AGAIN,
          "min_records waiting on a marker": MIN_RECORDS_WAITING_ON_A_MARKER,
          "skipped gap to the log's end": SKIPPED_GAP_TO_THE_LOGS_END,
@@ -359,7 +371,17 @@ RELEASE_AFTER_A_TAKEOVER = [
     ("run", "scheduled__2026-01-01T01:06:00+00:00", 0, 0, 0),
     ("run", "scheduled__2026-01-01T01:11:00+00:00", 0, 0, 0),
     ("race", "scheduled__2026-01-01T01:12:00+00:00", "compact", 2, "compact", "t", False, 12)]
-FOUND_IN_TABLES = {"committed run's commit added again to its table":
+# issue 56, the 60-minute soak (seed 402209): a damaged catalog snapshot, a deleted token
+# line and compaction at every run: the table read the last compaction's file, the catalog
+# the rows before it
+DAMAGED_SNAPSHOT_UNDER_COMPACTIONS = [
+    ("produce", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:01:00+00:00", 0, 0, 0),
+    ("produce", "u", 0, 6, False, 0), ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 2),
+    ("produce", "u", 0, 8, False, 0), ("produce", "u", 0, 8, False, 0),
+    ("produce", "u", 0, 8, False, 0), ("produce", "u", 0, 7, False, 0), ("retention", "u", 0, 1),
+    ("damage_catalog", 35), ("delete_line", "u", 0), ("compaction_setting", 0)]
+FOUND_IN_TABLES = {"damaged snapshot under compactions": DAMAGED_SNAPSHOT_UNDER_COMPACTIONS,
+                   "committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":
                    GIVEN_UP_RUNS_TABLE_COMMIT_LEFT_IN_ITS_TABLE,

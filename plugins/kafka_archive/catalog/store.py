@@ -378,7 +378,6 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
         if entry["seq"] - catalog.snapshot_seq >= SNAPSHOT_EVERY:
             try:
                 catalog.write_snapshot()
-                clean(catalog.storage, catalog.root, catalog.group)
             except CatalogUnreadable as exc:
                 # a damaged chunk: no snapshot can be made past it, and the log's tail
                 # would grow with every entry; the rebuild writes a whole new one
@@ -386,11 +385,22 @@ def append(opener: Callable[[], Catalog], make_entry: Callable[[Catalog], dict |
                             catalog.group, entry["seq"], exc)
                 if catalog.repair is not None:
                     repaired = catalog.repair(str(exc))
+                    # from the run folders, where some writers record their entry only
+                    # after this append (a compaction's done-record): made again against
+                    # the rebuilt state, an entry it lacks is added again
+                    if make_entry(repaired) is not None:
+                        continue
                     repaired.appended = entry["seq"]
                     return repaired
             except Exception as exc:  # the entry is durable: a later writer snapshots
                 log.warning("catalog of %s: snapshot at %d not written (%r); the log holds "
                             "every entry", catalog.group, entry["seq"], exc)
+            else:
+                try:  # the snapshot stands: a cleanup that fails leaves garbage, no damage
+                    clean(catalog.storage, catalog.root, catalog.group)
+                except Exception as exc:  # (an older snapshot damaged: a later one drops it)
+                    log.warning("catalog of %s: cleanup after snapshot %d left for later "
+                                "(%s)", catalog.group, entry["seq"], exc)
         return catalog
     raise TerminalError(f"catalog of group {catalog.group}: lost the race for a new entry "
                         f"{ATTEMPTS} times; run again")

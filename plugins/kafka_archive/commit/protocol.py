@@ -290,12 +290,13 @@ def _committed_after(storage: Storage, root: str, plan: Plan, run_id: str) -> bo
     """Whether run_id, which wrote a token under the plan, committed after the plan was
     made (a lost race: two plans at once), rather than before it (an older copy of the
     token put back by a person, which is left as found). A run not committed yet is
-    committing now: a race."""
+    committing now: a race; unless it was given up (it never commits: its token is a
+    copy a person put back)."""
     if plan.catalog_seq is None:
         return True
     stored = storage.get_or_none(layout.run_file(root, plan.group, run_id, "committed.json"))
     if stored is None:
-        return True
+        return storage.size(layout.run_file(root, plan.group, run_id, runs.GIVEN_UP)) is None
     outcome = json.loads(stored)
     entry = outcome.get("entry", outcome.get("after_entry", -1) + 1)
     return entry > plan.catalog_seq
