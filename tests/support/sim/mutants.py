@@ -220,16 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--workers", type=int, default=2)
     opts = args.parse_args(argv)
     chosen = [m for m in MUTANTS if not opts.only or opts.only in m.name]
-    with ThreadPoolExecutor(opts.workers) as pool:
-        results = list(pool.map(lambda m: judge(m, opts.budget, opts.first_seed), chosen))
+    results = []
+    with ThreadPoolExecutor(opts.workers) as pool:  # each printed as it is judged (in order)
+        for r in pool.map(lambda m: judge(m, opts.budget, opts.first_seed), chosen):
+            results.append(r)
+            if not r["modelled"]:
+                print(f"  not modelled  {r['mutant']}: {r['caught_by']}", flush=True)
+            else:
+                print(f"  {'CAUGHT' if r['random'] else 'missed':6}  {r['mutant']}: random "
+                      f"{r['random'] or 'nothing'}; kept sequences "
+                      f"{'fail' if r['kept'] else 'pass'} ({r['seconds']} s)", flush=True)
     modelled = [r for r in results if r["modelled"]]
-    for r in results:
-        if not r["modelled"]:
-            print(f"  not modelled  {r['mutant']}: {r['caught_by']}")
-        else:
-            print(f"  {'CAUGHT' if r['random'] else 'missed':6}  {r['mutant']}: random "
-                  f"{r['random'] or 'nothing'}; kept sequences "
-                  f"{'fail' if r['kept'] else 'pass'} ({r['seconds']} s)")
     caught = sum(bool(r["random"]) for r in modelled)
     print(f"score: {caught} of {len(modelled)} modelled mutants caught by an invariant in "
           f"random sequences (budget {opts.budget} x {json.dumps(SEEDS)}); "
