@@ -74,7 +74,8 @@ class OpenSlice:
         self.cut_from = self.before_ends[-1] if self.before_ends else start
         self.topic, self.max_bytes = target.topic, max_bytes
         self.event_time = target.layout.kind == "event_time"
-        self.files: dict[str, _OpenFile] = {}  # url of the file's directory -> file
+        # the directory of each open file (event time: and which replaced row it follows)
+        self.files: dict[str | tuple[str, int], _OpenFile] = {}
         self.next_offset, self.gaps, self.count, self.payload = start, [], 0, 0
         self.quarantined, self.late, self.errors = 0, 0, []
         self.min_ts = self.max_ts = None
@@ -222,18 +223,19 @@ class OpenSlice:
                 self.errors.append([r.offset, exc.reason])
             url = layout.quarantine_file(t.root, t.group, t.topic, self.partition,
                                          t.generation, r.offset)
-            return self._open(url.rsplit("/", 1)[0], lambda: url, formats.QUARANTINE_FORMAT), \
+            return self._open(url.rsplit("/", 1)[0], lambda: url, formats.QUARANTINE_FORMAT,
+                              r.offset), \
                 Record(r.offset, r.key, r.value, r.timestamp_ms, r.headers, error=exc.reason)
         finalized_ms = self._finalized_ms(r.offset)
         if finalized_ms is not None and _final(time_path, finalized_ms, t.layout):
             self.late += 1
             url = layout.late_file(t.root, t.group, t.topic, time_path, self.partition,
                                    t.generation, r.offset, t.format)
-            return self._open(url.rsplit("/", 1)[0], lambda: url, t.format), r
+            return self._open(url.rsplit("/", 1)[0], lambda: url, t.format, r.offset), r
         folder = layout.time_partition_dir(t.root, t.group, t.topic, time_path)
         return self._open(folder, lambda: layout.event_data_file(
             t.root, t.group, t.topic, time_path, self.partition, t.generation, r.offset,
-            t.format), t.format), r
+            t.format), t.format, r.offset), r
 
     def _finalized_ms(self, offset: int) -> int | None:
         """The watermark deciding whether a message is late: the one of the run that
@@ -251,10 +253,15 @@ class OpenSlice:
             steps.append([self.end, self.target.finalized_ms])
         return steps
 
-    def _open(self, folder: str, url, fmt: dict) -> _OpenFile:
-        out = self.files.get(folder)
+    def _open(self, folder: str, url, fmt: dict, offset: int | None = None) -> _OpenFile:
+        """The slice's open file in folder (url: its name, if it opens now). offset: of
+        the message, in the event-time layout, where a rewind's re-archive cuts a new file
+        at each end of the rows it replaces (`archived_before`), so an hour gets back the
+        files it had, byte for byte, not one file where two runs wrote two."""
+        key = folder if offset is None else (folder, bisect.bisect_right(self.before_ends, offset))
+        out = self.files.get(key)
         if out is None:  # the topic: a Parquet file keeps it in every row
-            out = self.files[folder] = _OpenFile(url(), {**fmt, "topic": self.topic})
+            out = self.files[key] = _OpenFile(url(), {**fmt, "topic": self.topic})
         return out
 
     def finish(self, storage: Storage) -> dict:
