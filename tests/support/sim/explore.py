@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--soak", type=float, metavar="MINUTES",
                       help="new seeds (from --first-seed) until this many minutes have passed")
     args.add_argument("--no-shrink", action="store_true")
+    args.add_argument("--stop-at-first", action="store_true",
+                      help="stop at the first violation (a mutant is caught by one)")
     args.add_argument("--shape", choices=(*SHAPES, "all"), default="files",
                       help="the world's group: SequenceFiles by Kafka partition (files), "
                            "Iceberg tables with maintenance (tables), files by event time "
@@ -390,10 +392,12 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
         result = explore(seed, root, opts.steps, _shape(opts.shape, seed))
         steps += len(result.steps)
         shapes[result.shape] += 1
+        seed += 1
         if result.violation:
             found[result.violation.kind] += 1
             first.setdefault(result.violation.kind, result)
-        seed += 1
+            if opts.stop_at_first:
+                break
     elapsed = time.monotonic() - started
     print(f"{seed - opts.first_seed} sequences ({', '.join(f'{n} {s}' for s, n in shapes.items())})"
           f", {steps} steps in {elapsed:.1f} s ({(seed - opts.first_seed) / elapsed:.1f} "

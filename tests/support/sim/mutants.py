@@ -174,7 +174,8 @@ def explored(root: Path, budget: float, first_seed: int) -> dict[str, str | None
     found = {}
     for shape, seeds in SEEDS.items():
         count = max(1, int(seeds * budget))
-        which = ["--replay"] if shape == "replay" else ["--shape", shape, "--no-shrink"]
+        which = ["--replay"] if shape == "replay" else ["--shape", shape, "--no-shrink",
+                                                         "--stop-at-first"]
         done = subprocess.run(
             [sys.executable, "-m", "tests.support.sim", *which, "--first-seed",
              str(first_seed), "--sequences", str(count)],
