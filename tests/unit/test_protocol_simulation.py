@@ -518,7 +518,18 @@ TABLE_PROPERTY_RACING_MAINTENANCE = [
     ("produce", "u", 0, 7, False, 0), ("run", "scheduled__2026-01-01T02:08:00+00:00", 0, 0, 2),
     ("race", "scheduled__2026-01-01T02:09:00+00:00", "plan", 4, "compact", "u", False, 0),
     ("race", "scheduled__2026-01-01T02:09:00+00:00", "commit", 5, "maintain", "t", False, 11)]
+# issue 56, the 60-minute soak (seed 505851): a person deleted the in-flight mark, then the
+# run's commit went ahead while the orphan sweep ran: the sweep, seeing no run in flight,
+# deleted the run's dead-letter file, and the commit then put it in the table
+COMMITS_FILE_SWEPT_AFTER_ITS_MARK_WAS_DELETED = [
+    ("produce", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T01:11:00+00:00", 0, -1, 0),
+    ("task", "scheduled__2026-01-01T01:11:00+00:00", "job", 0),
+    ("race", "scheduled__2026-01-01T04:17:00+00:00", "plan", 2, "compact", "t", False, 0),
+    ("remove_inflight",),
+    ("race", "scheduled__2026-01-01T04:17:00+00:00", "commit", 6, "maintain", "t", False, 0)]
 FOUND_IN_PARSED = {"table property set racing maintenance": TABLE_PROPERTY_RACING_MAINTENANCE,
+                   "commit's file swept after its mark was deleted":
+                   COMMITS_FILE_SWEPT_AFTER_ITS_MARK_WAS_DELETED,
                    "compaction's files swept before it finished":
                    COMPACTIONS_FILES_SWEPT_BEFORE_IT_FINISHED,
                    "dead-letter table name taken by an archived topic":

@@ -77,9 +77,11 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
     longer than keep_ms ago wrote: a plan given up before its commit. Never the plan in
     flight's folder (written, not committed yet), nor the compaction's that holds the
     group's compaction lease (kept until it or the next compaction finishes its record's
-    snapshots), nor a folder whose plan cannot be read (its age unknown). Lists the whole
-    folder and reads every kept snapshot's manifests, so it runs at most once per SWEEP_EVERY_MS (the table keeps when it last did);
-    how many files went."""
+    snapshots), nor a folder whose plan cannot be read (its age unknown), nor the run
+    last marked in flight whose mark a person deleted before a plan gave it up (its commit
+    may be on its way). Lists the whole folder and reads every kept snapshot's manifests,
+    so it runs at most once per SWEEP_EVERY_MS (the table keeps when it last did); how
+    many files went."""
     table.refresh()
     if now_ms - int(table.properties.get(ORPHANS_SWEPT, 0)) < SWEEP_EVERY_MS:
         return 0
@@ -90,10 +92,10 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
                 manifests.add(manifest.manifest_path)
                 read |= {entry.data_file.file_path for entry in
                          manifest.fetch_manifest_entry(table.io, discard_deleted=False)}
-    in_flight = inflight.holding(storage, root, group)
     compacting = inflight.compacting(storage, root, group)
-    spared = {layout.run_folder_name(run) for run in (in_flight, compacting and compacting.get("id"))
-              if run}
+    spared = {layout.run_folder_name(run) for run in (
+        inflight.holding(storage, root, group), _not_given_up(storage, root, group),
+        compacting and compacting.get("id")) if run}
     data = f"{table.location().rstrip('/')}/{layout.TABLE_DATA}/"
     planned: dict[str, int | None] = {}
     gone = 0
@@ -110,6 +112,14 @@ def remove_orphans(table, storage: Storage, root: str, group: str, keep_ms: int,
     if gone:
         log.warning("table %s: %d files of runs that never committed deleted", name(table), gone)
     return gone
+
+
+def _not_given_up(storage: Storage, root: str, group: str) -> str | None:
+    """The run last marked in flight, unless a plan has given it up since: a person who
+    deletes the mark does not stop a commit already on its way (its files must stay until
+    the next plan gives the run up)."""
+    note = inflight.last(storage, root, group)
+    return None if note is None or note.get("given_up") else note["run_id"]
 
 
 def _started_ms(storage: Storage, root: str, group: str, folder: str) -> int | None:
