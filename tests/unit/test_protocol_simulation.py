@@ -380,7 +380,17 @@ DAMAGED_SNAPSHOT_UNDER_COMPACTIONS = [
     ("produce", "u", 0, 8, False, 0), ("produce", "u", 0, 8, False, 0),
     ("produce", "u", 0, 8, False, 0), ("produce", "u", 0, 7, False, 0), ("retention", "u", 0, 1),
     ("damage_catalog", 35), ("delete_line", "u", 0), ("compaction_setting", 0)]
+# issue 56, the 60-minute soak (seed 504001): a commit killed after committed.json, its
+# run rebuilt into the catalog, then its commit re-executed while maintenance expired the
+# run's table snapshot: the commit found no snapshot naming the run and added its file again
+COMMIT_ADDED_AGAIN_AFTER_ITS_SNAPSHOT_EXPIRED = [
+    ("produce", "u", 0, 9, True, 0), ("run", "scheduled__2026-01-01T01:08:00+00:00", 0, 0, 11),
+    ("run", "scheduled__2026-01-01T01:14:00+00:00", 0, 10, 10), ("remove_inflight",),
+    ("run", "scheduled__2026-01-02T01:27:00+00:00", 0, 0, 0),
+    ("race", "scheduled__2026-01-01T01:14:00+00:00", "commit", 1, "maintain", "u", False, 0)]
 FOUND_IN_TABLES = {"damaged snapshot under compactions": DAMAGED_SNAPSHOT_UNDER_COMPACTIONS,
+                   "commit added again after its snapshot expired":
+                   COMMIT_ADDED_AGAIN_AFTER_ITS_SNAPSHOT_EXPIRED,
                    "committed run's commit added again to its table":
                    COMMITTED_RUNS_COMMIT_ADDED_AGAIN_TO_ITS_TABLE,
                    "given-up run's table commit left in its table":

@@ -149,7 +149,10 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
         tables = None
     else:  # before the tokens: see the top
         tables = tables or iceberg.Tables(config)
-        snapshots = iceberg.commit_tables(tables, plan, manifest)
+        # committed.json stored: the tables took the run before it, and maintenance may
+        # have expired that snapshot since (the run would go in again, read twice)
+        snapshots = (stored.get("table_snapshots", {}) if stored is not None
+                     else iceberg.commit_tables(tables, plan, manifest))
     left_as_found = (stored["tokens_left_as_found"] if stored is not None  # the step is done
                      else _advance_tokens(config, plan, storage, tokens, now, ends,
                                           lambda topic: tables.withdraw_run(
