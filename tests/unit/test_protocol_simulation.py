@@ -388,7 +388,20 @@ COMMIT_ADDED_AGAIN_AFTER_ITS_SNAPSHOT_EXPIRED = [
     ("run", "scheduled__2026-01-01T01:14:00+00:00", 0, 10, 10), ("remove_inflight",),
     ("run", "scheduled__2026-01-02T01:27:00+00:00", 0, 0, 0),
     ("race", "scheduled__2026-01-01T01:14:00+00:00", "commit", 1, "maintain", "u", False, 0)]
+# issue 56, the 60-minute soak (seed 505649): a plan killed before it gave way to a dead
+# compaction's lease; the next compaction finished the dead one (replacing the rows the
+# plan read), and the plan's retry went ahead unchanged: the table kept the compacted file
+PLAN_RETRIED_AFTER_IT_SHOULD_HAVE_GIVEN_WAY = [
+    ("run", "scheduled__2026-01-01T00:01:00+00:00", 0, 0, 0), ("produce", "u", 0, 4, False, 0),
+    ("run", "scheduled__2026-01-01T00:05:00+00:00", 5, 3, 1),
+    ("task", "scheduled__2026-01-01T00:05:00+00:00", "plan", 0), ("produce", "u", 0, 3, False, 0),
+    ("run", "scheduled__2026-01-01T02:14:00+00:00", 0, 0, 0),
+    ("task", "scheduled__2026-01-01T00:01:00+00:00", "plan", 0), ("delete_token", "u"),
+    ("run", "scheduled__2026-01-01T02:18:00+00:00", 0, 0, 0), ("compact", 3, 10),
+    ("run", "scheduled__2026-01-01T05:26:00+00:00", 4, 0, 0)]
 FOUND_IN_TABLES = {"damaged snapshot under compactions": DAMAGED_SNAPSHOT_UNDER_COMPACTIONS,
+                   "plan retried after it should have given way":
+                   PLAN_RETRIED_AFTER_IT_SHOULD_HAVE_GIVEN_WAY,
                    "commit added again after its snapshot expired":
                    COMMIT_ADDED_AGAIN_AFTER_ITS_SNAPSHOT_EXPIRED,
                    "committed run's commit added again to its table":
@@ -588,8 +601,10 @@ def test_the_table_check_finds_a_plan_that_ignores_a_compaction_done_while_it_pl
     read it), the race's rewind adds its rows beside the compacted file."""
     from kafka_archive.plan import runs
 
-    real = runs._mark
-    with patch.object(runs, "_mark", lambda *args, read_at=None: real(*args)):
+    real = runs._give_way_if_moved
+    with patch.object(runs, "_give_way_if_moved", lambda storage, config, group, run_id,
+                      plan_url, read_at, **kw: real(storage, config, group, run_id, plan_url,
+                                                    None, **kw)):
         result = explore.run_steps(PLAN_RACING_A_COMPACTION, tmp_path / "world", shape="tables")
     assert result.violation is not None and result.violation.kind == "table disagrees", \
         explore.report(result)

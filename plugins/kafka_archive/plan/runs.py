@@ -41,6 +41,11 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         log.warning("run %s failed before commit; re-executing its plan unchanged%s", plan.run_id,
                     " (this run's topics and caps do not apply)" if topics or caps != Caps() else "")
         if not dry_run:
+            if manifests.read(storage, config.archive_root, group.name, plan.run_id) is None:
+                # not archived yet: the attempt that marked it may have died before giving
+                # way, and a compaction may have replaced the rows it read since
+                _give_way_if_moved(storage, config, group, plan.run_id, _plan_url(config, plan),
+                                   _read_at(plan), moved_aside=True)
             _move_aside(storage, config, plan)
         return plan
 
@@ -110,13 +115,21 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         columns=_columns(group, topics, tables), catalog_seq=cat.state.seq, cuts=tuple(cuts))
     if dry_run or not slices:
         return plan
-    plan_url = layout.run_file(config.archive_root, group.name, run_id, "plan.json")
+    plan_url = _plan_url(config, plan)
     storage.put_bytes(plan_url, plan.to_json())
-    # a plan that replaces no rows cannot list a row a compaction replaced meanwhile
-    _mark(storage, config, group, run_id, plan_url,
-          read_at=cat.state.seq if superseded or cuts else None)
+    _mark(storage, config, group, run_id, plan_url, read_at=_read_at(plan))
     _move_aside(storage, config, plan)
     return plan
+
+
+def _plan_url(config: Config, plan: Plan) -> str:
+    return layout.run_file(config.archive_root, plan.group, plan.run_id, "plan.json")
+
+
+def _read_at(plan: Plan) -> int | None:
+    """The catalog seq whose rows the plan replaces (None: it replaces none, so it cannot
+    list a row a compaction replaced meanwhile)."""
+    return plan.catalog_seq if plan.superseded or plan.cuts else None
 
 
 class CompactionUnderWay(TransientError):
@@ -139,6 +152,14 @@ def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url:
     started and finished between the plan's reading of the catalog (at seq read_at) and
     its mark is in the catalog's log after read_at: the plan gives way to it too."""
     inflight.mark(storage, config.archive_root, group.name, run_id, plan_url)
+    _give_way_if_moved(storage, config, group, run_id, plan_url, read_at)
+
+
+def _give_way_if_moved(storage: Storage, config: Config, group: Group, run_id: str,
+                       plan_url: str, read_at: int | None, moved_aside: bool = False) -> None:
+    """_mark's look for a compaction, for the marked plan: CompactionUnderWay (its mark
+    taken off) if one holds the lease or rows changed after read_at. moved_aside: an
+    earlier attempt may have moved files aside, for the next plan to put back."""
     if group.table is None and read_at is None:
         return  # (nothing to compare, no compaction to look for)
     held = inflight.compacting(storage, config.archive_root, group.name) \
@@ -149,9 +170,9 @@ def _mark(storage: Storage, config: Config, group: Group, run_id: str, plan_url:
     if held is None and moved is None:
         return
     inflight.clear(storage, config.archive_root, group.name, run_id)
-    # it moved and wrote nothing: no later plan has anything of it to undo
-    inflight.note_given_up(storage, config.archive_root, group.name,
-                           {"run_id": run_id, "plan": plan_url})
+    if not moved_aside:  # it moved and wrote nothing: no later plan has anything to undo
+        inflight.note_given_up(storage, config.archive_root, group.name,
+                               {"run_id": run_id, "plan": plan_url})
     if moved is not None:
         raise CompactionUnderWay(
             f"group {group.name}: the catalog changed while run {run_id} was planning "

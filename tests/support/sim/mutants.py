@@ -151,7 +151,7 @@ MUTANTS = [
            "    if False:"),
     Mutant("failure mailed again within the day", "monitor/alerts.py",
            "REMIND_AFTER_S = 24 * 3600", "REMIND_AFTER_S = 0"),
-    # this stop's soak findings (kept sequences in the unit tier), not scored yet
+    # the soaks' findings (each kept as a sequence in the unit tier)
     Mutant("finalize waits on the watermark for a rewound final hour", "commit/finalizing.py",
            "    for topic in sorted(set(through) | set(cat.state.topics)) if holder is None else ():",
            "    for topic in sorted(through) if holder is None else ():"),
@@ -164,6 +164,17 @@ MUTANTS = [
     Mutant("a rewind re-cuts an hour's files", "archive/slice_writer.py",
            "        key = folder if offset is None else (folder, bisect.bisect_right(self.before_ends, offset))",
            "        key = folder"),
+    Mutant("the orphan sweep takes a commit's files once its mark is deleted",
+           "commit/table_maintenance.py",
+           "        inflight.holding(storage, root, group), _not_given_up(storage, root, group),",
+           "        inflight.holding(storage, root, group),"),
+    Mutant("a re-executed commit adds its run to a table again", "commit/protocol.py",
+           "        snapshots = (stored.get(\"table_snapshots\", {}) if stored is not None\n"
+           "                     else iceberg.commit_tables(tables, plan, manifest))",
+           "        snapshots = iceberg.commit_tables(tables, plan, manifest)"),
+    Mutant("a plan's retry never gives way to a compaction", "plan/runs.py",
+           "            if manifests.read(storage, config.archive_root, group.name, plan.run_id) is None:",
+           "            if False:"),
     Mutant("late retention loss not kept as a gap", "commit/protocol.py",
            "            ends[(s.topic, s.partition)] = s.start\n            continue",
            "            continue"),
