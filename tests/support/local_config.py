@@ -7,8 +7,10 @@ from pathlib import Path
 from kafka_archive import config
 
 
-def local_config(tmp_path: Path, groups: str, iceberg_catalog: bool = False) -> config.Config:
-    """iceberg_catalog: the `local` Iceberg catalog on SQLite under tmp_path too."""
+def local_config(tmp_path: Path, groups: str, iceberg_catalog: bool = False,
+                 sections: str = "") -> config.Config:
+    """iceberg_catalog: the `local` Iceberg catalog on SQLite under tmp_path too;
+    sections: more top-level YAML (e.g. an `audit:` section)."""
     path = tmp_path / "kafka-archive.yaml"
     catalog = (f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{tmp_path}/catalog.db'}}}}\n"
                if iceberg_catalog else "")
@@ -16,5 +18,5 @@ def local_config(tmp_path: Path, groups: str, iceberg_catalog: bool = False) -> 
         kafka: {{bootstrap_servers: "127.0.0.1:9"}}
         archive_root: file://{tmp_path}/archive
         token_root: {tmp_path}/tokens
-        """) + catalog + "groups:\n" + textwrap.indent(textwrap.dedent(groups), "  "))
+        """) + catalog + sections + "groups:\n" + textwrap.indent(textwrap.dedent(groups), "  "))
     return config.load(path)

@@ -14,7 +14,7 @@ from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.commit import (compaction, finalizing, iceberg, mirror,
                                   protocol as committing, table_maintenance)
 from kafka_archive.monitor import alerts, preflight as preflight_check
-from kafka_archive.plan import losses, rewinds as rewinding, runs
+from kafka_archive.plan import inflight, losses, rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.tools import backfill as backfilling, replay as replaying
@@ -256,6 +256,10 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
                                           int(now.timestamp() * 1000))
     finally:
         consumer.close()
+    # a plan in flight may have moved tokens its commit has not put in the catalog yet
+    # (the audit counts the catalog's rows): its topics are not judged until it commits
+    waiting = inflight.held_topics(storage, cfg.archive_root, group)
+    through = {t: None if waiting is None or t in waiting else ms for t, ms in through.items()}
     at = now.isoformat(timespec="seconds")
     done = incremental.audit(cfg, storage, group, run_id, at, through, rescan, track)
     inside = lambda start: ((since_ms is None or start >= since_ms)  # noqa: E731

@@ -153,6 +153,7 @@ class Checkpoint:
         finds it whole; where the catalog's count changed since (a late message), the
         change is added to what the files held (never a MISSING turned OK by one late
         message while the file is still gone).
+        A window judged before that cannot be judged now (PENDING) keeps its verdict.
         A mismatch becomes an alarm (a new one if its counts differ from the open
         alarm's); an alarm is resolved once its window is judged anything but PENDING,
         MISSING or EXCESS."""
@@ -160,6 +161,12 @@ class Checkpoint:
         for v in verdicts:
             key = (v.topic, v.source, v.window_start_ms)
             before = self.windows.get(key)
+            if v.status == "PENDING" and before is not None and before[1] != "PENDING":
+                # judged before, and cannot be judged now (its topic held by a plan in
+                # flight, or behind): the verdict stands, a rescan's finding included
+                every.append(v._replace(status=before[1], window_ms=before[0],
+                                        archived=before[3]))
+                continue
             if (not rescan and before is not None and len(before) > 4 and before[1] in ALARMS
                     and v.expected is not None and _catalog_count(before) != v.archived):
                 # a rescan found the files short of (or beyond) what the catalog counted:

@@ -37,9 +37,20 @@ def holding(storage: Storage, root: str, group: str, topic: str | None = None) -
     found = json.loads(marker)
     if topic is None:
         return found.get("run_id")
-    stored = storage.get_or_none(found["plan"])
-    topics = json.loads(stored).get("token_versions", {}) if stored is not None else None
-    return found.get("run_id") if topics is None or topic in topics else None
+    held = _held(storage, found)
+    return found.get("run_id") if held is None or topic in held else None
+
+
+def held_topics(storage: Storage, root: str, group: str) -> frozenset[str] | None:
+    """The topics the plan in flight holds (none in flight: empty; None: every topic, its
+    plan cannot be read), in two reads whatever the number of topics."""
+    marker = storage.get_or_none(layout.inflight_marker(root, group))
+    return frozenset() if marker is None else _held(storage, json.loads(marker))
+
+
+def _held(storage: Storage, marker: dict) -> frozenset[str] | None:
+    stored = storage.get_or_none(marker["plan"])
+    return None if stored is None else frozenset(json.loads(stored).get("token_versions", {}))
 
 
 @dataclass(frozen=True)

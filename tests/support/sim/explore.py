@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.sim import replay
+from tests.support.sim import audit, replay
 from tests.support.sim.world import LAUNCH_FAILS, SHAPES, Violation, World
 
 STEPS = 30  # per sequence
@@ -45,6 +45,23 @@ def next_step(rng: random.Random, world: World) -> tuple:
     # a job's launch may also fail before the job starts (spark-submit's own failure)
     launch = lambda: LAUNCH_FAILS if rng.random() < 0.05 else crash()  # noqa: E731
     runs = sorted(world.runs)
+    if world.audit is not None and world.audit.rescan_short and rng.random() < 0.15:
+        # a window a rescan found short of files: a late message lands in it (counted by
+        # its producer and archived), or a rescan comes while a run is in flight
+        topic, source, start = rng.choice(sorted(world.audit.rescan_short))
+        if rng.random() < 0.5:
+            return ("audit", world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00"), 0, True)
+        late = (world._now_ms() + 60_000 - start) // 60_000  # (the step's clock moves first)
+        return ("send", source, topic, rng.randrange(len(world.kafka.topics.get(topic, [0]))),
+                rng.randint(1, 3), False, late)
+    if world.audit is not None and (r := rng.random()) < 0.4:
+        if r < 0.25:  # an audited producer, killed before its count now and then
+            return ("send", rng.choice(audit.SOURCES), topic, partition, rng.randint(1, 9),
+                    rng.random() < 0.1, 0)
+        if r < 0.37:  # the audit DAG's run (a person's rescan now and then)
+            return ("audit", world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00"),
+                    rng.choice((0, 0, 0, rng.randint(1, 4))), rng.random() < 0.3)
+        return ("delete_file", topic)
     if world.tables is not None and rng.random() < 0.05:
         return ("compact", rng.randint(0, 3), crash())
     if world.tables is not None and (rng.random() < 0.05 or (
@@ -313,6 +330,13 @@ _SAID = {
         "null (compaction off)" if after is None or after is False else "1h"
         if after is True or after == 3600 else f"{after} s (each run merges the runs before)"),
     "finalize": lambda run, n: f"Clear task finalize of run {run}{_kill(n)}",
+    "send": lambda source, t, p, n, dies, late=0: (
+        f"producer {source} sends {n} messages to {t}/{p}"
+        + (f" stamped {late} minutes ago" if late else "")
+        + (", killed before it publishes their count" if dies else "")),
+    "audit": lambda run, n, rescan: f"the audit DAG's run {run}{' (rescan)' if rescan else ''}"
+                                    f"{_kill(n)}",
+    "delete_file": lambda t: f"a person deletes topic {t}'s newest archived file",
     "torn": lambda run, task, n: f"task {task} of run {run} killed in the middle of its "
                                  f"local write #{n}",
     "race": lambda run, task, n, other, t, rewound=False, killed_at=0: (
@@ -357,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="the world's group: SequenceFiles by Kafka partition (files), "
                            "Iceberg tables with maintenance (tables), files by event time "
                            "with finalized hours and their Asset events (events), Iceberg "
-                           "tables of typed columns with dead-letter tables (parsed); all: "
+                           "tables of typed columns with dead-letter tables (parsed), files "
+                           "of audited producers and the audit (audit); all: "
                            "each seed in the next of them")
     args.add_argument("--replay", action="store_true",
                       help="replay sequences (a target that refuses, kills, resumes)")

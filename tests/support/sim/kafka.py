@@ -25,12 +25,22 @@ class Partition:
     messages: dict[int, int] = field(default_factory=dict)
     produced: set[int] = field(default_factory=set)  # every message offset ever written
     event_ms: dict[int, int] = field(default_factory=dict)  # offset -> its event's time
+    created_ms: dict[int, int] = field(default_factory=dict)  # offset -> its timestamp, kept
+    # offset -> the audit source its header names (an audited producer's messages), or
+    # the whole value (a monitoring event)
+    sources: dict[int, str] = field(default_factory=dict)
+    values: dict[int, bytes] = field(default_factory=dict)
 
-    def append(self, count: int, now_ms: int, marker: bool, late_ms: int = 0) -> None:
+    def append(self, count: int, now_ms: int, marker: bool, late_ms: int = 0,
+               source: str | None = None, value: bytes | None = None) -> None:
         """late_ms: the messages' events happened this long before they are produced."""
         for _ in range(count):
-            self.messages[self.end] = now_ms
+            self.messages[self.end] = self.created_ms[self.end] = now_ms
             self.event_ms[self.end] = now_ms - late_ms
+            if source is not None:
+                self.sources[self.end] = source
+            if value is not None:
+                self.values[self.end] = value
             self.produced.add(self.end)
             self.end += 1
         if marker:  # a transaction's commit marker takes an offset no reader sees
@@ -46,6 +56,9 @@ class Partition:
         return gone
 
 
+AUDIT_HEADER = "kafka-archive-source"  # config.Audit's default source_header
+
+
 class Kafka:
     """event_time: message values are JSON with the event's time (`ts`, ms), for a group
     that lays files out by event time."""
@@ -53,6 +66,9 @@ class Kafka:
     def __init__(self, event_time: bool = False):
         self.event_time = event_time
         self.topics: dict[str, list[Partition]] = {}
+        # topics no group archives (names starting with _: the audit's monitoring topic),
+        # out of the steps' choices
+        self.internal: dict[str, list[Partition]] = {}
         # deleted topics: gone for every reader; their history stays for the invariants
         self.deleted: set[str] = set()
         self.down = False  # unreachable: every client fails as brokers.consumer's does
@@ -70,7 +86,16 @@ class Kafka:
     def key(self, offset: int) -> bytes | None:
         return None if self.keyless and offset % 5 == 4 else b"k"
 
+    def partitions(self, topic: str) -> list[Partition]:
+        return self.topics.get(topic) or self.internal[topic]
+
+    def headers(self, topic: str, partition: int, offset: int) -> list | None:
+        source = self.partitions(topic)[partition].sources.get(offset)
+        return None if source is None else [(AUDIT_HEADER, source.encode())]
+
     def value(self, topic: str, partition: int, offset: int) -> bytes:
+        if (stored := self.partitions(topic)[partition].values.get(offset)) is not None:
+            return stored
         if self.event_time and offset % 7 == 3:
             return b"not json"  # a parser's dead letter
         if self.event_time:
@@ -81,7 +106,7 @@ class Kafka:
 
     def consumer_topics(self) -> set[str]:
         """The topics a client sees (whether Kafka is reachable or not)."""
-        return set(self.topics) - self.deleted
+        return (set(self.topics) | set(self.internal)) - self.deleted
 
     def consumer(self) -> Consumer:
         self.reachable()
@@ -96,9 +121,10 @@ class Kafka:
 class _Message:
     """A confluent_kafka Message as archive.source reads one: a record or an error event."""
 
-    def __init__(self, offset=None, key=None, value=None, timestamp=0, error=None):
+    def __init__(self, offset=None, key=None, value=None, timestamp=0, error=None,
+                 headers=None):
         self._offset, self._key, self._value = offset, key, value
-        self._timestamp, self._error = timestamp, error
+        self._timestamp, self._error, self._headers = timestamp, error, headers
 
     def error(self):
         return self._error
@@ -116,7 +142,7 @@ class _Message:
         return (1, self._timestamp)  # TIMESTAMP_CREATE_TIME
 
     def headers(self):
-        return None
+        return self._headers
 
 
 class _EndOfPartition:
@@ -152,7 +178,8 @@ class RangeConsumer:
         position = max(position, p.earliest)
         offsets = sorted(o for o in p.messages if o >= position)[:count]
         found = [_Message(o, self.kafka.key(o), self.kafka.value(topic, partition, o),
-                          p.messages[o]) for o in offsets]
+                          p.messages[o], headers=self.kafka.headers(topic, partition, o))
+                 for o in offsets]
         self.at = (topic, partition, (offsets[-1] + 1) if offsets else p.end)
         if len(found) < count:  # the rest of the log read: its end
             found.append(_Message(error=_EndOfPartition()))
@@ -178,11 +205,12 @@ class Consumer:
         return self.kafka.consumer_topics()
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
-        parts = None if topic in self.kafka.deleted else self.kafka.topics.get(topic)
+        parts = None if topic in self.kafka.deleted else (
+            self.kafka.topics.get(topic) or self.kafka.internal.get(topic))
         return None if parts is None else set(range(len(parts)))
 
     def _part(self, tp: TopicPartition) -> Partition:
-        return self.kafka.topics[tp.topic][tp.partition]
+        return self.kafka.partitions(tp.topic)[tp.partition]
 
     def beginning_offsets(self, tps) -> dict:
         return {tp: self._part(tp).earliest for tp in tps}
@@ -226,7 +254,9 @@ class Consumer:
                 continue
             if held:
                 first = min(held)
-                polled[tp] = [SimpleNamespace(offset=first, timestamp=p.messages[first])]
+                polled[tp] = [SimpleNamespace(offset=first, timestamp=p.messages[first],
+                                              value=self.kafka.value(tp.topic, tp.partition,
+                                                                     first))]
                 self.positions[tp] = first + 1
             else:
                 self.positions[tp] = p.end

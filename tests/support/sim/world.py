@@ -41,7 +41,8 @@ from kafka_archive.tools import verify
 from kafka_archive.tokens import LocalTokenStore, MalformedTokenError, Token, parse, render
 
 from tests.support.local_config import local_config
-from tests.support.sim.kafka import Kafka
+from tests.support.sim import audit
+from tests.support.sim.kafka import Kafka, Partition
 
 TOPICS = {"t": 2, "u": 1}
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -250,6 +251,9 @@ SHAPES = {
     "parsed": ("parsed", "layout: {kind: event_time, granularity: hour}, lateness: 5m, "
                          "parser: {kind: json, field: ts, unit: ms}, format: {kind: parquet}, "
                          "table: {namespace: sim}"),
+    # SequenceFiles by Kafka partition of audited producers' messages, and the audit DAG
+    # (sim.audit)
+    "audit": (audit.GROUP, "format: {kind: sequencefile, compression: none}"),
 }
 
 
@@ -261,7 +265,8 @@ class World:
         self.group, layout_of = SHAPES[shape]
         self.config = local_config(root, f"{self.group}: {{{layout_of}, "
                                          "policy: {max_records: 6, max_delay: 1m}}\n",
-                                   iceberg_catalog=shape in ("tables", "parsed"))
+                                   iceberg_catalog=shape in ("tables", "parsed"),
+                                   sections=audit.SECTION if shape == "audit" else "")
         self.root = root
         self.faults = Faults()
         self.tables = iceberg.Tables(self.config) if shape in ("tables", "parsed") else None
@@ -270,6 +275,9 @@ class World:
         self.kafka = Kafka(event_time=shape in ("events", "parsed"))
         for topic, partitions in TOPICS.items():
             self.kafka.create(topic, partitions)
+        self.audit = audit.AuditModel(self) if shape == "audit" else None
+        if self.audit:
+            self.kafka.internal[self.config.audit.topic] = [Partition()]
         self.now = START
         self.compactions = 0
         self.actions = 0  # processes so far (each an actor of the storage's calls)
@@ -385,6 +393,32 @@ class World:
         if partition >= len(parts):
             return
         parts[partition].append(count, self._now_ms(), marker, late_minutes * 60_000)
+
+    def _send(self, out: Outcome, source: str, topic: str, partition: int, count: int,
+              dies: bool, late_minutes: int = 0):
+        if self.audit:
+            self.audit.send(out, source, topic, partition, count, dies, late_minutes)
+
+    def _audit(self, out: Outcome, run_id: str, crash: int, rescan: bool):
+        """The audit DAG's run, killed at its Nth write (or at its mail) or not."""
+        if not self.audit:
+            return
+        self.faults.arm(max(crash, 0))
+        try:
+            self.audit.audit(out, run_id, rescan)
+        except Crash as kill:
+            out.add(f"audit {run_id}: killed before {kill}")
+            return
+        except ArchiveError as failed:  # the task failed (its mail: Airflow's callback)
+            out.add(f"audit {run_id}: failed: {type(failed).__name__}: {failed}")
+            return
+        finally:
+            self.faults.arm(0)
+        self.audit.check(run_id, rescan)  # (what an audit that finished says)
+
+    def _delete_file(self, out: Outcome, topic: str):
+        if self.audit:
+            self.audit.delete_file(out, topic)
 
     def _retention(self, out: Outcome, topic: str, partition: int, count: int):
         if topic in self.kafka.deleted:
@@ -1103,6 +1137,8 @@ class World:
             if not quiet:
                 continue
             found = set()
+            if self.audit and any(self.audit.gone(f["url"]) for f in row_files(row)):
+                continue  # deleted by a person: the audit's rescan finds it
             for f in row_files(row):
                 try:
                     for record in read_archived(Storage(), f["url"]):
@@ -1166,7 +1202,10 @@ class World:
                 report = verify.verify_group(self.config, self.group, Storage(), self.tokens,
                                              full=full, tables=self.tables)
                 # (a token file a person broke is verify's error, rightly: the mail's too)
-                errors = [e for e in report.errors() if "malformed token" not in e.message]
+                errors = [e for e in report.errors() if "malformed token" not in e.message
+                          and not (self.audit and any(
+                              url.rsplit("/", 1)[0] + "/" in e.message
+                              for url in self.audit.deleted_files if self.audit.gone(url)))]
                 if errors:
                     raise Violation("verify disagrees", f"verify{' --full' if full else ''} "
                                     "reports errors the invariants do not see: "
@@ -1269,7 +1308,7 @@ class World:
                 retried = Outcome()
                 for owed in sorted(self.finalize_owed):  # retried, or Cleared after its mail
                     self._finalize(retried, owed, 0)
-                return said + retried.lines + self._maintained_when_idle()
+                return said + retried.lines + self._maintained_when_idle() + self._audited()
             idle = 0 if self._positions() != before else idle + 1
             if idle > 3:
                 break
@@ -1297,6 +1336,20 @@ class World:
                 raise Violation("stuck", f"maintenance with nothing in flight waits for table "
                                          f"of {topic} ({len(table.metadata.snapshots)} snapshots): "
                                          + " | ".join(out.lines))
+        return out.lines
+
+    def _audited(self) -> list[str]:
+        """Liveness of the audit: an audit once everything is archived mails every
+        mismatch it has not mailed (and none twice: sim.audit)."""
+        if not self.audit:
+            return []
+        out = Outcome()
+        self.now += timedelta(minutes=5)  # past the last window's grace
+        self._audit(out, "audit__final", 0, False)
+        if unmailed := self.audit.unmailed():
+            raise Violation("unmailed", f"{len(unmailed)} mismatches never mailed, e.g. "
+                            f"{unmailed[0].status} of topic {unmailed[0].topic} window "
+                            f"{unmailed[0].window_start_ms}: " + " | ".join(out.lines))
         return out.lines
 
     def _positions(self) -> dict:

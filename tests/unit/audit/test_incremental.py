@@ -192,6 +192,20 @@ def test_a_window_a_rescan_found_missing_stays_so_until_the_files_or_the_catalog
     assert statuses(env.audit()) == {0: ("MISSING", 11, 1)}  # and stays so, unchanged
 
 
+def test_a_rescan_that_cannot_judge_a_window_keeps_what_an_earlier_rescan_found(env):
+    """The simulation's audit world (seed 202): a rescan found the files short, a second
+    rescan ran while the topic was held by a plan in flight (every window PENDING), and
+    the plain audit after judged the window by the catalog again: OK, resolved, though
+    the files were still gone. A window judged before stays judged while it cannot be
+    judged again."""
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
+    env.events(10)
+    assert statuses(env.audit(rescan=True)) == {0: ("MISSING", 10, 0)}
+    assert statuses(env.audit(rescan=True, through=None)) == {0: ("MISSING", 10, 0)}
+    done = env.audit()
+    assert statuses(done) == {0: ("MISSING", 10, 0)} and done.resolved == []
+
+
 def test_a_lost_race_reads_again_and_a_checkpoint_write_is_compare_and_swap(env):
     env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
     env.events(10)
