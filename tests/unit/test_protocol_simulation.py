@@ -410,7 +410,18 @@ PLAN_RETRIED_AFTER_IT_SHOULD_HAVE_GIVEN_WAY = [
     ("task", "scheduled__2026-01-01T00:01:00+00:00", "plan", 0), ("delete_token", "u"),
     ("run", "scheduled__2026-01-01T02:18:00+00:00", 0, 0, 0), ("compact", 3, 10),
     ("run", "scheduled__2026-01-01T05:26:00+00:00", 4, 0, 0)]
+# issue 56, the 60-minute soak (seed 601845): a rewind to a row of a transaction marker
+# only (no file to move aside), its plan racing a compaction that merged that row into
+# the one before: the plan did not look for the compaction (it replaced no file), and
+# its commit refused the overlap with the merged row at every retry
+REWIND_TO_A_FILELESS_ROW_RACING_A_COMPACTION = [
+    ("run", "scheduled__2026-01-01T00:00:00+00:00", 0, 0, 0), ("produce", "u", 0, 6, True, 0),
+    ("clear_run", "scheduled__2026-01-01T00:00:00+00:00", 0),
+    ("run", "scheduled__2026-01-01T02:14:00+00:00", 0, 0, 0), ("retention", "u", 0, 1),
+    ("race", "scheduled__2026-01-01T02:24:00+00:00", "plan", 2, "compact", "u", True, 0)]
 FOUND_IN_TABLES = {"damaged snapshot under compactions": DAMAGED_SNAPSHOT_UNDER_COMPACTIONS,
+                   "rewind to a fileless row racing a compaction":
+                   REWIND_TO_A_FILELESS_ROW_RACING_A_COMPACTION,
                    "plan retried after it should have given way":
                    PLAN_RETRIED_AFTER_IT_SHOULD_HAVE_GIVEN_WAY,
                    "commit added again after its snapshot expired":

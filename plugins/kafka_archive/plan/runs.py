@@ -127,9 +127,12 @@ def _plan_url(config: Config, plan: Plan) -> str:
 
 
 def _read_at(plan: Plan) -> int | None:
-    """The catalog seq whose rows the plan replaces (None: it replaces none, so it cannot
-    list a row a compaction replaced meanwhile)."""
-    return plan.catalog_seq if plan.superseded or plan.cuts else None
+    """The catalog seq the plan read the rows at: a compaction (or any writer of rows)
+    after it may have merged a row the plan replaces, even one it moves no file of (a
+    rewind to a row of transaction markers only, which has none) into one the plan does
+    not replace (its commit would then refuse the overlap for good). None: a plan from
+    before the seq was recorded."""
+    return plan.catalog_seq
 
 
 class CompactionUnderWay(TransientError):
