@@ -409,6 +409,7 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
         return 1 if result.violation else 0
     started, seed, found, steps, shapes = time.monotonic(), opts.first_seed, Counter(), 0, Counter()
     first: dict[str, Result] = {}
+    failing: list[str] = []  # every failing seed, to replay each (--seed N --shape S)
     while True:
         if opts.soak is None and seed >= opts.first_seed + opts.sequences:
             break
@@ -421,12 +422,15 @@ def _run(opts: argparse.Namespace, root: Path) -> int:
         if result.violation:
             found[result.violation.kind] += 1
             first.setdefault(result.violation.kind, result)
+            failing.append(f"{result.seed} --shape {result.shape} ({result.violation.kind})")
             if opts.stop_at_first:
                 break
     elapsed = time.monotonic() - started
     print(f"{seed - opts.first_seed} sequences ({', '.join(f'{n} {s}' for s, n in shapes.items())})"
           f", {steps} steps in {elapsed:.1f} s ({(seed - opts.first_seed) / elapsed:.1f} "
           f"sequences/s); violations: {dict(found) or 'none'}")
+    if failing:
+        print("failing seeds: " + ", ".join(failing), flush=True)
     for kind, result in first.items():
         small = result if opts.no_shrink else shrink(result, root)
         print(f"\n--- {kind}: first at seed {result.seed}, shrunk from {len(result.steps)} to "
