@@ -71,8 +71,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("compaction_setting", None if world.compaction_killed else rng.choice(
             (None, 0, 0, 3600)))
     if rng.random() < 0.02:  # a person changes a setting between runs
-        name = rng.choice(("on_retention_gap", "min_records"))
+        name = rng.choice(("on_retention_gap", "min_records")
+                          + (("compression",) if world.tables is None else ()))
         return ("setting", name, rng.choice(("fail", "skip")) if name == "on_retention_gap"
+                else rng.choice(("none", "gzip")) if name == "compression"
                 else rng.choice((1, 3)))
     if rng.random() < 0.03:  # a task killed in the middle of one of its local writes
         task = rng.choice(("plan", "job", "commit"))

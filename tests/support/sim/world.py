@@ -308,7 +308,7 @@ class World:
         # a downstream loader of finalized hours, fed by the finalize tasks' Asset events:
         # (topic, hour) -> the hour's files it loaded; and the runs whose finalize has not
         # succeeded since it last failed or was killed (Airflow retries it, a person Clears)
-        self.loaded: dict[tuple[str, str], frozenset[str]] = {}
+        self.loaded: dict[tuple[str, str], frozenset[tuple[str, int]]] = {}
         self.finalize_owed: set[str] = set()
 
     # --- the steps ----------------------------------------------------------------------
@@ -764,11 +764,14 @@ class World:
 
     def _setting(self, out: Outcome, name: str, value):
         """A person changes a group setting between runs: `on_retention_gap` (fail or
-        skip: a retention gap held for a person, or recorded as a loss and skipped) or the
-        policy's `min_records` (fewer pending wait until the oldest is max_delay old)."""
+        skip: a retention gap held for a person, or recorded as a loss and skipped), the
+        policy's `min_records` (fewer pending wait until the oldest is max_delay old) or a
+        SequenceFile group's `compression`."""
         group = self.config.group(self.group)
         if name == "min_records":
             group = replace(group, policy=replace(group.policy, min_records=value))
+        elif name == "compression":  # the files a rewind writes again differ in bytes
+            group = replace(group, format=replace(group.format, compression=value))
         else:
             group = replace(group, **{name: value})
         self._reconfigured(group)
@@ -851,11 +854,12 @@ class World:
                             "one before)")
         self.loaded[topic, path] = self._hour_files(topic, path)
 
-    def _hour_files(self, topic: str, path: str) -> frozenset[str]:
-        """The current files of an hour, as the catalog lists them."""
+    def _hour_files(self, topic: str, path: str) -> frozenset[tuple[str, int]]:
+        """The current files of an hour and their sizes, as the catalog lists them (a
+        loader that loads by name and ETag sees a file of the same name changed)."""
         folder = layout.time_partition_dir(self.config.archive_root, self.group, topic, path)
         cat = catalog.open_catalog(Storage(), self.config, self.group, may_rebuild=True)
-        return frozenset(f["url"] for row in cat.rows() if row["topic"] == topic
+        return frozenset((f["url"], f["bytes"]) for row in cat.rows() if row["topic"] == topic
                          for f in row_files(row) if f["url"].startswith(folder + "/"))
 
     # --- Airflow's task bodies (airflow.tasks, Airflow's connections patched) -----------
@@ -1402,8 +1406,11 @@ def _bounded_concatenate(files, out, below=None):
 _CONCATENATE = parquet.concatenate
 
 
-def _names(urls: set[str]) -> list[str]:
-    return [url.rsplit("/", 3)[-3] + "/" + url.rsplit("/", 1)[-1] for url in urls]
+def _names(files: set) -> list[str]:
+    """Short names of urls, or of (url, size) pairs with their sizes."""
+    return [f"{url.rsplit('/', 3)[-3]}/{url.rsplit('/', 1)[-1]}" + (
+        f" ({rest[0]} bytes)" if rest else "")
+            for url, *rest in ((f,) if isinstance(f, str) else f for f in files)]
 
 
 def _ranges(offsets: set[int]) -> str:
