@@ -56,6 +56,19 @@ async def _unavailable(request: Request, exc: ArchiveError):
     return HTMLResponse(page.unavailable(f"{type(exc).__name__}: {exc}"), 503)
 
 
+def run_state(dag_id: str, run_id: str) -> str | None:
+    """Airflow's state of a run ("running", "failed", ...), from the database the
+    api-server serves; None when it has no such run."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id,
+                                                          DagRun.run_id == run_id))
+    return None if state is None else str(state)
+
+
 @app.get("/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
 def index() -> str:
     cfg = connections.load_config()
@@ -81,7 +94,8 @@ def group_page(dag_id: str) -> HTMLResponse:
         consumer = brokers.consumer(cfg)
         now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
         seen = overview.gather(cfg, group, connections.storage(cfg.s3_conn_id),
-                               connections.token_store(cfg), consumer, now_ms)
+                               connections.token_store(cfg), consumer, now_ms,
+                               run_state=lambda run_id: run_state(dag_id, run_id))
     except (ArchiveError, KafkaError, OSError) as exc:
         return HTMLResponse(page.failure(group, f"{type(exc).__name__}: {exc}"), 503)
     finally:

@@ -10,6 +10,7 @@ the losses to retention accepted (kafka_archive.plan.losses, as `verify` lists t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -64,6 +65,10 @@ class GroupOverview:
     alarms: list[Alarm]             # new, open and acknowledged mismatches
     accepted_losses: list[catalog.AcceptedLoss]  # ranges retention deleted, accepted
     in_flight: inflight.InFlight | None = None  # planned, not committed (failed, or running)
+    # Airflow's state of that run ("running", "queued", "failed", "success"); None when
+    # Airflow was not asked (the CLI) or does not know the run (deleted, another deployment)
+    in_flight_state: str | None = None
+    deadline_s: int | None = None  # the group's: a run in flight longer is stuck
 
 
 @dataclass(frozen=True)
@@ -134,11 +139,15 @@ def topic_freshness(config: Config, group_name: str, tokens: TokenStore, consume
 
 
 def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, consumer,
-           now_ms: int | None = None) -> GroupOverview:
+           now_ms: int | None = None,
+           run_state: Callable[[str], str | None] | None = None) -> GroupOverview:
+    """run_state: Airflow's state of a run of the group's DAG, by run id (the UI asks
+    Airflow's database; without it the page cannot tell a running run from a failed one)."""
     now_ms = now_ms if now_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
     config.group(group)  # an unknown group fails here, naming the configured ones
     audited = group in config.audit.groups
     cat = catalog.open_catalog(storage, config, group)
+    held = inflight.current(storage, config.archive_root, group)
     return GroupOverview(
         group=group, at_ms=now_ms,
         partitions=status.status(config, tokens, consumer, now_ms, group, storage),
@@ -147,4 +156,6 @@ def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, con
         audited=audited,
         alarms=incremental.alarms(storage, config, group) if audited else [],
         accepted_losses=[catalog.AcceptedLoss(**a) for a in cat.state.accepted],
-        in_flight=inflight.current(storage, config.archive_root, group))
+        in_flight=held,
+        in_flight_state=run_state(held.run_id) if held is not None and run_state else None,
+        deadline_s=config.group(group).deadline_s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
+from urllib.parse import quote
 
 from typing import TYPE_CHECKING
 
@@ -60,7 +61,7 @@ def render(o: GroupOverview, dag_link: str) -> str:
             f"<p class='muted'>as of {at} (reloads every {REFRESH_S} s) &middot; "
             f"<a href='{escape(dag_link)}' target='_top'>DAG</a> &middot; "
             "<a href='../'>all groups</a></p>",
-            attention(o), "<h2>Lag per topic, worst first</h2>",
+            attention(o, dag_link), "<h2>Lag per topic, worst first</h2>",
             "<p class='muted'>Two measures of time lag, both 0 when the archive has caught "
             "up. <b>Behind</b>, by offsets: the time since the archive last held everything "
             "Kafka had (a run that reached Kafka's end and committed); no producer's record "
@@ -69,14 +70,15 @@ def render(o: GroupOverview, dag_link: str) -> str:
             "the age of the oldest message not archived yet, from the timestamp its producer "
             "set; shown beside it. Without a run that caught up yet, freshness uses record "
             "time.</p>", chart, topic_table(o), lag_table(o.partitions, o),
-            "<h2>Freshness against SLA</h2>", _freshness(o), "<h2>Last runs</h2>", _runs(o),
+            "<h2>Freshness against SLA</h2>", _freshness(o),
+            "<h2>Last runs</h2>", _runs(o, dag_link),
             "<h2>Audit</h2>", _audit(o)]
     if o.accepted_losses:
         body += ["<h2>Accepted losses (retention deleted them before archiving)</h2>", _lost(o)]
     return _document(f"kafka-archive {o.group}", "\n".join(body), refresh_s=REFRESH_S)
 
 
-def attention(o: GroupOverview) -> str:
+def attention(o: GroupOverview, dag_link: str = "") -> str:
     """What needs a person, first: each item one line; or that nothing does."""
     items = [f"topic {escape(topic)}: {escape(problem)}"
              for topic, problem in sorted({(p.topic, p.problem) for p in o.partitions if p.problem})]
@@ -88,17 +90,54 @@ def attention(o: GroupOverview) -> str:
     items += [f"hole in {escape(p.topic)} partition {p.partition}: offsets "
               + ", ".join(f"[{a}, {b})" for a, b in p.holes) + " are in no file"
               for p in o.partitions if p.holes]
+    running = None
     if o.in_flight:
-        age = o.in_flight.age_ms(o.at_ms)
-        items.append(f"run {escape(o.in_flight.run_id)} was planned "
-                     f"{'?' if age is None else _duration_s(age // 1000)} ago and has not "
-                     f"committed ({escape(', '.join(o.in_flight.topics))}): it failed, or is "
-                     "still running; the group's next run finishes it")
+        stuck, line = in_flight(o, dag_link)
+        if stuck:
+            items.append(line)
+        else:
+            running = f"<p id='in-flight' class='muted'>{line}</p>"
     if not items:
-        return "<div id='attention' class='calm'><p class='ok'>nothing needs a person</p></div>"
+        return ("<div id='attention' class='calm'><p class='ok'>nothing needs a person</p>"
+                f"{running or ''}</div>")
     lines = "".join(f"<li>{item}</li>" for item in items)
     return (f"<div id='attention'><h2 class='bad'>Needs a person ({len(items)})</h2>"
-            f"<ul>{lines}</ul></div>")
+            f"<ul>{lines}</ul>{running or ''}</div>")
+
+
+def in_flight(o: GroupOverview, dag_link: str) -> tuple[bool, str]:
+    """The run planned and not committed: whether it needs a person, and its line. It
+    does when Airflow says it failed (or ended without committing), when it has been in
+    flight longer than the group's deadline, or when Airflow's state of it is unknown;
+    a run Airflow runs (or has queued) within its deadline is no incident."""
+    run = o.in_flight
+    age = run.age_ms(o.at_ms)
+    planned = f"planned {'?' if age is None else _duration_s(age // 1000)} ago"
+    held = escape(", ".join(run.topics))
+    link = (f"<a class='run' href='{escape(run_link(dag_link, run.run_id))}' target='_top'>"
+            f"run {escape(run.run_id)}</a>")
+    late = age is not None and o.deadline_s is not None and age // 1000 > o.deadline_s
+    state = o.in_flight_state
+    if state in ("running", "queued"):
+        if not late:
+            return False, f"{link} is {state} in Airflow, {planned} ({held})"
+        return True, (f"{link} is still {state} in Airflow, {planned}: past the group's "
+                      f"deadline of {_duration_s(o.deadline_s)} ({held}); look at its "
+                      "task logs")
+    if state == "failed":
+        return True, (f"{link} failed in Airflow, {planned}, before its commit ({held}): "
+                      "its failed task's log says why; the group's next run finishes its plan")
+    if state == "success":
+        return True, (f"{link} is marked success in Airflow but never committed, {planned} "
+                      f"({held}): the group's next run finishes its plan")
+    return True, (f"{link} was {planned} and has not committed ({held}); Airflow does not "
+                  "know its state here: it failed, or is still running; the group's next "
+                  "run finishes it")
+
+
+def run_link(dag_link: str, run_id: str) -> str:
+    """The run's page in the Airflow UI (its tasks, and each task's log)."""
+    return f"{dag_link}/runs/{quote(run_id, safe='')}"
 
 
 @dataclass(frozen=True)
@@ -280,20 +319,20 @@ def _freshness(o: GroupOverview) -> str:
         "<p class='muted'>no topic archived yet</p>"
 
 
-def _runs(o: GroupOverview) -> str:
-    rows = [f"<tr data-run='{escape(r.run_id)}'><td class='l'>{escape(r.run_id)}</td>"
+def _runs(o: GroupOverview, dag_link: str) -> str:
+    rows = [f"<tr data-run='{escape(r.run_id)}'><td class='l'><a href="
+            f"'{escape(run_link(dag_link, r.run_id))}' target='_top'>{escape(r.run_id)}</a></td>"
             f"<td class='l'>{escape(r.committed_at)}</td><td>{r.records}</td>"
             f"<td>{_bytes(r.bytes)}</td><td>{r.files}</td>"
             f"<td>{'?' if r.seconds is None else f'{r.seconds:.0f} s'}</td>"
             f"<td class='mbps' data-mbps='{'' if r.mb_per_s is None else r.mb_per_s}'>"
             f"{'?' if r.mb_per_s is None else _rate(r.bytes / r.seconds)}</td></tr>"
             for r in o.runs]
-    if o.in_flight:  # planned, not committed: a run that failed (or still runs)
-        run = escape(o.in_flight.run_id)
-        rows.insert(0, f"<tr data-run='{run}' class='bad'><td class='l'>{run}</td>"
-                       f"<td class='l' colspan='6'>planned {escape(o.in_flight.planned_at or '?')}"
-                       ", not committed: failed, or still running (the next run finishes "
-                       "its plan)</td></tr>")
+    if o.in_flight:  # planned, not committed: running, or failed (see attention)
+        stuck, line = in_flight(o, dag_link)
+        rows.insert(0, f"<tr data-run='{escape(o.in_flight.run_id)}' "
+                       f"class='{'bad' if stuck else 'running'}'><td class='l' colspan='7'>"
+                       f"{line}</td></tr>")
     return _table(("run", "committed", "records", "bytes", "files", "plan to commit",
                    "throughput"), rows, "runs") if rows else \
         "<p class='muted'>no committed run yet</p>"

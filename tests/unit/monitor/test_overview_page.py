@@ -80,8 +80,47 @@ def test_a_hole_and_a_run_not_committed_are_flagged():
     html = page.render(overview(partitions=[part], alarms=[], freshness=[], in_flight=planned,
                                 at_ms=1_767_225_600_000 + 30 * 60_000), "/x")
     assert "hole in t partition 0: offsets [190, 195) are in no file" in html
-    assert "run r2 was planned 30m00s ago and has not committed (t, u)" in html
+    assert "run r2</a> was planned 30m00s ago and has not committed (t, u); Airflow does " \
+           "not know its state here" in html  # not asked (the CLI), or no such run
     assert "<tr data-run='r2' class='bad'>" in html
+
+
+def in_flight_page(state, minutes, deadline_s=1800):
+    planned = InFlight("manual__1:2", "2026-01-01T00:00:00+00:00", ("t",))
+    html = page.render(overview(alarms=[], freshness=[], in_flight=planned,
+                                in_flight_state=state, deadline_s=deadline_s,
+                                at_ms=1_767_225_600_000 + minutes * 60_000),
+                       "/dags/kafka_archive_backup")
+    return html[html.index("<div id='attention'"):html.index("Lag per topic")], html
+
+
+def test_a_run_airflow_runs_within_its_deadline_needs_no_person():
+    attention, html = in_flight_page("running", 3)
+    assert "nothing needs a person" in attention
+    assert ("<p id='in-flight' class='muted'><a class='run' href='/dags/kafka_archive_backup"
+            "/runs/manual__1%3A2' target='_top'>run manual__1:2</a> is running in Airflow, "
+            "planned 3m00s ago (t)</p>") in attention
+    assert "<tr data-run='manual__1:2' class='running'>" in html
+    assert "nothing needs a person" in in_flight_page("queued", 1)[0]
+
+
+def test_a_failed_or_late_run_needs_a_person_with_a_link_to_it():
+    attention, html = in_flight_page("failed", 3)
+    assert "Needs a person (1)" in attention
+    assert "href='/dags/kafka_archive_backup/runs/manual__1%3A2'" in attention
+    assert "failed in Airflow, planned 3m00s ago, before its commit (t)" in attention
+    assert "<tr data-run='manual__1:2' class='bad'>" in html
+    late = in_flight_page("running", 31)[0]
+    assert "Needs a person (1)" in late
+    assert "is still running in Airflow, planned 31m00s ago: past the group's deadline " \
+           "of 30m00s" in late
+    assert "marked success in Airflow but never committed" in in_flight_page("success", 3)[0]
+
+
+def test_a_committed_run_links_to_its_airflow_run():
+    html = page.render(overview(), "/dags/kafka_archive_backup")
+    assert ("<tr data-run='r1'><td class='l'><a href='/dags/kafka_archive_backup/runs/r1' "
+            "target='_top'>r1</a></td>") in html
 
 
 def test_many_partitions_show_one_row_per_topic_worst_first_and_partitions_in_a_drill_down():
