@@ -10,7 +10,9 @@
 - the group's page, behind Airflow's login: refused without a session, and in Chromium
   (headless, logged in through Airflow's login form) its lag numbers equal
   `kafka-archive status --json`; its screenshots are the docs' (docs/screens/: each run
-  of this test makes them again, so the pictures in the docs show the page as it is).
+  of this test makes them again, so the pictures in the docs show the page as it is);
+- a run in flight as Airflow sees it: running, then failed (needing a person, linked to
+  its run in the Airflow UI).
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
+
+from test_airflow_rest import run_to_end
 
 from tests.support import localservices
 from tests.support.browser import log_in, wait_for
@@ -246,3 +252,62 @@ def test_the_trigger_form_refuses_a_topic_the_group_does_not_archive(airflow_sta
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(SCREENSHOT.with_name("kafka-archive-trigger-refused.png")))
     assert runs() == before
+
+
+def test_the_page_asks_airflow_whether_a_run_in_flight_runs_or_failed(airflow_stack, kafka,
+                                                                        archived, browser):
+    """A run in flight as Airflow sees it: running (here past the stack's short deadline),
+    then, marked failed in Airflow, failed and needing a person, with a link to its run
+    in the Airflow UI."""
+    from selenium.webdriver.common.by import By
+
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    for topic in archived.topics:
+        producer.send(topic, value=b"in flight", partition=0)
+    producer.flush()
+    producer.close()
+    page_url = f"{airflow_stack.url}/kafka-archive/dag/{DAG}"
+    log_in(browser, page_url)
+    run_id = airflow_stack.trigger(DAG, {"topics": archived.topics}).json()["dag_run_id"]
+    deadline = time.monotonic() + 300
+    while airflow_stack.task_states(DAG, run_id).get("plan") != "running":
+        assert time.monotonic() < deadline, airflow_stack.task_states(DAG, run_id)
+        time.sleep(0.1)
+    # no free slot once the plan is done: the run stays running, its plan in flight (as
+    # a run waiting for a worker), for as long as the page takes to look
+    pool = "/api/v2/pools/default_pool?update_mask=slots"
+    slots = airflow_stack.api.get("/api/v2/pools/default_pool").json()["slots"]
+    assert airflow_stack.api.patch(pool, json={"name": "default_pool", "slots": 0}).is_success
+    try:
+        while airflow_stack.task_states(DAG, run_id).get("plan") != "success":
+            assert time.monotonic() < deadline, airflow_stack.task_states(DAG, run_id)
+            time.sleep(0.2)
+        browser.get(page_url)
+        attention = wait_for(browser, lambda d: d.find_elements(By.ID, "attention"),
+                             "attention")[0]
+        # Airflow's state, not a guess; the test stack's deadline (5 s, for the Deadline
+        # Alert's tests) is shorter than any run, so the page calls it late, as the alert
+        # does (a run within its deadline is no incident: test_overview_page)
+        line = [li.text for li in attention.find_elements(By.TAG_NAME, "li") if run_id in li.text]
+        assert line and f"run {run_id} is still running in Airflow" in line[0] and (
+            "past the group's deadline of 5s" in line[0]), attention.get_attribute("outerHTML")
+        assert "failed" not in line[0]
+
+        r = airflow_stack.api.patch(f"/api/v2/dags/{DAG}/dagRuns/{run_id}",
+                                    json={"state": "failed"})
+        assert r.status_code == 200, r.text
+        airflow_stack.wait_for_run(DAG, run_id)
+    finally:
+        assert airflow_stack.api.patch(pool, json={"name": "default_pool",
+                                                   "slots": slots}).is_success
+    browser.get(page_url)
+    items = wait_for(browser, lambda d: [li for li in d.find_elements(
+        By.CSS_SELECTOR, "#attention li") if run_id in li.text], "the failed run needing a person")
+    assert "failed in Airflow" in items[0].text and "before its commit" in items[0].text
+    link = items[0].find_element(By.CSS_SELECTOR, "a.run").get_attribute("href")
+    assert link == f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}", link
+    browser.get(link)  # Airflow's own page of the run, its tasks and their logs
+    wait_for(browser, lambda d: run_id in d.find_element(By.TAG_NAME, "body").text,
+             "Airflow's page of the run", 120)
+
+    run_to_end(airflow_stack, {"topics": archived.topics})  # finishes its plan
