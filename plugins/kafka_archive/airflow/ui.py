@@ -72,8 +72,17 @@ def run_state(dag_id: str, run_id: str) -> str | None:
 @app.get("/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
 def index() -> str:
     cfg = connections.load_config()
-    return page.index(overview.glance(cfg, connections.storage(cfg.s3_conn_id)),
-                      {g: dag_of(g) for g in cfg.groups})
+    storage = connections.storage(cfg.s3_conn_id)
+    dag_ids = {g: dag_of(g) for g in cfg.groups}
+    consumer = None
+    try:  # one metadata call: what each group selects in Kafka now
+        consumer = brokers.consumer(cfg)
+        return page.index(overview.glance(cfg, storage, consumer), dag_ids)
+    except (ArchiveError, KafkaError, OSError) as exc:  # the archive's side is still shown
+        return page.index(overview.glance(cfg, storage), dag_ids, f"{type(exc).__name__}: {exc}")
+    finally:
+        if consumer is not None:
+            consumer.close()
 
 
 @app.get("/dag/{dag_id}", response_class=HTMLResponse,

@@ -11,7 +11,7 @@ the losses to retention accepted (kafka_archive.plan.losses, as `verify` lists t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from kafka_archive import catalog
@@ -82,29 +82,43 @@ class Glance:
     in_flight: str | None
     open_alarms: int | None  # None: not audited
     problem: str | None = None  # its catalog cannot be read: the rest is unknown
+    # what the group selects in Kafka now, as its next plan would (None: Kafka not asked)
+    selected_topics: int | None = None
+    selected_partitions: int | None = None
 
 
-def glance(config: Config, storage: Storage) -> list[Glance]:
-    found = []
-    for name in sorted(config.groups):
-        try:
-            cat = catalog.open_catalog(storage, config, name)
-        except catalog.CatalogUnreadable as exc:  # one group's damage hides no other group
-            found.append(Glance(name, 0, 0, 0, None, inflight.holding(
-                storage, config.archive_root, name), None, str(exc)))
-            continue
-        summaries = [s for t in cat.state.topics.values() for s in t.summaries.values()
-                     if s.rows]
-        commits = [r for r in cat.state.recent if r.get("kind", "commit") == "commit"]
-        found.append(Glance(
-            name, sum(1 for t in cat.state.topics.values()
-                      if any(s.rows for s in t.summaries.values())),
-            len(summaries), sum(s.files for s in summaries),
-            commits[0]["committed_at"] if commits else None,
-            inflight.holding(storage, config.archive_root, name),
-            sum(1 for a in incremental.alarms(storage, config, name) if a.state != "acknowledged")
-            if name in config.audit.groups else None))
-    return found
+def glance(config: Config, storage: Storage, consumer=None) -> list[Glance]:
+    """consumer: Kafka's metadata (one call for every group) for the topics and partitions
+    each group selects; without it, what the catalog holds only."""
+    found = [_glance(config, storage, name) for name in sorted(config.groups)]
+    if consumer is None:
+        return found
+    partitions = {t: len(consumer.partitions_for_topic(t) or ()) for t in consumer.topics()}
+    seen = []
+    for g in found:
+        chosen = [t for t in partitions if config.group(g.group).selects(t)]
+        seen.append(replace(g, selected_topics=len(chosen),
+                            selected_partitions=sum(partitions[t] for t in chosen)))
+    return seen
+
+
+def _glance(config: Config, storage: Storage, name: str) -> Glance:
+    try:
+        cat = catalog.open_catalog(storage, config, name)
+    except catalog.CatalogUnreadable as exc:  # one group's damage hides no other group
+        return Glance(name, 0, 0, 0, None, inflight.holding(
+            storage, config.archive_root, name), None, str(exc))
+    summaries = [s for t in cat.state.topics.values() for s in t.summaries.values()
+                 if s.rows]
+    commits = [r for r in cat.state.recent if r.get("kind", "commit") == "commit"]
+    return Glance(
+        name, sum(1 for t in cat.state.topics.values()
+                  if any(s.rows for s in t.summaries.values())),
+        len(summaries), sum(s.files for s in summaries),
+        commits[0]["committed_at"] if commits else None,
+        inflight.holding(storage, config.archive_root, name),
+        sum(1 for a in incremental.alarms(storage, config, name) if a.state != "acknowledged")
+        if name in config.audit.groups else None)
 
 
 def run_summary(run: dict) -> RunSummary:

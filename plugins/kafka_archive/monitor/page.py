@@ -207,25 +207,51 @@ def topic_chart(lags: list[TopicLag], width: int = 640) -> str:
             "xmlns='http://www.w3.org/2000/svg'>" + "".join(rows) + "</svg>")
 
 
-def index(glances: list[Glance], dag_ids: dict[str, str]) -> str:
-    """Every group's state at a glance: what needs a person there, its last commit, size."""
-    rows = []
-    for g in glances:
-        trouble = ([escape(g.problem)] if g.problem else []) + (
-            [f"run {escape(g.in_flight)} not committed"] if g.in_flight else []) + (
-            [f"{g.open_alarms} open audit mismatch(es)"] if g.open_alarms else [])
-        rows.append(f"<tr data-group='{escape(g.group)}'><td class='l'><a href='dag/"
-                    f"{escape(dag_ids[g.group])}'>{escape(g.group)}</a></td>"
-                    f"<td class='l {'bad' if trouble else 'ok'}'>"
-                    f"{'; '.join(trouble) if trouble else 'ok'}</td>"
-                    f"<td class='l'>{escape(g.last_commit or 'never')}</td><td>{g.topics}</td>"
-                    f"<td>{g.partitions}</td><td>{g.files}</td>"
-                    f"<td class='l'>{'not audited' if g.open_alarms is None else 'audited'}</td></tr>")
+def index(glances: list[Glance], dag_ids: dict[str, str],
+          kafka_problem: str | None = None) -> str:
+    """Every group's state at a glance: what needs a person there, its last commit, size.
+    kafka_problem: why Kafka could not be asked (then topics and partitions are what the
+    archive holds only)."""
+    rows = [_glance_row(g, dag_ids[g.group]) for g in glances]
     table = _table(("group", "state", "last commit", "topics", "partitions", "files", "audit"),
                    rows, "groups")
+    kafka = ("<p class='muted'>topics and partitions: archived of those the group selects "
+             "in Kafka now</p>" if kafka_problem is None else
+             f"<p id='kafka-problem' class='bad'>Kafka could not be asked "
+             f"({escape(kafka_problem)}): topics and partitions are what the archive "
+             "holds</p>")
     return _document("kafka-archive", "<h1>kafka-archive groups</h1><p class='muted'>each "
-                     "group's page shows its lag (Kafka is asked there, not here)</p>" + table,
-                     refresh_s=REFRESH_S)
+                     "group's page shows its lag</p>" + kafka + table, refresh_s=REFRESH_S)
+
+
+def glance_state(g: Glance) -> tuple[str, str]:
+    """(css class, words) of a group's state: trouble first, then a group that selects no
+    topic (a pattern that matches nothing, or topics not created yet), one that never
+    committed, or ok."""
+    trouble = ([escape(g.problem)] if g.problem else []) + (
+        [f"run {escape(g.in_flight)} not committed"] if g.in_flight else []) + (
+        [f"{g.open_alarms} open audit mismatch(es)"] if g.open_alarms else [])
+    if trouble:
+        return "bad", "; ".join(trouble)
+    if g.selected_topics == 0:
+        return "warn", "no topic matched"
+    if g.last_commit is None:
+        return "warn", "never archived"
+    return "ok", "ok"
+
+
+def _of(held: int, selected: int | None) -> str:
+    return f"{held}" if selected is None else f"{held} of {selected}"
+
+
+def _glance_row(g: Glance, dag_id: str) -> str:
+    css, state = glance_state(g)
+    return (f"<tr data-group='{escape(g.group)}'><td class='l'><a href='dag/{escape(dag_id)}'>"
+            f"{escape(g.group)}</a></td><td class='l {css}'>{state}</td>"
+            f"<td class='l'>{escape(g.last_commit or 'never')}</td>"
+            f"<td>{_of(g.topics, g.selected_topics)}</td>"
+            f"<td>{_of(g.partitions, g.selected_partitions)}</td><td>{g.files}</td>"
+            f"<td class='l'>{'not audited' if g.open_alarms is None else 'audited'}</td></tr>")
 
 
 def audit_page(alarms: dict[str, list], groups: list[str]) -> str:

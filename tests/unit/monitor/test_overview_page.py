@@ -149,6 +149,49 @@ def test_the_all_groups_page_shows_each_groups_state():
     assert "not audited" in html
 
 
+def test_a_group_that_never_archived_or_matches_no_topic_is_not_ok():
+    from kafka_archive.monitor.overview import Glance
+
+    never = Glance("new", 0, 0, 0, None, None, None, selected_topics=2, selected_partitions=9)
+    empty = Glance("typo", 0, 0, 0, None, None, None, selected_topics=0, selected_partitions=0)
+    html = page.index([never, empty], {"new": "d1", "typo": "d2"})
+    assert ("<td class='l warn'>never archived</td><td class='l'>never</td>"
+            "<td>0 of 2</td><td>0 of 9</td>") in html
+    assert "<td class='l warn'>no topic matched</td>" in html
+    down = page.index([Glance("new", 0, 0, 0, None, None, None)], {"new": "d1"},
+                      kafka_problem="KafkaTimeoutError: no broker")
+    assert "Kafka could not be asked (KafkaTimeoutError: no broker)" in down
+    assert "<td class='l warn'>never archived</td>" in down
+
+
+class Metadata:
+    """Kafka's metadata as kafka-python's consumer answers it."""
+
+    def __init__(self, topics: dict[str, int]):
+        self.partitions = topics
+
+    def topics(self):
+        return set(self.partitions)
+
+    def partitions_for_topic(self, topic):
+        return set(range(self.partitions[topic]))
+
+
+def test_the_glance_counts_what_each_group_selects_in_kafka(tmp_path):
+    from tests.support.local_config import local_config
+
+    cfg = local_config(tmp_path, """\
+        orders: {topics: {include: ["orders-.*"], exclude: [".*-dlq"]}}
+        typo: {topics: {include: ["ordres-.*"]}}
+        """)
+    seen = {g.group: g for g in overview_module.glance(
+        cfg, overview_module.Storage(),
+        Metadata({"orders-eu": 4, "orders-us": 5, "orders-dlq": 3, "other": 1}))}
+    assert (seen["orders"].selected_topics, seen["orders"].selected_partitions) == (2, 9)
+    assert (seen["typo"].selected_topics, seen["typo"].selected_partitions) == (0, 0)
+    assert seen["orders"].last_commit is None and seen["orders"].topics == 0
+    assert overview_module.glance(cfg, overview_module.Storage())[0].selected_topics is None
+
 def test_the_audit_tab_lists_every_audited_groups_mismatches():
     alarms = overview().alarms
     html = page.audit_page({"backup": alarms, "partitioned": []}, ["backup", "partitioned"])
@@ -163,7 +206,7 @@ def test_a_page_that_cannot_be_shown_says_what_failed_escaped():
 
 def test_a_group_whose_catalog_cannot_be_read_shows_why_and_hides_no_other(tmp_path):
     """A reader never rebuilds a catalog (issue 31 §4): the all-groups page names the
-    damage in that group's row, and the other groups show as ever."""
+    damage in that group's row, and the other groups show as ever (b: never archived)."""
     from kafka_archive import layout
     from kafka_archive.storage import Storage
     from tests.support.local_config import local_config
@@ -176,4 +219,4 @@ def test_a_group_whose_catalog_cannot_be_read_shows_why_and_hides_no_other(tmp_p
     assert ("<td class='l bad'>catalog of group a: it has none, though runs were committed "
             "(archived before catalogs existed, or its folder was deleted)") in html
     assert "or `kafka-archive catalog --group a --rebuild` now</td>" in html
-    assert "<a href='dag/kafka_archive_b'>b</a></td><td class='l ok'>ok</td>" in html
+    assert "<a href='dag/kafka_archive_b'>b</a></td><td class='l warn'>never archived</td>" in html
