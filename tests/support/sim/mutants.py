@@ -149,8 +149,10 @@ MUTANTS = [
            "    for topic in sorted(set(through) | set(cat.state.topics)) if holder is None else ():",
            "    for topic in sorted(through) if holder is None else ():"),
     Mutant("a failed cleanup rebuilds the catalog", "catalog/store.py",
-           "                    clean(catalog.storage, catalog.root, catalog.group)\n                except Exception",
-           "                    clean(catalog.storage, catalog.root, catalog.group)\n                except OSError"),
+           "                catalog.write_snapshot()\n            except CatalogUnreadable",
+           "                catalog.write_snapshot()\n"
+           "                clean(catalog.storage, catalog.root, catalog.group)\n"
+           "            except CatalogUnreadable"),
     Mutant("a given-up run's token copy taken for a run committing now", "commit/protocol.py",
            "        return storage.size(layout.run_file(root, plan.group, run_id, runs.GIVEN_UP)) is None",
            "        return True"),
