@@ -20,7 +20,7 @@ from kafka_archive import layout
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.audit.reconcile import format_window
 from kafka_archive.audit.reporting import describe
-from kafka_archive.monitor import freshness
+from kafka_archive.monitor import freshness, page
 from kafka_archive.plan.planning import Anomaly, Plan
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def dag_id(group: str) -> str:
 
 def run_link(base_url: str, dag: str, run_id: str) -> str:
     """The run's page in the Airflow 3 UI."""
-    return f"{base_url.rstrip('/')}/dags/{quote(dag, safe='')}/runs/{quote(run_id, safe='')}"
+    return page.run_link(f"{base_url.rstrip('/')}/dags/{quote(dag, safe='')}", run_id)
 
 
 # --- messages (pure) ---------------------------------------------------------------------

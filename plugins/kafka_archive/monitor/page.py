@@ -78,7 +78,7 @@ def render(o: GroupOverview, dag_link: str) -> str:
     return _document(f"kafka-archive {o.group}", "\n".join(body), refresh_s=REFRESH_S)
 
 
-def attention(o: GroupOverview, dag_link: str = "") -> str:
+def attention(o: GroupOverview, dag_link: str) -> str:
     """What needs a person, first: each item one line; or that nothing does."""
     items = [f"topic {escape(topic)}: {escape(problem)}"
              for topic, problem in sorted({(p.topic, p.problem) for p in o.partitions if p.problem})]
@@ -136,7 +136,8 @@ def in_flight(o: GroupOverview, dag_link: str) -> tuple[bool, str]:
 
 
 def run_link(dag_link: str, run_id: str) -> str:
-    """The run's page in the Airflow UI (its tasks, and each task's log)."""
+    """The run's page in the Airflow UI (its tasks, and each task's log); dag_link: the
+    DAG's (`/dags/<dag id>`, after the UI's base URL in a mail)."""
     return f"{dag_link}/runs/{quote(run_id, safe='')}"
 
 
