@@ -24,6 +24,7 @@ TABLE_SEQUENCES = 100  # of a table group's world: ~1 s each (pyiceberg's commit
 EVENT_SEQUENCES = 200  # of an event-time group's world (finalize, Asset events): ~0.1 s each
 PARSED_SEQUENCES = 30  # of a parsed table group's world (dead-letter tables): ~0.8 s each
 AUDIT_SEQUENCES = 200  # of an audited group's world (producers, the audit DAG): ~0.17 s each
+S3_SEQUENCES = 20  # of the files world on S3 (moto in process): ~3.5 s each, ~5 ms a call
 
 
 def explored(sequences: int, shape: str = "files") -> list[str]:
@@ -73,6 +74,14 @@ def test_no_sequence_breaks_an_invariant_of_an_audited_group():
     what producers counted against what the catalog holds, a rescan's finding cleared only
     by a rescan, and no mismatch left unmailed (sim.audit)."""
     reports = explored(AUDIT_SEQUENCES, "audit")
+    assert not reports, "\n\n".join(reports[:3])
+
+
+def test_no_sequence_breaks_an_invariant_on_s3():
+    """The files world with its archive and tokens on S3 (moto's, in process): the s3://
+    paths of Storage and the token store, whose versions are ETags (equal bytes, equal
+    ETag), compare-and-swap by If-Match / If-None-Match, listings in pages."""
+    reports = explored(S3_SEQUENCES, "s3")
     assert not reports, "\n\n".join(reports[:3])
 
 
@@ -794,6 +803,20 @@ def test_the_checks_can_fail(tmp_path):
     report = verify.verify_group(world.config, "backup", Storage(), world.tokens, files=True)
     assert [e.message for e in report.errors()] == [f"{url}: unreadable: cannot read archived "
                                                     f"file {url}: it is not there"]
+
+
+def test_the_s3_world_finds_a_listing_that_reads_one_page(tmp_path):
+    """Its listings come in pages of a few keys: a client that read only the first page
+    of each would leave files and tokens unseen, and the invariants say so."""
+    import itertools
+
+    import botocore.paginate
+
+    every_page = botocore.paginate.PageIterator.__iter__
+    with patch.object(botocore.paginate.PageIterator, "__iter__",
+                      lambda pages: itertools.islice(every_page(pages), 1)):
+        result = explore.explore(0, tmp_path / "world", shape="s3")
+    assert result.violation is not None, "\n".join(result.trace)
 
 
 def test_the_table_check_can_fail(tmp_path):

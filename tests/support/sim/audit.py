@@ -25,7 +25,6 @@ from kafka_archive.airflow import alerting, tasks
 from kafka_archive.audit import incremental
 from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.manifest import row_files
-from kafka_archive.storage import Storage
 
 WINDOW_MS = 60_000
 GROUP = "audited"
@@ -127,11 +126,11 @@ class AuditModel:
             return
         rows = [r for r in _rows(self.world) if r["topic"] == topic]
         files = [f["url"] for r in rows for f in row_files(r)
-                 if Storage().size(f["url"]) is not None]
+                 if self.world.plain.size(f["url"]) is not None]
         if not files:
             return
         url = max(files)
-        Storage().delete(url)
+        self.world.plain.delete(url)
         self.deleted_files.add(url)
         out.add(f"deleted {url.rsplit('/', 3)[-3:]}")
 
@@ -139,15 +138,15 @@ class AuditModel:
 
     def gone(self, url: str) -> bool:
         """A file a person deleted and no run wrote again."""
-        return url in self.deleted_files and Storage().size(url) is None
+        return url in self.deleted_files and self.world.plain.size(url) is None
 
     def check(self, run_id: str, rescan: bool) -> None:
         """The windows the audit run judged (its report.json's verdicts; the others keep
         a verdict checked when it was judged)."""
         w = self.world
-        report = json.loads(Storage().get_bytes(layout.audit_report(
+        report = json.loads(w.plain.get_bytes(layout.audit_report(
             w.config.archive_root, w.group, run_id, "report.json")))
-        windows = incremental.load(Storage(), w.config, w.group).windows
+        windows = incremental.load(w.plain, w.config, w.group).windows
         held, in_files = self._archived()
         for status, _, topic, source, start, _, _, expected, archived in report["verdicts"]:
             if status in ("PENDING", "UNAUDITED"):
@@ -190,7 +189,7 @@ class AuditModel:
     def unmailed(self) -> list:
         """The mismatches no mail announced, after the final audit."""
         w = self.world
-        alarms = incremental.alarms(Storage(), w.config, w.group)
+        alarms = incremental.alarms(w.plain, w.config, w.group)
         return [a for a in alarms if a.state == "new" or (
             a.mailed_at and not self.killed_at_mail and not any(
                 f[0] == a.key for f in self.mailed))]
@@ -218,7 +217,7 @@ class AuditModel:
         not have been judged yet)."""
         topic, source, start = key
         w = self.world
-        cat = catalog.open_catalog(Storage(), w.config, w.group, may_rebuild=True)
+        cat = catalog.open_catalog(w.plain, w.config, w.group, may_rebuild=True)
         held = {(r["partition"], o) for r in cat.rows() if r["topic"] == topic
                 for o in range(r["start"], r["end"])}
         accepted = {(a["partition"], o) for a in cat.state.accepted if a["topic"] == topic
@@ -234,7 +233,7 @@ class AuditModel:
 
 
 def _rows(world) -> list[dict]:
-    cat = catalog.open_catalog(Storage(), world.config, world.group, may_rebuild=True)
+    cat = catalog.open_catalog(world.plain, world.config, world.group, may_rebuild=True)
     return cat.rows()
 
 

@@ -215,6 +215,8 @@ def run_steps(steps: list[tuple], root: Path, seed: int | None = None,
     except Exception as bug:  # not a classified failure: the library broke  # noqa: BLE001
         result.violation = Violation("unclassified error", "".join(
             traceback.format_exception_only(bug)).strip() + "\n" + traceback.format_exc(limit=-4))
+    finally:
+        world.close()
     return result
 
 

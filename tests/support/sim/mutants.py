@@ -34,11 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 LIBRARY = REPO / "plugins"
 # seeds per shape at --budget 1: the unit tier's own (tests/unit/test_protocol_simulation.py,
-# its SEQUENCES, TABLE_, EVENT_, PARSED_ and AUDIT_SEQUENCES; 100 of its 300 replay sequences)
+# its SEQUENCES, TABLE_, EVENT_, PARSED_, AUDIT_ and S3_SEQUENCES; 100 of its 300 replay
+# sequences)
 # (in this order: a mutant is caught at its first shape, and the table worlds, a minute
 # each, reach most of the protocol; the files world's 2,000 take four)
 SEEDS = {"tables": 100, "events": 200, "parsed": 30, "files": 2000, "audit": 200,
-         "replay": 100}
+         "s3": 20, "replay": 100}
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,16 @@ MUTANTS = [
     Mutant("late retention loss not kept as a gap", "commit/protocol.py",
            "            ends[(s.topic, s.partition)] = s.start\n            continue",
            "            continue"),
+    # S3's own paths (the s3 world)
+    Mutant("an S3 listing reads its first page only", "storage.py",
+           "                for page in pages:\n                    for obj in page.get",
+           "                for page in list(pages)[:1]:\n                    for obj in page.get"),
+    Mutant("an S3 compare-and-swap overwrites whatever is there", "storage.py",
+           '    condition = ({"IfNoneMatch": "*"} if expected_version is None\n'
+           '                 else {"IfMatch": expected_version})',
+           "    condition = {}"),
+    Mutant("an S3 If-Match on a deleted object is no conflict", "storage.py",
+           " or (expected_version is not None and retries.is_missing(exc)):", ":"),
 ]
 
 
@@ -197,10 +208,14 @@ def planted(mutant: Mutant, into: Path) -> Path:
     return target
 
 
-def explored(root: Path, budget: float, first_seed: int) -> dict[str, str | None]:
-    """Per shape: the first violation's kind the random sequences found, or None."""
+def explored(root: Path, budget: float, first_seed: int,
+             shapes: list[str] | None = None) -> dict[str, str | None]:
+    """Per shape (all, or `shapes`): the first violation's kind the random sequences
+    found, or None."""
     found = {}
     for shape, seeds in SEEDS.items():
+        if shapes and shape not in shapes:
+            continue
         count = max(1, int(seeds * budget))
         which = ["--replay"] if shape == "replay" else ["--shape", shape, "--no-shrink",
                                                          "--stop-at-first"]
@@ -228,13 +243,13 @@ def kept(root: Path) -> str | None:
     return None if done.returncode == 0 else (done.stdout.strip().splitlines() or ["?"])[-1]
 
 
-def judge(mutant: Mutant, budget: float, first_seed: int) -> dict:
+def judge(mutant: Mutant, budget: float, first_seed: int, shapes: list[str] | None) -> dict:
     started = time.monotonic()
     if mutant.modelled:
         return {"mutant": mutant.name, "modelled": False, "caught_by": mutant.modelled}
     with tempfile.TemporaryDirectory(prefix="kafka-archive-mutant-") as folder:
         root = planted(mutant, Path(folder))
-        found = explored(root, budget, first_seed)
+        found = explored(root, budget, first_seed, shapes)
         sequences = kept(root)
     caught = next((f"{shape}: {kind}" for shape, kind in found.items() if kind), None)
     return {"mutant": mutant.name, "modelled": True, "random": caught, "kept": sequences,
@@ -247,11 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--budget", type=float, default=1.0, help="seeds per shape, x SEEDS")
     args.add_argument("--first-seed", type=int, default=0)
     args.add_argument("--workers", type=int, default=2)
+    args.add_argument("--shapes", help="only these shapes' random sequences, comma-separated "
+                                       "(a quick look; the score is of all of them)")
     opts = args.parse_args(argv)
     chosen = [m for m in MUTANTS if not opts.only or opts.only in m.name]
     results = []
     with ThreadPoolExecutor(opts.workers) as pool:  # each printed as it is judged (in order)
-        for r in pool.map(lambda m: judge(m, opts.budget, opts.first_seed), chosen):
+        shapes = opts.shapes.split(",") if opts.shapes else None
+        for r in pool.map(lambda m: judge(m, opts.budget, opts.first_seed, shapes), chosen):
             results.append(r)
             if not r["modelled"]:
                 print(f"  not modelled  {r['mutant']}: {r['caught_by']}", flush=True)

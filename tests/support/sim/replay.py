@@ -24,7 +24,6 @@ from kafka_archive import brokers
 from kafka_archive.archive import replay_job
 from kafka_archive.errors import ArchiveError
 from kafka_archive.formats.records import Record
-from kafka_archive.storage import Storage
 from kafka_archive.tools import replay
 
 from tests.support.sim.world import Crash, Outcome, Violation, World
@@ -163,7 +162,7 @@ class ReplayWorld:
         self.world.faults.arm(crash)
         try:
             with self._simulated_target():
-                url, plan = replay.prepare(self.world.config, Storage(), self.request, 2)
+                url, plan = replay.prepare(self.world.config, self.world.plain, self.request, 2)
                 for part in plan["partitions"]:
                     done = replay_job.replay_partition(self.world.config, plan, part,
                                                        self.world.storage)

@@ -1,7 +1,8 @@
 """One simulated deployment: the real task bodies of plan and commit (airflow.tasks,
 Airflow's connections patched), the job (its slice bodies, in process), catalog and
-operators' tools on a local archive root, against the simulated Kafka (sim.kafka), with
-Airflow's runs and tasks, kills, interleavings of two live tasks and a clock modelled.
+operators' tools on a local (or S3) archive root, against the simulated Kafka
+(sim.kafka), with Airflow's runs and tasks, kills, interleavings of two live tasks and a
+clock modelled.
 
 A step is data (a tuple), so a sequence replays exactly; a step that names what does
 not exist (yet) is a no-op, so a shrunk sequence stays runnable. `World.step` runs one,
@@ -38,7 +39,8 @@ from kafka_archive.plan.planning import HeldTopicsError, Plan
 from kafka_archive import storage as storage_module
 from kafka_archive.storage import Storage, join as storage_join
 from kafka_archive.tools import verify
-from kafka_archive.tokens import LocalTokenStore, MalformedTokenError, Token, parse, render
+from kafka_archive.tokens import (LocalTokenStore, MalformedTokenError, S3TokenStore, Token,
+                                  open_store, parse, render)
 
 from tests.support.local_config import local_config
 from tests.support.sim import audit
@@ -104,11 +106,11 @@ class Faults:
 
 
 class SimStorage(Storage):
-    """Local storage whose every write (put, upload, conditional put, delete; a move is an
-    upload and a delete) may be the one a kill stops before."""
+    """Storage (local, or S3 on moto) whose every write (put, upload, conditional put,
+    delete; a move is an upload and a delete) may be the one a kill stops before."""
 
-    def __init__(self, faults: Faults):
-        super().__init__()
+    def __init__(self, faults: Faults, make_s3_client=None):
+        super().__init__(make_s3_client)
         self.faults = faults
         self.writes: list[str] = []  # what the task in progress wrote, in order
         # (folder, start_after) -> len(writes) when last listed; and those listed again
@@ -176,18 +178,65 @@ class SimStorage(Storage):
                                          f"was {how} by {self.actor()}")
 
 
-class SimTokens(LocalTokenStore):
-    def __init__(self, root: Path, faults: Faults):
-        super().__init__(root)
-        self.faults = faults
+class SimTokens:
+    """The config's token store (local or S3) whose writes and deletes may be killed."""
+
+    def __init__(self, store: LocalTokenStore | S3TokenStore, faults: Faults):
+        self.store, self.faults = store, faults
+
+    def url(self, group: str, topic: str) -> str:
+        """Where a person finds the topic's token file."""
+        if isinstance(self.store, S3TokenStore):
+            return self.store._url(group, topic)
+        return f"file://{self.store._path(group, topic)}"
+
+    def read(self, group, topic):
+        return self.store.read(group, topic)
+
+    def topics(self, group):
+        return self.store.topics(group)
 
     def write(self, token, expected_version):
         self.faults.tick(f"token write {token.group}/{token.topic}")
-        return super().write(token, expected_version)
+        return self.store.write(token, expected_version)
 
     def delete(self, group, topic):
         self.faults.tick(f"token delete {group}/{topic}")
-        super().delete(group, topic)
+        self.store.delete(group, topic)
+
+
+class _S3Fake:
+    """An S3 in this process (moto's, which honours ETags, If-Match, If-None-Match and
+    ListObjectsV2's pages as S3 does) holding the bucket of S3_FAKE: the s3:// paths of
+    Storage and of the token store, driven as the other worlds drive the local ones. In
+    process rather than moto's server: no HTTP per call (still ~5 ms a call, botocore's and
+    moto's own work). Stopped by close(): the mock answers every boto3 client of the
+    process."""
+
+    def __init__(self):
+        import boto3
+        from moto import mock_aws
+
+        self.mock = mock_aws()
+        self.mock.start()
+        self._client = boto3.client("s3", region_name="us-east-1")
+        self._client.create_bucket(Bucket=S3_FAKE.removeprefix("s3://"))
+        # pages of LIST_PAGE keys (S3's are 1,000): every listing of more turns a page
+        self._client.meta.events.register("before-parameter-build.s3.ListObjectsV2",
+                                          _small_pages)
+
+    def client(self):
+        return self._client
+
+    def close(self) -> None:
+        self.mock.stop()
+
+
+LIST_PAGE = 3
+
+
+def _small_pages(params, **kwargs) -> None:
+    params.setdefault("MaxKeys", LIST_PAGE)
 
 
 @dataclass
@@ -254,7 +303,10 @@ SHAPES = {
     # SequenceFiles by Kafka partition of audited producers' messages, and the audit DAG
     # (sim.audit)
     "audit": (audit.GROUP, "format: {kind: sequencefile, compression: none}"),
+    # the files group with its archive and tokens on S3 (moto, in process: S3_FAKE)
+    "s3": ("backup", "format: {kind: sequencefile, compression: none}"),
 }
+S3_FAKE = "s3://sim-archive"
 
 
 class World:
@@ -263,15 +315,21 @@ class World:
         root.mkdir(parents=True)
         self.shape = shape
         self.group, layout_of = SHAPES[shape]
+        self.s3 = _S3Fake() if shape == "s3" else None
         self.config = local_config(root, f"{self.group}: {{{layout_of}, "
                                          "policy: {max_records: 6, max_delay: 1m}}\n",
                                    iceberg_catalog=shape in ("tables", "parsed"),
-                                   sections=audit.SECTION if shape == "audit" else "")
+                                   sections=audit.SECTION if shape == "audit" else "",
+                                   **({"archive_root": f"{S3_FAKE}/archive",
+                                       "token_root": f"{S3_FAKE}/tokens"} if self.s3 else {}))
         self.root = root
         self.faults = Faults()
         self.tables = iceberg.Tables(self.config) if shape in ("tables", "parsed") else None
-        self.storage = SimStorage(self.faults)
-        self.tokens = SimTokens(root / "tokens", self.faults)
+        client = self.s3.client if self.s3 else None
+        self.storage = SimStorage(self.faults, client)
+        # what the checks and a person's edits read and write: no kill stops them
+        self.plain = Storage(client)
+        self.tokens = SimTokens(open_store(self.config.token_root, client), self.faults)
         self.kafka = Kafka(event_time=shape in ("events", "parsed"))
         for topic, partitions in TOPICS.items():
             self.kafka.create(topic, partitions)
@@ -295,7 +353,7 @@ class World:
         # a callback's bookkeeping is not what the simulation explores), and the model of
         # what each incident deserves that they are checked against
         self.mailbox: list[Message] = []
-        self.mailings = CheckedMailings(self, Storage(), self.config.archive_root, self.group,
+        self.mailings = CheckedMailings(self, self.plain, self.config.archive_root, self.group,
                                         self.mailbox.append, lambda run_id: f"run {run_id}")
         # runs whose commit was announced (mail and Asset events), how many times, and
         # how many of those said they replace an earlier announcement
@@ -312,6 +370,10 @@ class World:
         self.finalize_owed: set[str] = set()
 
     # --- the steps ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.s3:
+            self.s3.close()
 
     def step(self, step: tuple) -> Outcome:
         """Run one step; a kill (Crash) or a task's failure (ArchiveError) ends it as in
@@ -461,17 +523,17 @@ class World:
     def _break_token(self, out: Outcome, topic: str):
         """A person's edit leaves a line of the token file malformed (an offset that is no
         number): the topic is held, mailed, until the file is fixed."""
-        path = self.tokens._path(self.group, topic)
-        if topic in self.broken or not path.exists():
+        url = self.tokens.url(self.group, topic)
+        if topic in self.broken or (found := self.plain.get_or_none(url)) is None:
             return
-        self.broken[topic] = path.read_bytes()
-        path.write_bytes(self.broken[topic] + f"{self.config.bootstrap_servers} {topic} 0 "
-                         "twelve\n".encode())
+        self.broken[topic] = found
+        self.plain.put_bytes(url, found + f"{self.config.bootstrap_servers} {topic} 0 "
+                             "twelve\n".encode())
 
     def _fix_token(self, out: Outcome, topic: str):
         """The person puts the file back as it was before their edit (what the mail says)."""
         if (original := self.broken.pop(topic, None)) is not None:
-            self.tokens._path(self.group, topic).write_bytes(original)
+            self.plain.put_bytes(self.tokens.url(self.group, topic), original)
 
     def _token(self, topic: str) -> Token | None:
         """The topic's token as the invariants read it: a file broken by hand claims what
@@ -571,7 +633,7 @@ class World:
         if token and token.offsets:  # the line of the most rows, as far back as Kafka holds
             try:
                 held = Counter(r["partition"] for r in catalog.open_catalog(
-                    Storage(), self.config, self.group).rows(topic))
+                    self.plain, self.config, self.group).rows(topic))
             except catalog.CatalogUnreadable:
                 held = Counter()
             partition = max(sorted(token.offsets), key=lambda p: held[p])
@@ -619,13 +681,12 @@ class World:
         # a person's delete is never undone: no run that had written the token writes it
         # again from the same plan. (A plan made from no token, which never wrote it, may
         # commit after the delete: it archives the topic from start_from, as asked.)
-        copies = self.token_copies[topic] + [self.tokens._path(self.group, topic).read_bytes()]
+        copies = self.token_copies[topic] + [self.plain.get_bytes(self.tokens.url(self.group, topic))]
         wrote = {layout.run_folder_name(t.run_id) for t in (self._parsed_copy(c, topic) for c in copies)
                  if t is not None and t.run_id}
         self.tokens.delete(self.group, topic)
-        self.deleted_under[topic] = {p.parent.name: p.read_bytes() for p in
-                                     (self.root / "archive" / "_runs" / self.group).glob("*/plan.json")
-                                     if p.parent.name in wrote}
+        self.deleted_under[topic] = {folder: plan for folder in wrote
+                                     if (plan := self.plain.get_or_none(self._plan_url(folder)))}
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
         if topic in self.broken:
@@ -661,7 +722,7 @@ class World:
             token = self._token(topic)
             run_id = token and token.run_id
             if run_id and not runs.is_final(runs.stored_outcome(
-                    Storage(), self.config.archive_root, self.group, run_id)):
+                    self.plain, self.config.archive_root, self.group, run_id)):
                 self.abandoned = True
 
     def _rewind(self, out: Outcome, topic: str, partition: int, to_offset: int):
@@ -704,13 +765,13 @@ class World:
 
     def _damage_catalog(self, out: Outcome, which: int):
         """A snapshot or row chunk of the catalog damaged (a bad copy, a partial write)."""
-        folder = self.root / "archive" / "_catalog" / self.group
-        damaged = sorted(p for p in folder.rglob("*") if p.is_file()
-                         and ("snapshots" in p.parts or "rows" in p.parts))
+        folder = catalog.store.folder(self.config.archive_root, self.group) + "/"
+        damaged = [url for url, _ in self.plain.list(folder)
+                   if {"snapshots", "rows"} & set(url[len(folder):].split("/"))]
         if damaged:
             victim = damaged[which % len(damaged)]
-            victim.write_bytes(b"not json")
-            out.add(f"damaged {victim.relative_to(folder)}")
+            self.plain.put_bytes(victim, b"not json")
+            out.add(f"damaged {victim[len(folder):]}")
 
     def _maintain(self, out: Outcome, crash: int):
         """A table group's maintenance task (airflow.tasks.expire_snapshots), a day
@@ -815,7 +876,7 @@ class World:
     def _remove_inflight(self, out: Outcome):
         """A person deletes `_inflight.json` by hand."""
         if self.in_flight():
-            Storage().delete(layout.inflight_marker(self.config.archive_root, self.group))
+            self.plain.delete(layout.inflight_marker(self.config.archive_root, self.group))
             self.abandoned = True
 
     def _finalize(self, out: Outcome, run_id: str, crash: int):
@@ -858,7 +919,7 @@ class World:
         """The current files of an hour and their sizes, as the catalog lists them (a
         loader that loads by name and ETag sees a file of the same name changed)."""
         folder = layout.time_partition_dir(self.config.archive_root, self.group, topic, path)
-        cat = catalog.open_catalog(Storage(), self.config, self.group, may_rebuild=True)
+        cat = catalog.open_catalog(self.plain, self.config, self.group, may_rebuild=True)
         return frozenset((f["url"], f["bytes"]) for row in cat.rows() if row["topic"] == topic
                          for f in row_files(row) if f["url"].startswith(folder + "/"))
 
@@ -958,8 +1019,8 @@ class World:
         to retention meanwhile included); else the next run starts the partition from
         start_from again (with `latest`, past messages never archived). Not a topic Kafka
         deleted meanwhile, nor a token a person changed since the plan (left as found)."""
-        plan = Plan.from_json(Storage().get_bytes(plan_url))
-        made = manifests.read(Storage(), self.config.archive_root, self.group, plan.run_id)
+        plan = Plan.from_json(self.plain.get_bytes(plan_url))
+        made = manifests.read(self.plain, self.config.archive_root, self.group, plan.run_id)
         vanished = {(t, p) for t, p in made.get("vanished", ())}
         for s in plan.slices:
             if s.topic in summary["tokens_left_as_found"] or (s.topic, s.partition) in vanished:
@@ -983,19 +1044,21 @@ class World:
     def _write_token_file(self, topic: str, data: bytes) -> None:
         self.deleted_under.pop(topic, None)  # the person's newer change
         self.broken.pop(topic, None)
-        path = self.tokens._path(self.group, topic)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        self.plain.put_bytes(self.tokens.url(self.group, topic), data)
 
     def _keep_token_copies(self) -> None:
         for topic, copies in self.token_copies.items():
-            path = self.tokens._path(self.group, topic)
-            if (path.exists() and (not copies or copies[-1] != path.read_bytes())
-                    and self._parsed_copy(path.read_bytes(), topic) is not None):
-                copies.append(path.read_bytes())  # (a copy a person broke is not kept)
+            found = self.plain.get_or_none(self.tokens.url(self.group, topic))
+            if (found is not None and (not copies or copies[-1] != found)
+                    and self._parsed_copy(found, topic) is not None):
+                copies.append(found)  # (a copy a person broke is not kept)
+
+    def _plan_url(self, run_folder: str) -> str:
+        return storage_join(layout.runs_dir(self.config.archive_root, self.group), run_folder,
+                            "plan.json")
 
     def plan_in_flight(self) -> Plan | None:
-        return inflight.plan(Storage(), self.config.archive_root, self.group)
+        return inflight.plan(self.plain, self.config.archive_root, self.group)
 
     def compacting(self) -> bool:
         return inflight.compacting(self.storage, self.config.archive_root, self.group) is not None
@@ -1048,7 +1111,7 @@ class World:
         text = f"{type(error).__name__}: {error}"
         incident = f"{task} {type(error).__name__} {text}"
         plan_run = None
-        if run.plan_url and (stored := Storage().get_or_none(run.plan_url)) is not None:
+        if run.plan_url and (stored := self.plain.get_or_none(run.plan_url)) is not None:
             plan_run = Plan.from_json(stored).run_id
         for name in sorted(self.runs, key=len, reverse=True):  # no run id in an incident
             incident = incident.replace(name, "<run>").replace(layout.run_folder_name(name),
@@ -1093,7 +1156,7 @@ class World:
         reported = [a for a in anomalies if getattr(a, "kind", "retention_gap") == "retention_gap"]
         if not reported:
             return
-        rows = catalog.open_catalog(Storage(), self.config, self.group,
+        rows = catalog.open_catalog(self.plain, self.config, self.group,
                                     may_rebuild=True).rows()
         for a in reported:
             p = self.kafka.topics.get(a.topic, [])
@@ -1116,12 +1179,12 @@ class World:
                             "released only by its holder (one whose own expired and was "
                             "taken over leaves its successor's alone)")
         try:
-            cat = catalog.open_catalog(Storage(), self.config, self.group)
+            cat = catalog.open_catalog(self.plain, self.config, self.group)
             rows = cat.rows()
         except catalog.CatalogUnreadable:  # damaged, or a commit killed before the first
             # entry: as designed, a reader fails and the next writer rebuilds it; so does
             # the check, as that writer
-            cat = catalog.open_catalog(Storage(), self.config, self.group, may_rebuild=True)
+            cat = catalog.open_catalog(self.plain, self.config, self.group, may_rebuild=True)
             rows = cat.rows()
         # while a plan is in flight (or was abandoned: its mark deleted by hand, until the
         # next plan), its files may be moved aside and its tokens ahead of the catalog
@@ -1145,7 +1208,7 @@ class World:
                 continue  # deleted by a person: the audit's rescan finds it
             for f in row_files(row):
                 try:
-                    for record in read_archived(Storage(), f["url"]):
+                    for record in read_archived(self.plain, f["url"]):
                         # (a parsed table's rows keep typed fields, not the value's bytes)
                         if (record.value is not None or self.shape != "parsed") and \
                                 record.value != self.kafka.value(*where, record.offset):
@@ -1163,8 +1226,7 @@ class World:
         for topic, before in self.deleted_under.items():
             token = self._token(topic)
             folder = token and token.run_id and layout.run_folder_name(token.run_id)
-            plan = self.root / "archive" / "_runs" / self.group / str(folder) / "plan.json"
-            if folder in before and plan.exists() and plan.read_bytes() == before[folder]:
+            if folder in before and self.plain.get_or_none(self._plan_url(folder)) == before[folder]:
                 raise Violation("delete undone", f"token {topic}, deleted by a person, was "
                                 f"written again by run {token.run_id}, planned before the delete")
         for topic in sorted(self.kafka.topics) if quiet else ():
@@ -1186,7 +1248,7 @@ class World:
         elif quiet:
             current = {f["url"] for row in rows for f in row_files(row)}
             tree = storage_join(self.config.archive_root, self.group)
-            for url, _ in Storage().list(tree):
+            for url, _ in self.plain.list(tree):
                 # (`_runs`, `_catalog`; an hour's `_SUCCESS`, a topic's `_finalized.json`)
                 # (a killed write's temporary `.name.*` file: hidden from readers, as `_`)
                 metadata = url[len(tree) + 1:].startswith("_") or url.rsplit("/", 1)[-1][:1] in "_."
@@ -1203,7 +1265,7 @@ class World:
             # invariant 5: verify finds no error where the invariants hold (the full walk,
             # which reads every file, at the end only: it would double the run's time)
             for full in (False, True) if final else (False,):
-                report = verify.verify_group(self.config, self.group, Storage(), self.tokens,
+                report = verify.verify_group(self.config, self.group, self.plain, self.tokens,
                                              full=full, tables=self.tables)
                 # (a token file a person broke is verify's error, rightly: the mail's too)
                 errors = [e for e in report.errors() if "malformed token" not in e.message
@@ -1222,7 +1284,7 @@ class World:
         tree = storage_join(self.config.archive_root, self.group)
         final = {(url[len(tree) + 1:].split("/", 1)[0],
                   url[len(tree) + 1:].split("/", 1)[1].rsplit("/", 1)[0])
-                 for url, _ in Storage().list(tree) if url.endswith("/_SUCCESS")}
+                 for url, _ in self.plain.list(tree) if url.endswith("/_SUCCESS")}
         for topic, path in sorted(final - set(self.loaded)):
             raise Violation("event", f"hour {topic} {path} is final (_SUCCESS) but no event "
                             "announced it: a loader never loads it")
@@ -1278,7 +1340,7 @@ class World:
     def _topics_in_catalog(self) -> set[str]:
         """Topics with a current row now (archived, whether or not a check saw it quiet)."""
         try:
-            cat = catalog.open_catalog(Storage(), self.config, self.group)
+            cat = catalog.open_catalog(self.plain, self.config, self.group)
         except catalog.CatalogUnreadable:
             return set()
         return {row["topic"] for row in cat.rows()}
