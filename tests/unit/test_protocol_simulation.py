@@ -185,7 +185,7 @@ CUT_SHORT_REWIND_TOKEN_PUT_BACK_THEN_MARK_DELETED = [  # soak seed 2011459: file
     ("clear_run", "scheduled__2026-01-01T00:04:00+00:00", 0), ("delete_line", "u", 0),
     ("run", "scheduled__2026-01-01T00:09:00+00:00", 0, 0, 3), ("restore_token", "u", 3),
     ("remove_inflight",)]
-GIVEN_UP_RUNS_COMMIT_UNDOES_A_DELETE = [  # soak seed 2028335: delete undone
+GIVEN_UP_RUNS_COMMIT_UNDOES_A_DELETE = [  # soak seed 2028335: delete undone (now: change undone)
     ("produce", "t", 0, 6, False), ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 1),
     ("remove_inflight",), ("run", "manual__x_1", 0, 0, 0), ("delete_token", "t"),
     ("task", "scheduled__2026-01-01T00:03:00+00:00", "commit", 0)]
@@ -817,6 +817,19 @@ def test_the_s3_world_finds_a_listing_that_reads_one_page(tmp_path):
                       lambda pages: itertools.islice(every_page(pages), 1)):
         result = explore.explore(0, tmp_path / "world", shape="s3")
     assert result.violation is not None, "\n".join(result.trace)
+
+
+def test_the_change_check_finds_a_commit_that_overwrites_a_persons_rewind(tmp_path):
+    """An S3 compare-and-swap without its If-Match: a commit planned before a person's
+    rewind writes its token over the rewind (seed 5 of the s3 world reaches that)."""
+    from kafka_archive import storage
+
+    def unconditional(client, url, data, expected_version, content_type=""):
+        bucket, key = storage.split_s3_url(url)
+        return client.put_object(Bucket=bucket, Key=key, Body=data)["ETag"]
+    with patch.object(storage, "s3_compare_and_swap", unconditional):
+        result = explore.explore(5, tmp_path / "world", shape="s3")
+    assert result.violation and result.violation.kind == "change undone", "\n".join(result.trace)
 
 
 def test_the_table_check_can_fail(tmp_path):

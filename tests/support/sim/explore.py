@@ -127,6 +127,11 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # Airflow retries a given-up plan's job while the runs in flight move on: the
         # same failure each time, naming another run (one incident, one mail)
         return ("task", rng.choice(stale), "job", 0)
+    if world.s3 is not None and runs and rng.random() < 0.15:
+        # on S3, a person's rewind beside a commit, at one of its writes: the commit's
+        # conditional write of the token (If-Match on the version it read) must lose to
+        # it, not overwrite it
+        return ("race", rng.choice(runs), "commit", rng.randint(1, 8), "rewind", topic, False, 0)
     failing = {run for run in runs if world.runs[run].failed == "commit"}
     named = [t for t in sorted(world.kafka.topics)
              if (token := world._token(t)) is not None and token.run_id in failing]

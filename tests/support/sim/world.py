@@ -240,6 +240,13 @@ def _small_pages(params, **kwargs) -> None:
 
 
 @dataclass
+class PersonsChange:
+    version: str | None  # the token's version the change left (None: deleted)
+    wrote: set[str]  # the run folders whose commits had written the token before
+    plans: dict[str, bytes]  # run folder -> its plan.json, of every plan made before
+
+
+@dataclass
 class Run:
     """An Airflow DAG run: its plan task's result (XCom) feeds its job and commit."""
     run_id: str
@@ -343,8 +350,9 @@ class World:
         self.unmerged_runs = 0  # runs committed since a compaction last merged rows
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
-        # topic -> the plans (run folder -> plan.json) made before a person deleted its token
-        self.deleted_under: dict[str, dict[str, bytes]] = {}
+        # topic -> a person's last change of its token by a command (delete, rewind,
+        # accept-loss: compare-and-swap writes), which no plan made before it may undo
+        self.changed_under: dict[str, PersonsChange] = {}
         self.token_copies: dict[str, list[bytes]] = {t: [] for t in TOPICS}  # (new ones too)
         # the truth the invariants are checked against
         self.ever_archived: dict[tuple[str, int], set[int]] = {}
@@ -681,12 +689,7 @@ class World:
         # a person's delete is never undone: no run that had written the token writes it
         # again from the same plan. (A plan made from no token, which never wrote it, may
         # commit after the delete: it archives the topic from start_from, as asked.)
-        copies = self.token_copies[topic] + [self.plain.get_bytes(self.tokens.url(self.group, topic))]
-        wrote = {layout.run_folder_name(t.run_id) for t in (self._parsed_copy(c, topic) for c in copies)
-                 if t is not None and t.run_id}
-        self.tokens.delete(self.group, topic)
-        self.deleted_under[topic] = {folder: plan for folder in wrote
-                                     if (plan := self.plain.get_or_none(self._plan_url(folder)))}
+        self._persons_change(topic, lambda: self.tokens.delete(self.group, topic))
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
         if topic in self.broken:
@@ -725,10 +728,32 @@ class World:
                     self.plain, self.config.archive_root, self.group, run_id)):
                 self.abandoned = True
 
+    def _persons_change(self, topic: str, change) -> None:
+        """A person's command changes the topic's token: no plan made before it writes the
+        token after it unless it planned from what the change left (a commit's
+        compare-and-swap loses to the change), and no run that had written the token
+        writes it again from the same plan. (A plan made from no token, which never wrote
+        it, may commit after a delete: it archives the topic from start_from, as asked.)"""
+        url = self.tokens.url(self.group, topic)
+        before = self.plain.get_or_none(url)
+        copies = self.token_copies[topic] + ([before] if before is not None else [])
+        wrote = {layout.run_folder_name(t.run_id) for t in (self._parsed_copy(c, topic) for c in copies)
+                 if t is not None and t.run_id}
+        runs = layout.runs_dir(self.config.archive_root, self.group) + "/"
+        plans = {found[len(runs):].split("/")[0]: found for found, _ in self.plain.list(runs)
+                 if found.endswith("/plan.json") and found[len(runs):].count("/") == 1}
+        change()
+        after, version = self.plain.get_versioned(url)
+        if after != before:
+            self.changed_under[topic] = PersonsChange(
+                version, wrote, {folder: plan for folder, plan_url in plans.items()
+                                 if (plan := self.plain.get_or_none(plan_url)) is not None})
+
     def _rewind(self, out: Outcome, topic: str, partition: int, to_offset: int):
         try:
-            out.lines += rewinds.rewind(self.config, self.tokens, self.kafka.consumer(), self.group,
-                                        topic, partition, to_offset, storage=self.storage)
+            self._persons_change(topic, lambda: out.lines.extend(rewinds.rewind(
+                self.config, self.tokens, self.kafka.consumer(), self.group, topic, partition,
+                to_offset, storage=self.storage)))
         except ArchiveError as refused:
             out.add(f"rewind refused: {refused}")
 
@@ -736,17 +761,18 @@ class World:
         """kafka-archive rewind --to-time: to the first message at or after `minutes`
         before now (every partition of the token, or one)."""
         try:
-            out.lines += rewinds.rewind(self.config, self.tokens, self.kafka.consumer(), self.group,
-                                        topic, partition, None,
-                                        self._now_ms() - minutes * 60_000, storage=self.storage)
+            self._persons_change(topic, lambda: out.lines.extend(rewinds.rewind(
+                self.config, self.tokens, self.kafka.consumer(), self.group, topic, partition,
+                None, self._now_ms() - minutes * 60_000, storage=self.storage)))
         except ArchiveError as refused:
             out.add(f"rewind refused: {refused}")
 
     def _accept_loss(self, out: Outcome, topic: str):
         try:
-            accepted = losses.accept(self.config, self.tokens, self.kafka.consumer(),
-                                     self.storage, self.group, topic, "simulated", "sim",
-                                     self.now.isoformat(timespec="seconds"))
+            accepted = []
+            self._persons_change(topic, lambda: accepted.extend(losses.accept(
+                self.config, self.tokens, self.kafka.consumer(), self.storage, self.group,
+                topic, "simulated", "sim", self.now.isoformat(timespec="seconds"))))
             for loss in accepted:
                 out.add(f"accepted {loss.describe()}")
             self._losses_real(accepted, "accept-loss")
@@ -1042,7 +1068,7 @@ class World:
         return int(self.now.timestamp() * 1000)
 
     def _write_token_file(self, topic: str, data: bytes) -> None:
-        self.deleted_under.pop(topic, None)  # the person's newer change
+        self.changed_under.pop(topic, None)  # the person's newer change (by hand)
         self.broken.pop(topic, None)
         self.plain.put_bytes(self.tokens.url(self.group, topic), data)
 
@@ -1223,12 +1249,18 @@ class World:
         for a in cat.state.accepted:
             accepted.setdefault((a["topic"], a["partition"]), set()).update(
                 range(a["lost_from"], a["lost_to"]))
-        for topic, before in self.deleted_under.items():
+        for topic, change in self.changed_under.items():
             token = self._token(topic)
             folder = token and token.run_id and layout.run_folder_name(token.run_id)
-            if folder in before and self.plain.get_or_none(self._plan_url(folder)) == before[folder]:
-                raise Violation("delete undone", f"token {topic}, deleted by a person, was "
-                                f"written again by run {token.run_id}, planned before the delete")
+            if (topic in self.broken or folder not in change.plans or self.plain.get_versioned(
+                    self.tokens.url(self.group, topic))[1] == change.version
+                    or self.plain.get_or_none(self._plan_url(folder)) != change.plans[folder]):
+                continue  # nothing written since, or by a plan made after the change
+            planned_from = Plan.from_json(change.plans[folder]).token_versions.get(topic)
+            if folder in change.wrote or planned_from != change.version:
+                raise Violation("change undone", f"token {topic}, changed by a person's "
+                                f"command, was written again by run {token.run_id}, planned "
+                                "before the change")
         for topic in sorted(self.kafka.topics) if quiet else ():
             token = self._token(topic)
             for partition, next_offset in (token.offsets.items() if token else ()):
