@@ -574,9 +574,24 @@ RESCAN_FINDING_LOST_TO_A_PENDING_RESCAN = [  # seed 202: then judged OK by the c
     ("audit", "scheduled__2026-01-01T00:22:00+00:00", 0, True),
     ("run", "scheduled__2026-01-01T00:23:00+00:00", 0, 1, 0),
     ("audit", "scheduled__2026-01-01T00:25:00+00:00", 0, True)]
+RESCAN_FINDING_LOST_TO_A_LATE_COUNT = [  # seed 189 (with storage faults drawn): the plain
+    # audit judged the window by the catalog again once only the producers' count grew
+    ("send", "p1", "u", 0, 7, False, 0), ("run", "scheduled__2026-01-01T00:01:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0), ("delete_file", "u"),
+    ("torn", "scheduled__2026-01-01T00:01:00+00:00", "job", 6), ("remove_inflight",),
+    ("clear_run", "scheduled__2026-01-01T00:02:00+00:00", 0),
+    ("task", "scheduled__2026-01-01T00:01:00+00:00", "commit", 0),
+    ("send", "p2", "t", 0, 6, False, 0), ("produce", "t", 0, 3, True, 0), ("retention", "u", 0, 3),
+    ("run", "scheduled__2026-01-01T00:11:00+00:00", 0, 0, 0), ("break_token", "t"),
+    ("run", "scheduled__2026-01-01T00:13:00+00:00", 0, 0, 0), ("send", "p1", "t", 1, 3, False, 0),
+    ("run", "scheduled__2026-01-01T00:15:00+00:00", 0, 0, 0),
+    ("audit", "scheduled__2026-01-01T00:16:00+00:00", 0, True), ("produce", "t", 1, 6, False, 0),
+    ("send", "p1", "u", 0, 2, False, 0), ("send", "p1", "u", 0, 1, False, 19),
+    ("audit", "scheduled__2026-01-01T00:28:00+00:00", 0, False)]
 FOUND_IN_AUDITS = {"audit judged a commit cut short": AUDIT_JUDGED_A_COMMIT_CUT_SHORT,
                    "rescan's finding lost to a pending rescan":
-                   RESCAN_FINDING_LOST_TO_A_PENDING_RESCAN}
+                   RESCAN_FINDING_LOST_TO_A_PENDING_RESCAN,
+                   "rescan's finding lost to a late count": RESCAN_FINDING_LOST_TO_A_LATE_COUNT}
 
 
 FOUND_IN_PARSED = {"table property set racing maintenance": TABLE_PROPERTY_RACING_MAINTENANCE,

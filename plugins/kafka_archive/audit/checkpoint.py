@@ -168,10 +168,13 @@ class Checkpoint:
                                         archived=before[3]))
                 continue
             if (not rescan and before is not None and len(before) > 4 and before[1] in ALARMS
-                    and v.expected is not None and _catalog_count(before) != v.archived):
+                    and v.expected is not None
+                    and (before[2], _catalog_count(before)) != (v.expected, v.archived)):
                 # a rescan found the files short of (or beyond) what the catalog counted:
                 # what the catalog gained since (a late message) adds to what the files
-                # held; a plain audit never clears such a finding, a rescan does
+                # held; a plain audit never clears such a finding, a rescan does. (Also
+                # where only the producers' count moved: judged again, the finding is
+                # kept, not replaced by the catalog's count.)
                 catalog_now = v.archived
                 files = before[3] + catalog_now - _catalog_count(before)
                 status = ("MISSING" if files < v.expected else "EXCESS" if files > v.expected

@@ -206,6 +206,21 @@ def test_a_rescan_that_cannot_judge_a_window_keeps_what_an_earlier_rescan_found(
     assert statuses(done) == {0: ("MISSING", 10, 0)} and done.resolved == []
 
 
+def test_a_late_count_of_a_window_a_rescan_found_short_keeps_the_finding(env):
+    """The simulation's audit world (seed 189): the producer's count of the window grew
+    (a late message, not archived yet) while the catalog's count stayed; the plain audit
+    judged the window by the catalog again and dropped the rescan's finding, so once the
+    late message was archived the window was OK, though the files still lacked one."""
+    env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
+    env.events(10)
+    assert statuses(env.audit(rescan=True)) == {0: ("MISSING", 10, 0)}
+    env.events(1)  # counted by its producer, not archived yet
+    assert statuses(env.audit()) == {0: ("MISSING", 11, 0)}
+    env.run("r2", "2026-01-01T01:00:00+00:00", [env.row(0, 10, 11)])
+    done = env.audit()  # archived now: the files hold it, not the 10 the rescan missed
+    assert statuses(done) == {0: ("MISSING", 11, 1)} and done.resolved == []
+
+
 def test_a_lost_race_reads_again_and_a_checkpoint_write_is_compare_and_swap(env):
     env.run("r1", "2026-01-01T00:00:00+00:00", [env.row(0, 0, 10)])
     env.events(10)
