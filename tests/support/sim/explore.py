@@ -132,6 +132,12 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # conditional write of the token (If-Match on the version it read) must lose to
         # it, not overwrite it
         return ("race", rng.choice(runs), "commit", rng.randint(1, 8), "rewind", topic, False, 0)
+    if rng.random() < 0.03:  # a task's storage call fails, or a write lands and fails
+        task = rng.choice(("plan", "job", "commit"))
+        run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
+            else rng.choice(runs or ["none"])
+        kind = rng.choice(("error", "lands"))
+        return ("storage_fault", run_id, task, rng.randint(1, 25 if kind == "error" else 10), kind)
     failing = {run for run in runs if world.runs[run].failed == "commit"}
     named = [t for t in sorted(world.kafka.topics)
              if (token := world._token(t)) is not None and token.run_id in failing]
@@ -346,6 +352,9 @@ _SAID = {
     "audit": lambda run, n, rescan: f"the audit DAG's run {run}{' (rescan)' if rescan else ''}"
                                     f"{_kill(n)}",
     "delete_file": lambda t: f"a person deletes topic {t}'s newest archived file",
+    "storage_fault": lambda run, task, n, kind: f"task {task} of run {run}: " + (
+        f"its storage call #{n} fails (503)" if kind == "error" else
+        f"its write #{n} lands and is reported failed (a conditional one: 412 on the retry)"),
     "torn": lambda run, task, n: f"task {task} of run {run} killed in the middle of its "
                                  f"local write #{n}",
     "race": lambda run, task, n, other, t, rewound=False, killed_at=0: (

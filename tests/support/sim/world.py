@@ -28,7 +28,7 @@ from kafka_archive.catalog import lease
 from kafka_archive.archive import job, source
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.commit import compaction, finalizing, iceberg, mirror, table_maintenance
-from kafka_archive.errors import ArchiveError, TerminalError
+from kafka_archive.errors import ArchiveError, TerminalError, TransientError, VersionConflict
 from kafka_archive.formats import parquet
 from kafka_archive.manifest import row_files
 from kafka_archive.monitor import preflight
@@ -40,7 +40,7 @@ from kafka_archive import storage as storage_module
 from kafka_archive.storage import Storage, join as storage_join
 from kafka_archive.tools import verify
 from kafka_archive.tokens import (LocalTokenStore, MalformedTokenError, S3TokenStore, Token,
-                                  open_store, parse, render)
+                                  TokenConflictError, open_store, parse, render)
 
 from tests.support.local_config import local_config
 from tests.support.sim import audit
@@ -80,10 +80,28 @@ class Faults:
     def __init__(self):
         self.crash_at, self.calls, self.switch_at, self.other = 0, 0, 0, None
         self.torn_at, self.torn_calls = 0, 0  # a kill in the middle of the Nth local write
+        self.io_at, self.io_kind, self.io_calls = 0, "", 0  # a storage call's failure
 
-    def arm(self, crash_at: int, switch_at: int = 0, other=None, torn_at: int = 0) -> None:
+    def arm(self, crash_at: int, switch_at: int = 0, other=None, torn_at: int = 0,
+            io_at: int = 0, io_kind: str = "") -> None:
         self.crash_at, self.calls, self.switch_at, self.other = crash_at, 0, switch_at, other
         self.torn_at, self.torn_calls = torn_at, 0
+        self.io_at, self.io_kind, self.io_calls = io_at, io_kind, 0
+
+    def failing(self, what: str, write: bool) -> bool:
+        """The Nth storage call (`error`: any, read or list too; `lands`: of the writes)
+        fails as S3 fails: `error` raises before it (a 503 past botocore's retries);
+        `lands` returns True: the write must land and then fail (its answer lost, and
+        the retry of a conditional write answered 412, as it already holds)."""
+        if not self.io_at or (self.io_kind == "lands" and not write):
+            return False
+        self.io_calls += 1
+        if self.io_calls != self.io_at:
+            return False
+        self.io_at = 0
+        if self.io_kind == "error":
+            raise TransientError(f"cannot {what}: SlowDown (503) after every retry (simulated)")
+        return True
 
     def midway(self, what: str) -> None:
         """Half of a local write's bytes are written: the armed kill may come here."""
@@ -125,7 +143,20 @@ class SimStorage(Storage):
         self.lease_holders: dict[str, str] = {}  # url -> the actor whose claim it holds
         self.lease_violations: list[str] = []
 
+    def get_bytes(self, url):
+        self.faults.failing(f"read {url}", write=False)
+        return super().get_bytes(url)
+
+    def get_versioned(self, url):
+        self.faults.failing(f"read {url}", write=False)
+        return super().get_versioned(url)
+
+    def size(self, url):
+        self.faults.failing(f"look up {url}", write=False)
+        return super().size(url)
+
     def list(self, prefix_url, start_after=None):
+        self.faults.failing(f"list {prefix_url}", write=False)
         where = (prefix_url, start_after)
         if where in self.listed and not any(
                 url.startswith(prefix_url.rstrip("/") + "/")
@@ -141,18 +172,27 @@ class SimStorage(Storage):
 
     def put_bytes(self, url, data):
         self.faults.tick(f"write {url}")
+        lands = self.faults.failing(f"write {url}", write=True)
         self.writes.append(url)
         super().put_bytes(url, data)
+        if lands:
+            raise _answer_lost("write", url)
 
     def upload_file(self, source, url, crc32c=None):
         self.faults.tick(f"upload {url}")
+        lands = self.faults.failing(f"upload {url}", write=True)
         self.writes.append(url)
         super().upload_file(source, url, crc32c)
+        if lands:
+            raise _answer_lost("upload", url)
 
     def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
         self.faults.tick(f"conditional write {url}")
+        lands = self.faults.failing(f"conditional write {url}", write=True)
         self.writes.append(url)
         version = super().put_if(url, data, expected_version, content_type)
+        if lands:  # (the lease bookkeeping below is of a write that did not happen for it)
+            raise VersionConflict(url, expected_version, version)
         if url.endswith(LEASES):
             claim = json.loads(data)
             if "released" in claim:
@@ -163,10 +203,13 @@ class SimStorage(Storage):
 
     def delete(self, url):
         self.faults.tick(f"delete {url}")
+        lands = self.faults.failing(f"delete {url}", write=True)
         self.writes.append(url)
         super().delete(url)
         if url.endswith(LEASES):
             self._lease_removed(url, "deleted")
+        if lands:
+            raise _answer_lost("delete", url)
 
     def actor(self) -> str:
         return self.actors[-1] if self.actors else "?"
@@ -191,6 +234,7 @@ class SimTokens:
         return f"file://{self.store._path(group, topic)}"
 
     def read(self, group, topic):
+        self.faults.failing(f"read token {group}/{topic}", write=False)
         return self.store.read(group, topic)
 
     def topics(self, group):
@@ -198,11 +242,23 @@ class SimTokens:
 
     def write(self, token, expected_version):
         self.faults.tick(f"token write {token.group}/{token.topic}")
-        return self.store.write(token, expected_version)
+        lands = self.faults.failing(f"token write {token.group}/{token.topic}", write=True)
+        version = self.store.write(token, expected_version)
+        if lands:
+            raise TokenConflictError(token.group, token.topic, expected_version, version)
+        return version
 
     def delete(self, group, topic):
         self.faults.tick(f"token delete {group}/{topic}")
+        lands = self.faults.failing(f"token delete {group}/{topic}", write=True)
         self.store.delete(group, topic)
+        if lands:
+            raise _answer_lost("delete", self.url(group, topic))
+
+
+def _answer_lost(action: str, url: str) -> TransientError:
+    return TransientError(f"cannot {action} {url}: the connection broke before the answer "
+                          "(the request had landed; simulated)")
 
 
 class _S3Fake:
@@ -593,14 +649,15 @@ class World:
             self.storage.actors.pop()
 
     def _task(self, out: Outcome, run_id: str, task: str, crash: int,
-              switch_at: int = 0, other=None, torn_at: int = 0) -> bool:
+              switch_at: int = 0, other=None, torn_at: int = 0, io_at: int = 0,
+              io_kind: str = "") -> bool:
         """One task of a run executed (again: a retry, a Clear); whether it succeeded.
         other(what): a body that runs whole at the task's write #switch_at."""
         run = self.runs.get(run_id)
         if run is None or (task != "plan" and run.plan_url is None):
             return False
         self.launch_fails = task == "job" and crash == LAUNCH_FAILS
-        self.faults.arm(max(crash, 0), switch_at, other, torn_at)
+        self.faults.arm(max(crash, 0), switch_at, other, torn_at, io_at, io_kind)
         try:
             with self._acting(f"{task} of {run_id}"):
                 result = getattr(self, "task_" + task)(run)
@@ -674,6 +731,13 @@ class World:
         self.runs.setdefault(run_id, Run(run_id))
         self._task(out, run_id, task, 0, torn_at=torn_at)
 
+    def _storage_fault(self, out: Outcome, run_id: str, task: str, io_at: int, kind: str):
+        """A task of a run (plan: of a new run when there is none by that id) whose Nth
+        storage call fails (Faults.failing): a read, list or write refused, or a write
+        that lands and is reported failed."""
+        self.runs.setdefault(run_id, Run(run_id))
+        self._task(out, run_id, task, 0, io_at=io_at, io_kind=kind)
+
     def _clear_run(self, out: Outcome, run_id: str, crash: int):
         """Airflow's Clear of a whole run: every task again, the plan's result replaced."""
         if run_id not in self.runs:
@@ -686,9 +750,6 @@ class World:
     def _delete_token(self, out: Outcome, topic: str):
         if self._token(topic) is None:
             return  # nothing to delete, nothing a commit could undo
-        # a person's delete is never undone: no run that had written the token writes it
-        # again from the same plan. (A plan made from no token, which never wrote it, may
-        # commit after the delete: it archives the topic from start_from, as asked.)
         self._persons_change(topic, lambda: self.tokens.delete(self.group, topic))
 
     def _delete_line(self, out: Outcome, topic: str, partition: int):
