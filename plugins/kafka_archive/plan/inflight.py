@@ -43,9 +43,18 @@ def holding(storage: Storage, root: str, group: str, topic: str | None = None) -
 
 def held_topics(storage: Storage, root: str, group: str) -> frozenset[str] | None:
     """The topics the plan in flight holds (none in flight: empty; None: every topic, its
-    plan cannot be read), in two reads whatever the number of topics."""
+    plan cannot be read), in a few reads whatever the number of topics. A plan a person
+    gave up by deleting its mark still holds them until the next plan takes back what it
+    moved (the note says given_up then): its commit may have moved tokens the catalog
+    does not hold yet."""
     marker = storage.get_or_none(layout.inflight_marker(root, group))
-    return frozenset() if marker is None else _held(storage, json.loads(marker))
+    if marker is not None:
+        return _held(storage, json.loads(marker))
+    note = last(storage, root, group)
+    if note is None or note.get("given_up") or storage.size(
+            layout.run_file(root, group, note["run_id"], "committed.json")) is not None:
+        return frozenset()
+    return _held(storage, note)
 
 
 def _held(storage: Storage, marker: dict) -> frozenset[str] | None:
