@@ -13,6 +13,7 @@ from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.commit import (compaction, finalizing, iceberg, mirror,
                                   protocol as committing, table_maintenance)
+from kafka_archive.errors import ArchiveError
 from kafka_archive.monitor import alerts, preflight as preflight_check
 from kafka_archive.plan import inflight, losses, rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
@@ -131,7 +132,14 @@ def commit(plan_url: str) -> dict:
             mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
             alerting.mailings(cfg, made.group).committed(made, summary, late)
             storage.put_bytes(outbox, json.dumps({"mail": True}).encode())
-        storage.put_bytes(outbox, json.dumps({"mail": True, "events": True}).encode())
+        try:
+            storage.put_bytes(outbox, json.dumps({"mail": True, "events": True}).encode())
+        except ArchiveError as unrecorded:  # the events go out all the same
+            # (failing here would keep them from going out, and a write that landed though
+            # reported failed would keep every retry from sending them: never announced)
+            log.warning("run %s: could not record that its Asset events go out (%s): a "
+                        "later re-execution of this commit announces them again, flagged "
+                        "as replacing these", made.run_id, unrecorded)
         summary["announce"] = "again" if repeated else "new"
     # ranges retention deleted before they were archived: the freshness task fails on them
     summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
