@@ -145,6 +145,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("delete_token", rng.choice(named))  # failing run's commit moved already
     r = rng.random()
     if r < 0.28:
+        if rng.random() < 0.08:  # a producer's transaction aborted
+            return ("abort", topic, partition, rng.randint(1, 9))
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
         return ("produce", topic, partition, rng.randint(1, 9), rng.random() < 0.2, late)
     if r < 0.34:
@@ -312,6 +314,8 @@ _SAID = {
     "produce": lambda t, p, n, marker, late=0: f"produce {n} messages to {t}/{p}"
                                                + (f" (events of {late} minutes ago)" if late else "")
                                                + (" and a marker" if marker else ""),
+    "abort": lambda t, p, n: f"a transaction of {n} messages to {t}/{p} aborted (no reader "
+                             "sees its offsets)",
     "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",
     "add_partition": lambda t: f"a partition is added to {t}",
     "create_topic": lambda t, n: f"topic {t} is created with {n} partition(s)",

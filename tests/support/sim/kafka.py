@@ -1,5 +1,5 @@
 """The simulation's Kafka: partitions that grow, lose their head to retention, gain
-offsets no reader sees (transaction markers, compacted records), and topics that come
+offsets no reader sees (transaction markers, aborted transactions), and topics that come
 and go. The plan and the operators' tools see it through kafka-python's consumer API,
 the job's slice bodies through librdkafka's (RangeConsumer, read by archive.source).
 """
@@ -45,6 +45,11 @@ class Partition:
             self.end += 1
         if marker:  # a transaction's commit marker takes an offset no reader sees
             self.end += 1
+
+    def abort(self, count: int) -> None:
+        """A transaction of count messages aborted: their offsets and its abort marker
+        are taken, and no read_committed reader sees any of them."""
+        self.end += count + 1
 
     def retain_from(self, offset: int) -> list[int]:
         """Retention deletes every offset below offset; the message offsets it deleted."""

@@ -520,6 +520,11 @@ class World:
             return
         parts[partition].append(count, self._now_ms(), marker, late_minutes * 60_000)
 
+    def _abort(self, out: Outcome, topic: str, partition: int, count: int):
+        if topic in self.kafka.deleted or partition >= len(self.kafka.topics[topic]):
+            return
+        self.kafka.topics[topic][partition].abort(count)
+
     def _send(self, out: Outcome, source: str, topic: str, partition: int, count: int,
               dies: bool, late_minutes: int = 0):
         if self.audit:
