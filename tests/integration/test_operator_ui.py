@@ -269,6 +269,11 @@ def test_the_page_asks_airflow_whether_a_run_in_flight_runs_or_failed(airflow_st
     page_url = f"{airflow_stack.url}/kafka-archive/dag/{DAG}"
     log_in(browser, page_url)
     run_id = airflow_stack.trigger(DAG, {"topics": archived.topics}).json()["dag_run_id"]
+
+    def glance_state() -> str:  # the group's state on the all-groups page
+        browser.get(f"{airflow_stack.url}/kafka-archive/")
+        return wait_for(browser, lambda d: d.find_elements(
+            By.CSS_SELECTOR, "#groups tr[data-group='backup'] td"), "the groups' table")[1].text
     deadline = time.monotonic() + 300
     while airflow_stack.task_states(DAG, run_id).get("plan") != "running":
         assert time.monotonic() < deadline, airflow_stack.task_states(DAG, run_id)
@@ -299,6 +304,7 @@ def test_the_page_asks_airflow_whether_a_run_in_flight_runs_or_failed(airflow_st
         assert f"run {run_id} is still running in Airflow" in line[0] and (
             "past the group's deadline of 5s" in line[0]), line
         assert "failed" not in line[0]
+        assert f"run {run_id} running past its deadline" in glance_state()  # all groups'
 
         r = airflow_stack.api.patch(f"/api/v2/dags/{DAG}/dagRuns/{run_id}",
                                     json={"state": "failed"})
@@ -307,6 +313,7 @@ def test_the_page_asks_airflow_whether_a_run_in_flight_runs_or_failed(airflow_st
     finally:
         assert airflow_stack.api.patch(pool, json={"name": "default_pool",
                                                    "slots": slots}).is_success
+    assert f"run {run_id} failed in Airflow" in glance_state()
     browser.get(page_url)
     items = wait_for(browser, lambda d: [li for li in d.find_elements(
         By.CSS_SELECTOR, "#attention li") if run_id in li.text], "the failed run needing a person")
@@ -346,3 +353,35 @@ def test_the_all_groups_page_counts_what_each_group_selects_in_kafka(airflow_sta
         assert cells[1] == expected, (name, cells)
     assert "never archived" not in rows["backup"].text  # archived by the module's run
 
+
+
+def test_a_partition_opens_onto_its_files_and_the_command_that_prints_them(
+        airflow_stack, archived, s3, browser):
+    """The group page's partition links to the partition's current files: each one's S3
+    URL (the catalog's) and the `kafka-archive cat` command, which, run as shown, prints
+    the partition's records."""
+    from selenium.webdriver.common.by import By
+
+    from kafka_archive.monitor import overview, page
+    from kafka_archive.storage import Storage
+
+    topic = archived.topics[0]
+    log_in(browser, f"{airflow_stack.url}/kafka-archive/dag/{DAG}")
+    link = wait_for(browser, lambda d: d.find_elements(
+        By.CSS_SELECTOR, f"tr[data-topic='{topic}'][data-partition='1'] a.files"),
+        "the partition's link to its files")[0]
+    browser.get(link.get_attribute("href"))  # (inside a collapsed drill-down on big groups)
+    urls = [c.text for c in wait_for(browser, lambda d: d.find_elements(
+        By.CSS_SELECTOR, "#files code.url"), "the partition's files")]
+    held = overview.partition_files(airflow_stack.config(), "backup",
+                                    Storage(lambda: s3.client), topic, 1)
+    assert urls == [f.url for f in held.files] and urls[0].startswith("s3://"), urls
+    commands = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#files code.cat")]
+    assert commands == [page.cat_command(url) for url in urls]
+    assert browser.save_screenshot(str(SCREENSHOT.with_name("kafka-archive-files.png")))
+    printed = archived.cli(*shlex.split(commands[0])[1:])
+    assert printed.returncode == 0, printed.stderr
+    assert [int(line.split()[0]) for line in printed.stdout.splitlines()] == list(range(
+        held.files[0].start, held.files[0].end))
+    browser.find_element(By.LINK_TEXT, "the group's page").click()
+    wait_for(browser, lambda d: d.find_elements(By.ID, "attention"), "the group's page")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
 from pathlib import Path
 
 from kafka_archive import config as config_module, kafka_connection, retries
@@ -179,8 +180,30 @@ def check_spark_connect(config: Config, conn_id: str) -> str:
     url = SparkConnectHook(conn_id).get_connection_url()
     with spark_connect.connected(url, config, "preflight", storage(config.s3_conn_id)) as session:
         cores = spark.parallelism(session)
-    server = url.partition("/;")[0].removeprefix("sc://").rstrip("/")  # (no token)
-    return f"{server} (connection {conn_id}): {cores} cores"
+    return f"{_connect_server(url)} (connection {conn_id}): {cores} cores"
+
+
+def spark_connect_unreachable(conn_id: str, timeout_s: float = 2) -> str | None:
+    """Why the Spark Connect server the connection names cannot be reached (no TCP
+    connection to its port within timeout_s, or no such connection), or None: the
+    all-groups page's quick look on every load; preflight runs a job there."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    try:
+        server = _connect_server(SparkConnectHook(conn_id).get_connection_url())
+    except Exception as exc:  # noqa: BLE001 (Airflow's own: no such connection, a bad one)
+        return f"connection {conn_id}: {exc}"
+    host, _, port = server.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout_s).close()
+    except (OSError, ValueError) as exc:
+        return f"{server} (connection {conn_id}): {exc}"
+    return None
+
+
+def _connect_server(url: str) -> str:
+    """host:port of an sc:// URL (its token left out)."""
+    return url.partition("/;")[0].removeprefix("sc://").rstrip("/")
 
 
 def check_smtp(conn_id: str) -> str:

@@ -74,15 +74,30 @@ def index() -> str:
     cfg = connections.load_config()
     storage = connections.storage(cfg.s3_conn_id)
     dag_ids = {g: dag_of(g) for g in cfg.groups}
+    airflow = {"run_state": lambda group, run_id: run_state(dag_ids[group], run_id),
+               "connect_problem": connections.spark_connect_unreachable}
     consumer = None
     try:  # one metadata call: what each group selects in Kafka now
         consumer = brokers.consumer(cfg)
-        return page.index(overview.glance(cfg, storage, consumer), dag_ids)
+        return page.index(overview.glance(cfg, storage, consumer, **airflow), dag_ids)
     except (ArchiveError, KafkaError, OSError) as exc:  # the archive's side is still shown
-        return page.index(overview.glance(cfg, storage), dag_ids, f"{type(exc).__name__}: {exc}")
+        return page.index(overview.glance(cfg, storage, **airflow), dag_ids,
+                          f"{type(exc).__name__}: {exc}")
     finally:
         if consumer is not None:
             consumer.close()
+
+
+@app.get("/dag/{dag_id}/files/{topic}/{partition}", response_class=HTMLResponse,
+         dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
+def files_page(dag_id: str, topic: str, partition: int) -> HTMLResponse:
+    """One partition's current files (the group page's partition links here)."""
+    cfg = connections.load_config()
+    group = next((g for g in cfg.groups if dag_of(g) == dag_id), None)
+    if group is None:
+        return HTMLResponse(page.not_a_group(dag_id, sorted(cfg.groups)), 404)
+    return HTMLResponse(page.files_page(overview.partition_files(
+        cfg, group, connections.storage(cfg.s3_conn_id), topic, partition), dag_id))
 
 
 @app.get("/dag/{dag_id}", response_class=HTMLResponse,

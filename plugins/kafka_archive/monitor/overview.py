@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from kafka_archive import catalog
+from kafka_archive import catalog, manifest
 from kafka_archive.audit import incremental
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.config import Config
@@ -73,24 +73,47 @@ class GroupOverview:
 
 @dataclass(frozen=True)
 class Glance:
-    """A group at a glance, for the all-groups page: no Kafka call, a catalog read."""
+    """A group at a glance, for the all-groups page: a catalog read, no Kafka call of its
+    own (glance: one for every group)."""
     group: str
     topics: int
     partitions: int
     files: int
     last_commit: str | None
-    in_flight: str | None
+    in_flight: inflight.InFlight | None
     open_alarms: int | None  # None: not audited
     problem: str | None = None  # its catalog cannot be read: the rest is unknown
     # what the group selects in Kafka now, as its next plan would (None: Kafka not asked)
     selected_topics: int | None = None
     selected_partitions: int | None = None
+    # as GroupOverview's: Airflow's state of the run in flight, the group's deadline, now
+    in_flight_state: str | None = None
+    deadline_s: int | None = None
+    at_ms: int = 0
+    connect_problem: str | None = None  # its Spark Connect server cannot be reached
 
 
-def glance(config: Config, storage: Storage, consumer=None) -> list[Glance]:
+def glance(config: Config, storage: Storage, consumer=None,
+           run_state: Callable[[str, str], str | None] | None = None,
+           connect_problem: Callable[[str], str | None] | None = None,
+           now_ms: int | None = None) -> list[Glance]:
     """consumer: Kafka's metadata (one call for every group) for the topics and partitions
-    each group selects; without it, what the catalog holds only."""
-    found = [_glance(config, storage, name) for name in sorted(config.groups)]
+    each group selects; without it, what the catalog holds only. run_state(group, run id):
+    Airflow's state of a run (as gather's); connect_problem(conn id): why the Spark
+    Connect server a connection names cannot be reached, or None."""
+    now_ms = now_ms if now_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
+    problems = {conn: connect_problem(conn) for conn in sorted(
+        {g.spark_connect for g in config.groups.values() if g.spark_connect})
+    } if connect_problem else {}
+    found = []
+    for name in sorted(config.groups):
+        g = _glance(config, storage, name)
+        group = config.group(name)
+        found.append(replace(
+            g, at_ms=now_ms, deadline_s=group.deadline_s,
+            connect_problem=problems.get(group.spark_connect),
+            in_flight_state=run_state(name, g.in_flight.run_id)
+            if g.in_flight is not None and run_state else None))
     if consumer is None:
         return found
     partitions = {t: len(consumer.partitions_for_topic(t) or ()) for t in consumer.topics()}
@@ -106,7 +129,7 @@ def _glance(config: Config, storage: Storage, name: str) -> Glance:
     try:
         cat = catalog.open_catalog(storage, config, name)
     except catalog.CatalogUnreadable as exc:  # one group's damage hides no other group
-        return Glance(name, 0, 0, 0, None, inflight.holding(
+        return Glance(name, 0, 0, 0, None, inflight.current(
             storage, config.archive_root, name), None, str(exc))
     summaries = [s for t in cat.state.topics.values() for s in t.summaries.values()
                  if s.rows]
@@ -116,9 +139,43 @@ def _glance(config: Config, storage: Storage, name: str) -> Glance:
                   if any(s.rows for s in t.summaries.values())),
         len(summaries), sum(s.files for s in summaries),
         commits[0]["committed_at"] if commits else None,
-        inflight.holding(storage, config.archive_root, name),
+        inflight.current(storage, config.archive_root, name),
         sum(1 for a in incremental.alarms(storage, config, name) if a.state != "acknowledged")
         if name in config.audit.groups else None)
+
+
+@dataclass(frozen=True)
+class ArchivedFile:
+    """A current file of a partition, as its catalog row names it."""
+    url: str
+    start: int  # the offsets of its row: [start, end)
+    end: int
+    records: int
+    bytes: int
+    run: str    # the name of the folder of the run that wrote it (its run id, made safe)
+
+
+@dataclass(frozen=True)
+class PartitionFiles:
+    """A partition's current files, oldest first, and its table (a table group's)."""
+    group: str
+    topic: str
+    partition: int
+    files: list[ArchivedFile]
+    table: str | None  # `<catalog>.<namespace>.<topic>`; None: a files group
+
+
+def partition_files(config: Config, group: str, storage: Storage, topic: str,
+                    partition: int) -> PartitionFiles:
+    """What the catalog holds of one partition now: one topic's rows read, on demand."""
+    spec = config.group(group).table
+    rows = catalog.open_catalog(storage, config, group).rows(topic, partition=partition)
+    return PartitionFiles(
+        group, topic, partition,
+        [ArchivedFile(f["url"], row["start"], row["end"], f["records"], f["bytes"],
+                      row.get("_run", "?").rstrip("/").rsplit("/", 1)[-1])
+         for row in rows for f in manifest.row_files(row)],
+        f"{spec.catalog}.{spec.namespace}.{topic}" if spec else None)
 
 
 def run_summary(run: dict) -> RunSummary:

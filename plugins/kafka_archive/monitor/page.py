@@ -11,6 +11,7 @@ function of a GroupOverview. Cells the tests read carry `data-` attributes.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
@@ -19,8 +20,9 @@ from urllib.parse import quote
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # kafka-python and the audit, not where a DAG file links to a page
-    from kafka_archive.monitor.overview import Glance, GroupOverview
+    from kafka_archive.monitor.overview import Glance, GroupOverview, PartitionFiles
     from kafka_archive.monitor.status import PartitionStatus
+    from kafka_archive.plan.inflight import InFlight
 
 PREFIX = "/kafka-archive"  # where the api-server mounts the pages
 
@@ -69,7 +71,8 @@ def render(o: GroupOverview, dag_link: str) -> str:
             "(red past the SLA, amber past half of it). <b>Lag (time)</b>, by record time: "
             "the age of the oldest message not archived yet, from the timestamp its producer "
             "set; shown beside it. Without a run that caught up yet, freshness uses record "
-            "time.</p>", chart, topic_table(o), lag_table(o.partitions, o),
+            "time.</p>", chart, topic_table(o),
+            lag_table(o.partitions, o, files_href=dag_link.rsplit("/", 1)[-1] + "/files"),
             "<h2>Freshness against SLA</h2>", _freshness(o),
             "<h2>Last runs</h2>", _runs(o, dag_link),
             "<h2>Audit</h2>", _audit(o)]
@@ -105,22 +108,33 @@ def attention(o: GroupOverview, dag_link: str) -> str:
             f"<ul>{lines}</ul>{running or ''}</div>")
 
 
+def in_flight_kind(run: InFlight, state: str | None, at_ms: int,
+                   deadline_s: int | None) -> str:
+    """What a run planned and not committed is, as Airflow sees it: "running" (or
+    "queued") within the group's deadline, the one kind that needs no person; "late"
+    (running past it), "failed", "success" (ended without a commit) or "unknown"
+    (Airflow has no such run, or was not asked). Pure."""
+    age = run.age_ms(at_ms)
+    late = age is not None and deadline_s is not None and age // 1000 > deadline_s
+    if state in ("running", "queued"):
+        return "late" if late else state
+    return state if state in ("failed", "success") else "unknown"
+
+
 def in_flight(o: GroupOverview, dag_link: str) -> tuple[bool, str]:
-    """The run planned and not committed: whether it needs a person, and its line. It
-    does when Airflow says it failed (or ended without committing), when it has been in
-    flight longer than the group's deadline, or when Airflow's state of it is unknown;
-    a run Airflow runs (or has queued) within its deadline is no incident."""
+    """The run planned and not committed: whether it needs a person, and its line
+    (in_flight_kind)."""
     run = o.in_flight
     age = run.age_ms(o.at_ms)
     planned = f"planned {'?' if age is None else _duration_s(age // 1000)} ago"
     held = escape(", ".join(run.topics))
     link = (f"<a class='run' href='{escape(run_link(dag_link, run.run_id))}' target='_top'>"
             f"run {escape(run.run_id)}</a>")
-    late = age is not None and o.deadline_s is not None and age // 1000 > o.deadline_s
     state = o.in_flight_state
-    if state in ("running", "queued"):
-        if not late:
-            return False, f"{link} is {state} in Airflow, {planned} ({held})"
+    kind = in_flight_kind(run, state, o.at_ms, o.deadline_s)
+    if kind in ("running", "queued"):
+        return False, f"{link} is {state} in Airflow, {planned} ({held})"
+    if kind == "late":
         return True, (f"{link} is still {state} in Airflow, {planned}: past the group's "
                       f"deadline of {_duration_s(o.deadline_s)} ({held}); look at its "
                       "task logs")
@@ -225,20 +239,33 @@ def index(glances: list[Glance], dag_ids: dict[str, str],
                      "group's page shows its lag</p>" + kafka + table, refresh_s=REFRESH_S)
 
 
+GLANCE_IN_FLIGHT = {"late": "running past its deadline", "failed": "failed in Airflow",
+                    "success": "ended in Airflow without its commit",
+                    "unknown": "not committed, its state in Airflow unknown"}
+
+
 def glance_state(g: Glance) -> tuple[str, str]:
-    """(css class, words) of a group's state: trouble first, then a group that selects no
-    topic (a pattern that matches nothing, or topics not created yet), one that never
-    committed, or ok."""
+    """(css class, words) of a group's state: trouble first (its catalog unreadable, its
+    Spark Connect server unreachable, a run in flight that needs a person, open audit
+    mismatches), then a group that selects no topic (a pattern that matches nothing, or
+    topics not created yet), one that never committed, or ok; a run that Airflow runs
+    within its deadline is said after, needing no one."""
+    kind = (in_flight_kind(g.in_flight, g.in_flight_state, g.at_ms, g.deadline_s)
+            if g.in_flight else None)
+    run = g.in_flight and f"run {escape(g.in_flight.run_id)}"
     trouble = ([escape(g.problem)] if g.problem else []) + (
-        [f"run {escape(g.in_flight)} not committed"] if g.in_flight else []) + (
+        [f"Spark Connect server unreachable: {escape(g.connect_problem)}"]
+        if g.connect_problem else []) + (
+        [f"{run} {GLANCE_IN_FLIGHT[kind]}"] if kind in GLANCE_IN_FLIGHT else []) + (
         [f"{g.open_alarms} open audit mismatch(es)"] if g.open_alarms else [])
     if trouble:
         return "bad", "; ".join(trouble)
+    calm = f"; {run} {kind} in Airflow" if kind in ("running", "queued") else ""
     if g.selected_topics == 0:
-        return "warn", "no topic matched"
+        return "warn", "no topic matched" + calm
     if g.last_commit is None:
-        return "warn", "never archived"
-    return "ok", "ok"
+        return "warn", "never archived" + calm
+    return "ok", "ok" + calm
 
 
 def _of(held: int, selected: int | None) -> str:
@@ -310,8 +337,10 @@ def lag_chart(partitions: list[PartitionStatus], width: int = 640,
             + "".join(rows) + "</svg>")
 
 
-def lag_table(partitions: list[PartitionStatus], o: GroupOverview | None = None) -> str:
-    """Every partition, in a drill-down (collapsed) under the topic table."""
+def lag_table(partitions: list[PartitionStatus], o: GroupOverview | None = None,
+              files_href: str | None = None) -> str:
+    """Every partition, in a drill-down (collapsed) under the topic table; files_href:
+    where each partition's files are listed (`<files_href>/<topic>/<partition>`)."""
     sla = {t.topic: t.sla_s for t in (o.freshness if o else ())}
     head = ("topic", "partition", "token", "Kafka end", "lag (messages)", "behind",
             "lag (time)", "archived records", "files", "last commit")
@@ -322,7 +351,7 @@ def lag_table(partitions: list[PartitionStatus], o: GroupOverview | None = None)
         rows.append(
             f"<tr data-topic='{escape(p.topic)}' data-partition='{p.partition}'"
             f"{' class=bad' if p.problem else ''}>"
-            f"<td class='l'>{escape(p.topic)}</td><td>{'!' if p.problem else p.partition}</td>"
+            f"<td class='l'>{escape(p.topic)}</td><td>{'!' if p.problem else _files_link(p, files_href)}</td>"
             f"<td>{_num(p.token)}</td><td>{_num(p.end)}</td><td class='lag {level}' "
             f"data-lag='{'' if p.lag_messages is None else p.lag_messages}'>"
             f"{_num(p.lag_messages)}</td><td class='{level}'>{duration(p.behind_ms)}</td>"
@@ -333,6 +362,50 @@ def lag_table(partitions: list[PartitionStatus], o: GroupOverview | None = None)
     if len(partitions) <= CHART_PARTITIONS:
         return table
     return f"<details><summary>every partition ({len(partitions)})</summary>{table}</details>"
+
+
+def _files_link(p: PartitionStatus, files_href: str | None) -> str:
+    if files_href is None or not p.archived_files:
+        return str(p.partition)
+    href = f"{files_href}/{quote(p.topic, safe='')}/{p.partition}"
+    return f"<a class='files' href='{escape(href)}'>{p.partition}</a>"
+
+
+def files_page(pf: PartitionFiles, dag_id: str) -> str:
+    """A partition's current files: each one's URL and the command that prints its
+    records; a table group's table and a query that reads the partition from it."""
+    rows = [f"<tr data-url='{escape(f.url)}'><td>{f.start}</td><td>{f.end}</td>"
+            f"<td>{f.records}</td><td>{_bytes(f.bytes)}</td><td class='l'>{escape(f.run)}</td>"
+            f"<td class='l'><code class='url'>{escape(f.url)}</code></td>"
+            f"<td class='l'><code class='cat'>{escape(cat_command(f.url))}</code></td></tr>"
+            for f in pf.files]
+    table = ""
+    if pf.table:
+        query = (f"SELECT * FROM {table_sql(pf.table)} WHERE kafka.partition = {pf.partition} "
+                 "ORDER BY kafka.offset LIMIT 100")
+        table = (f"<p>Iceberg table <code id='table'>{escape(pf.table)}</code> (catalog, "
+                 f"namespace, table); its rows of this partition, in Spark SQL with the "
+                 f"catalog configured: <code id='query'>{escape(query)}</code></p>")
+    return _document(
+        f"kafka-archive {pf.group} {pf.topic}/{pf.partition}",
+        f"<h1>kafka-archive group <span id='group'>{escape(pf.group)}</span>: "
+        f"{escape(pf.topic)}/{pf.partition}</h1><p class='muted'>the partition's current "
+        f"files, oldest first (its catalog's rows) &middot; <a href='"
+        f"{escape(page_path(dag_id))}'>the group's page</a></p>" + table
+        + (_table(("first offset", "end", "records", "bytes", "run", "file", "prints it"),
+                  rows, "files") if rows else "<p class='muted'>no file holds this partition "
+                                                  "now</p>"))
+
+
+def cat_command(url: str) -> str:
+    """The CLI command that prints a file's records, as a person pastes it."""
+    return f"kafka-archive cat --limit 100 {shlex.quote(url)}"
+
+
+def table_sql(identifier: str) -> str:
+    """`catalog.namespace.topic` for Spark SQL: the topic (which may hold dots) quoted."""
+    catalog, namespace, topic = identifier.split(".", 2)
+    return f"{catalog}.{namespace}.`{topic.replace('`', '``')}`"
 
 
 def _freshness(o: GroupOverview) -> str:

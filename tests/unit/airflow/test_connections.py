@@ -47,3 +47,22 @@ def test_one_s3_client_per_connection_as_it_reads_now(monkeypatch):
     assert connections.s3_client("s3_cached").meta.endpoint_url == "http://127.0.0.1:8"
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
     assert connections.s3_client("s3_cached").meta.region_name == "eu-west-3"
+
+
+def test_the_all_groups_page_looks_whether_a_connect_server_answers(monkeypatch):
+    """A TCP connection to the server's port (a real listening socket, then a port
+    nothing listens on), and a connection that does not exist, each said as such."""
+    import socket
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        monkeypatch.setenv("AIRFLOW_CONN_CONNECT_UP", json.dumps(
+            {"conn_type": "spark_connect", "host": "127.0.0.1", "port": port}))
+        assert connections.spark_connect_unreachable("connect_up") is None
+    problem = connections.spark_connect_unreachable("connect_up")  # closed now
+    assert problem.startswith(f"127.0.0.1:{port} (connection connect_up): ") and (
+        "refused" in problem), problem
+    assert connections.spark_connect_unreachable("connect_missing").startswith(
+        "connection connect_missing: ")

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.plan.inflight import InFlight
 from kafka_archive.plan.losses import AcceptedLoss
@@ -44,6 +46,8 @@ def test_the_page_shows_lag_chart_runs_freshness_audit_and_loss():
     html = page.render(overview(), "/dags/kafka_archive_backup")
     assert "<svg id='lag-chart'" in html and "t&lt;x&gt; [0]" in html  # escaped everywhere
     assert "data-partition='0'><td class='l'>t&lt;x&gt;</td>" in html
+    # each partition opens onto its files (the topic's name quoted in the link)
+    assert "<a class='files' href='kafka_archive_backup/files/t%3Cx%3E/0'>0</a>" in html
     # 65 s of lag inside a 1 h SLA: green, not alarm-red
     assert "data-lag='7'>7</td><td class='ok'>1m05s</td>" in html and "data-lag='0'>0</td>" in html
     assert "<td class='mbps' data-mbps='0.1'>100 kB/s</td>" in html and "30 s" in html
@@ -139,14 +143,42 @@ def test_many_partitions_show_one_row_per_topic_worst_first_and_partitions_in_a_
 def test_the_all_groups_page_shows_each_groups_state():
     from kafka_archive.monitor.overview import Glance
 
+    run = InFlight("manual__1", "2026-01-01T00:00:00+00:00", ("t",))
     html = page.index([Glance("backup", 3, 12, 40, "2026-01-01T00:00:30+00:00", None, 0),
-                       Glance("partitioned", 1, 3, 9, None, "manual__1", None)],
+                       Glance("partitioned", 1, 3, 9, None, run, None)],
                       {"backup": "kafka_archive_backup", "partitioned": "kafka_archive_partitioned"})
     assert ("<tr data-group='backup'><td class='l'><a href='dag/kafka_archive_backup'>backup</a>"
             "</td><td class='l ok'>ok</td><td class='l'>2026-01-01T00:00:30+00:00</td>"
             "<td>3</td><td>12</td><td>40</td>") in html
-    assert "<td class='l bad'>run manual__1 not committed</td><td class='l'>never</td>" in html
+    assert ("<td class='l bad'>run manual__1 not committed, its state in Airflow unknown</td>"
+            "<td class='l'>never</td>") in html
     assert "not audited" in html
+
+
+def test_the_all_groups_page_asks_airflow_about_the_run_in_flight():
+    """A run Airflow runs within the group's deadline needs no one; past it, failed, or
+    ended without its commit, it does; so does an unreachable Connect server."""
+    from kafka_archive.monitor.overview import Glance
+
+    run = InFlight("r1", "2026-01-01T00:00:00+00:00", ("t",))
+    minute = 1767225600000 + 60_000  # a minute after it was planned
+    base = Glance("g", 1, 1, 1, "2026-01-01T00:00:00+00:00", run, None, deadline_s=300,
+                  at_ms=minute)
+    states = {state: page.glance_state(replace(base, in_flight_state=state))
+              for state in ("running", "queued", "failed", "success", None)}
+    assert states["running"] == ("ok", "ok; run r1 running in Airflow")
+    assert states["queued"] == ("ok", "ok; run r1 queued in Airflow")
+    assert states["failed"] == ("bad", "run r1 failed in Airflow")
+    assert states["success"] == ("bad", "run r1 ended in Airflow without its commit")
+    assert states[None] == ("bad", "run r1 not committed, its state in Airflow unknown")
+    late = replace(base, in_flight_state="running", at_ms=minute + 300_000)
+    assert page.glance_state(late) == ("bad", "run r1 running past its deadline")
+    never = replace(base, last_commit=None, in_flight_state="running")
+    assert page.glance_state(never) == ("warn", "never archived; run r1 running in Airflow")
+    down = replace(base, in_flight=None, connect_problem="127.0.0.1:15002 (connection c): "
+                   "[Errno 111] Connection refused")
+    assert page.glance_state(down) == ("bad", "Spark Connect server unreachable: 127.0.0.1:"
+                                       "15002 (connection c): [Errno 111] Connection refused")
 
 
 def test_a_group_that_never_archived_or_matches_no_topic_is_not_ok():
@@ -220,3 +252,45 @@ def test_a_group_whose_catalog_cannot_be_read_shows_why_and_hides_no_other(tmp_p
             "(archived before catalogs existed, or its folder was deleted)") in html
     assert "or `kafka-archive catalog --group a --rebuild` now</td>" in html
     assert "<a href='dag/kafka_archive_b'>b</a></td><td class='l warn'>never archived</td>" in html
+
+
+def test_a_partitions_files_page_shows_each_file_and_the_command_that_prints_it(tmp_path):
+    """On what a real run archived (the simulation's world: the real plan, job and
+    commit on a local root): each current file's URL, and the command shown prints its
+    records when a person runs it."""
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kafka_archive.storage import Storage
+    from tests.support.sim.world import World
+
+    world = World(tmp_path / "world")
+    world.step(("produce", "t", 0, 3, False))
+    world.step(("run", "scheduled__2026-01-01T00:00:00+00:00", 0, 0, 0))
+    world.close()
+    found = overview_module.partition_files(world.config, "backup", Storage(), "t", 0)
+    [file] = found.files
+    assert (file.start, file.end, file.records, found.table) == (0, 3, 3, None)
+    assert file.run == "scheduled__2026-01-01T00_00_00_00_00"  # its run's folder
+    html = page.files_page(found, "kafka_archive_backup")
+    assert f"<code class='url'>{file.url}</code>" in html
+    assert "href='/kafka-archive/dag/kafka_archive_backup'" in html
+    command = page.cat_command(file.url)
+    assert f"<code class='cat'>{command}</code>" in html
+    shown = subprocess.run([str(Path(sys.executable).parent / "kafka-archive"),
+                            *shlex.split(command)[1:], "--format", "raw"],
+                           capture_output=True, text=True, check=True).stdout
+    assert shown.splitlines() == [f"t/0/{o}" for o in range(3)]
+
+
+def test_a_table_groups_files_page_names_its_table_and_a_query():
+    from kafka_archive.monitor.overview import ArchivedFile, PartitionFiles
+
+    html = page.files_page(PartitionFiles("tables", "orders.v1", 2, [
+        ArchivedFile("s3://b/x.parquet", 0, 5, 5, 900, "r1")], "local.sim.orders.v1"), "d")
+    assert "<code id='table'>local.sim.orders.v1</code>" in html
+    assert ("<code id='query'>SELECT * FROM local.sim.`orders.v1` WHERE kafka.partition = 2 "
+            "ORDER BY kafka.offset LIMIT 100</code>") in html
+    assert "kafka-archive cat --limit 100 s3://b/x.parquet" in html
