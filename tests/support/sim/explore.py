@@ -127,6 +127,13 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # Airflow retries a given-up plan's job while the runs in flight move on: the
         # same failure each time, naming another run (one incident, one mail)
         return ("task", rng.choice(stale), "job", 0)
+    if world.s3 is not None and rng.random() < 0.2 and (plan := world.plan_in_flight()) \
+            and (held := sorted(t for t in plan.token_versions if t in world.kafka.topics)):
+        # on S3, a person deletes or rewinds the token of a topic a plan in flight holds:
+        # its commit's conditional write (If-Match on what it planned from) must lose
+        held_topic = rng.choice(held)
+        return rng.choice((("delete_token", held_topic),
+                           ("rewind", held_topic, 0, rng.randint(0, 30))))
     if world.s3 is not None and runs and rng.random() < 0.15:
         # on S3, a person's rewind beside a commit, at one of its writes: the commit's
         # conditional write of the token (If-Match on the version it read) must lose to
