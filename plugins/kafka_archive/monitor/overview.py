@@ -105,24 +105,21 @@ def glance(config: Config, storage: Storage, consumer=None,
     problems = {conn: connect_problem(conn) for conn in sorted(
         {g.spark_connect for g in config.groups.values() if g.spark_connect})
     } if connect_problem else {}
+    # one metadata call for every group: what each selects now (None: Kafka not asked)
+    partitions = ({t: len(consumer.partitions_for_topic(t) or ()) for t in consumer.topics()}
+                  if consumer is not None else None)
     found = []
     for name in sorted(config.groups):
-        g = _glance(config, storage, name)
-        group = config.group(name)
+        g, group = _glance(config, storage, name), config.group(name)
+        chosen = None if partitions is None else [t for t in partitions if group.selects(t)]
         found.append(replace(
             g, at_ms=now_ms, deadline_s=group.deadline_s,
             connect_problem=problems.get(group.spark_connect),
             in_flight_state=run_state(name, g.in_flight.run_id)
-            if g.in_flight is not None and run_state else None))
-    if consumer is None:
-        return found
-    partitions = {t: len(consumer.partitions_for_topic(t) or ()) for t in consumer.topics()}
-    seen = []
-    for g in found:
-        chosen = [t for t in partitions if config.group(g.group).selects(t)]
-        seen.append(replace(g, selected_topics=len(chosen),
-                            selected_partitions=sum(partitions[t] for t in chosen)))
-    return seen
+            if g.in_flight is not None and run_state else None,
+            selected_topics=None if chosen is None else len(chosen),
+            selected_partitions=None if chosen is None else sum(partitions[t] for t in chosen)))
+    return found
 
 
 def _glance(config: Config, storage: Storage, name: str) -> Glance:

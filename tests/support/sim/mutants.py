@@ -183,6 +183,16 @@ MUTANTS = [
     Mutant("late retention loss not kept as a gap", "commit/protocol.py",
            "            ends[(s.topic, s.partition)] = s.start\n            continue",
            "            continue"),
+    # this stop's fixes (found by the audited world)
+    Mutant("a late count drops a rescan's finding", "audit/checkpoint.py",
+           "                    and (before[2], _catalog_count(before)) != (v.expected, v.archived)):",
+           "                    and _catalog_count(before) != v.archived):"),
+    Mutant("a plan given up by hand holds no topic", "plan/inflight.py",
+           '    note = last(storage, root, group)\n    if note is None or',
+           '    note = None\n    if note is None or'),
+    Mutant("a failed announcement record fails the commit task", "airflow/tasks.py",
+           "        except ArchiveError as unrecorded:  # the events go out all the same",
+           "        except ImportError as unrecorded:  # the events go out all the same"),
     # S3's own paths (the s3 world)
     Mutant("an S3 listing reads its first page only", "storage.py",
            "                for page in pages:\n                    for obj in page.get",
