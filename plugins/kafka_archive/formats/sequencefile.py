@@ -43,7 +43,11 @@ SNAPPY_CODEC = "org.apache.hadoop.io.compress.SnappyCodec"
 COMPRESSIONS = {"none": None, "block-default": DEFAULT_CODEC, "block-gzip": GZIP_CODEC,
                 "block-fast": DEFAULT_CODEC, "block-snappy": SNAPPY_CODEC}
 KEY_CLASSES = (BYTES_WRITABLE, LONG_WRITABLE)
-FAST_LEVEL = 1  # ISA-L's level 1: ~15x zlib 6's speed, a third bigger (README's table)
+# ISA-L's level 3: ~8x zlib 6's speed, about its size. Not levels 1 and 2 (~1.8x faster):
+# their bytes depend on memory ISA-L never initialised (a section of a few hundred bytes
+# came out differently, still valid, in most processes), and a file's bytes must be a
+# function of its slice: a retried task rewrites the file the manifest has sized.
+FAST_LEVEL = 3
 # uncompressed bytes per Snappy chunk: within the buffer Hadoop's decompressor fills
 # (io.compression.codec.snappy.buffersize, 256 KiB by default)
 HADOOP_BLOCK_CHUNK = 128 * 1024
