@@ -6,6 +6,7 @@ cannot drift from it (mkdocs.yml names this file). Each page is a function of th
 - reference/cli.md: every command and flag of `kafka-archive` (its argparse parser);
 - reference/dag-params.md: the archive DAG's trigger params (their JSON schemas);
 - reference/connections.md: the provider's connection types and their form fields;
+- reference/metrics.md: every metric the tasks send, its kind and tags;
 - operate/mails/<kind>.md: each alert mail's subject and body, rendered by the functions
   that send it, on example facts.
 tests/unit/test_docs.py checks that these cover every key, flag and mail kind.
@@ -43,6 +44,7 @@ def pages() -> dict[str, str]:
             "reference/connections.md": connections_reference(),
             "reference/packages.md": packages_reference(),
             "reference/assets.md": assets_reference(),
+            "reference/metrics.md": metrics_reference(),
             **{f"operate/mails/{kind}.md": mail_page(kind) for kind in alerts.MAIL_KINDS}}
 
 
@@ -276,6 +278,25 @@ def assets_reference() -> str:
         if example.group(group).layout.kind == "event_time":
             done = assets.finalized_asset(example, group, "orders")
             out.append(f"| its finalized time partitions | `{done.name}` | `{done.uri}` |")
+    return "\n".join(out) + "\n"
+
+
+def metrics_reference() -> str:
+    from kafka_archive.monitor import metrics
+
+    doc = metrics.__doc__.strip().split("\n\n")
+    out = ["# Metrics", "", "Generated from `kafka_archive.monitor.metrics`.", "",
+           *("\n".join(part.splitlines()) + "\n" for part in doc),
+           "Each name below follows Airflow's `statsd_prefix` (`airflow` by default), so "
+           "StatsD receives `airflow.kafka_archive.lag_messages`; through Prometheus's "
+           "`statsd_exporter` (tags as labels) it is `airflow_kafka_archive_lag_messages` and "
+           "a timing is a summary in seconds. The Grafana dashboard "
+           "`docs/operate/grafana-dashboard.json` charts them "
+           "([Operate](../operate/index.md#metrics)).", "",
+           "| name | kind | tags | what |", "|---|---|---|---|"]
+    for name, kind in metrics.METRICS.items():
+        out.append(f"| `{metrics.PREFIX}{name}` | {kind.kind} | "
+                   f"{', '.join(f'`{t}`' for t in kind.tags)} | {kind.what} |")
     return "\n".join(out) + "\n"
 
 

@@ -92,6 +92,13 @@ def toxiproxy(service_env) -> str:
 
 
 @pytest.fixture(scope="session")
+def statsd(service_env) -> str:
+    """The URL of statsd_exporter's /metrics, where the Airflow stack's metrics show up."""
+    with running("statsd", service_env):
+        yield localservices.statsd_metrics_url(service_env)
+
+
+@pytest.fixture(scope="session")
 def iceberg_rest(service_env, s3) -> str:
     """The URL of the local Iceberg REST catalog (its bearer token: service_env's
     KAFKA_ARCHIVE_ICEBERG_REST_TOKEN)."""

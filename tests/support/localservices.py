@@ -1,7 +1,7 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy postgres iceberg-rest airflow spark]
-    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy postgres iceberg-rest airflow spark]
+    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy statsd postgres iceberg-rest airflow spark]
+    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy statsd postgres iceberg-rest airflow spark]
     .venv/bin/python -m tests.support.localservices status
     eval "$(.venv/bin/python -m tests.support.localservices env)"  # point Airflow/CLI at them
     .venv/bin/python -m tests.support.localservices leftovers [--baseline FILE]
@@ -9,12 +9,13 @@
 Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
-from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,POSTGRES,ICEBERG_REST}_PORT; credentials from
+from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,STATSD,POSTGRES,ICEBERG_REST}_PORT; credentials from
 .cache/local.env (made by scripts/install) or the environment. `start` and `stop` without
 names mean kafka, s3, smtp and spark-connect (and postgres where it holds the Airflow
 service's metadata: airflow_on_postgres); `airflow` (api-server, scheduler, dag-processor and
 triggerer, about half a minute to start) only runs when named, and `stop` without names
-stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy), `postgres` (Debian's
+stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy), `statsd`
+(Prometheus's statsd_exporter, which the tests' Airflow sends its metrics to), `postgres` (Debian's
 PostgreSQL, a cluster of its own; database `iceberg` for Iceberg's SQL catalog),
 `iceberg-rest` (an Iceberg REST catalog: Iceberg's own request handlers over a JdbcCatalog,
 tables on the local S3, a bearer token from .cache/local.env) and `spark`: a
@@ -100,6 +101,7 @@ DEFAULT_PORTS = {
     "KAFKA_ARCHIVE_SMTP_PORT": "12525",
     "KAFKA_ARCHIVE_AIRFLOW_PORT": "18080",
     "KAFKA_ARCHIVE_TOXIPROXY_PORT": "18474",
+    "KAFKA_ARCHIVE_STATSD_PORT": "18125",  # StatsD over UDP and TCP; its /metrics: the next
     "KAFKA_ARCHIVE_PROXY_PORT": "19100",  # the first port of the proxies tests create
     "KAFKA_ARCHIVE_SPARK_MASTER_PORT": "17077",  # its web UI: the next port
     "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
@@ -613,6 +615,30 @@ TOXIPROXY = Service(
 )
 
 
+# --- statsd_exporter: Prometheus's StatsD receiver, which Airflow's metrics go to ----------
+
+def statsd_metrics_url(env: dict[str, str]) -> str:
+    """What Prometheus would scrape: every metric received, tags as labels."""
+    return f"http://127.0.0.1:{int(env['KAFKA_ARCHIVE_STATSD_PORT']) + 1}/metrics"
+
+
+def _statsd_ready(env: dict[str, str]) -> None:
+    with urllib.request.urlopen(statsd_metrics_url(env), timeout=2) as r:
+        if r.status != 200:
+            raise NotReady(f"/metrics answered {r.status}")
+
+
+STATSD = Service(
+    name="statsd",
+    command=lambda env, home: [
+        str(CACHE / "bin" / "statsd_exporter"), "--log.level=warn",
+        f"--statsd.listen-udp=127.0.0.1:{env['KAFKA_ARCHIVE_STATSD_PORT']}",
+        f"--statsd.listen-tcp=127.0.0.1:{env['KAFKA_ARCHIVE_STATSD_PORT']}",
+        f"--web.listen-address=127.0.0.1:{int(env['KAFKA_ARCHIVE_STATSD_PORT']) + 1}"],
+    ready=_statsd_ready,
+)
+
+
 # --- An Iceberg REST catalog: Iceberg's own handlers over a JdbcCatalog (SQLite) ---------
 
 REST_CATALOG_SOURCE = ROOT / "tests" / "support" / "iceberg_rest" / "RestCatalogServer.java"
@@ -725,6 +751,12 @@ def _airflow_process_env(env: dict[str, str]) -> dict[str, str]:
         "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        # Airflow's metrics, ours among them, with tags (InfluxDB's way, which statsd_exporter
+        # reads as labels) to the statsd service: lost while it is not running, as UDP is
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": env["KAFKA_ARCHIVE_STATSD_PORT"],
+        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
         # the repo's DAGs, and the tests' own downstream DAGs (tests/dags) beside them
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([
             {"name": "dags-folder", "classpath": LOCAL_BUNDLE, "kwargs": {}},
@@ -1023,7 +1055,7 @@ SPARK_CONNECT_CLUSTER = Service(
     needs=("spark-master",),
 )
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, POSTGRES, ICEBERG_REST, AIRFLOW,
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, STATSD, POSTGRES, ICEBERG_REST, AIRFLOW,
                                 *SPARK_SERVICES, SPARK_CONNECT,
                                 SPARK_CONNECT_CLUSTER)}
 # what `start` without names starts: with PostgreSQL where it holds Airflow's database

@@ -64,6 +64,7 @@ def test_every_alert_mail_has_its_runbook_page_and_links_to_it():
     for kind, example in mail_examples.EXAMPLES.items():
         message = example.render()
         assert f'href="{alerts.RUNBOOK}{kind}/"' in message.html, kind
+        assert message.kind == kind and message.group  # its count in the `mails` metric
         assert f"operate/mails/{kind}.md" in nav, kind
         page = hooks.mail_page(kind)
         assert message.subject in page and "## What to do" in page

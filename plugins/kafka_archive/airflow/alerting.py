@@ -35,9 +35,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import redact
 
 from kafka_archive import brokers, catalog, manifest as manifests
+from kafka_archive.airflow import metrics
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
-from kafka_archive.monitor import freshness
+from kafka_archive.monitor import freshness, metrics as figures
+
 from kafka_archive.plan import inflight
 from kafka_archive.layout import run_file
 from kafka_archive.monitor.alerts import (TASK_KILLED, Message, dag_id, deadline_missed,
@@ -75,6 +77,7 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
     lagging = freshness.past_sla(partitions, lambda t: group.policy_for(t).freshness_s, now_ms)
     lags = freshness.topic_lags(partitions, now_ms)
+    metrics.emit(figures.of_freshness(group.name, partitions, now_ms))
     log.info("freshness lag per topic (s): %s", json.dumps(lags))
     if lagging:
         send(cfg.alerts, freshness_past_sla(group.name, run_id, lagging, now_ms,
@@ -249,6 +252,8 @@ def send(alerts: Alerts, message: Message, context=None) -> None:
     # notify(), not the notifier's __call__: our text is not a Jinja template
     _notifier(alerts, message).notify(context or {})
     log.info("alert sent to %s: %s", ", ".join(alerts.email_to), message.subject)
+    if message.kind:
+        metrics.emit(figures.of_mail(message.group, message.kind))
 
 
 def link_for(dag: str, run_id: str) -> str:

@@ -8,13 +8,13 @@ import logging
 from dataclasses import asdict
 
 from kafka_archive import brokers, catalog, config as config_module, layout
-from kafka_archive.airflow import alerting, connections
+from kafka_archive.airflow import alerting, connections, metrics
 from kafka_archive.audit import gather, incremental, reconcile, reporting
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.commit import (compaction, finalizing, iceberg, mirror,
                                   protocol as committing, table_maintenance)
 from kafka_archive.errors import ArchiveError
-from kafka_archive.monitor import alerts, preflight as preflight_check
+from kafka_archive.monitor import alerts, metrics as figures, preflight as preflight_check
 from kafka_archive.plan import inflight, losses, rewinds as rewinding, runs
 from kafka_archive.plan.planning import Anomaly, Caps, HeldTopicsError, Plan, held
 from kafka_archive.progress_bars import Track, untracked
@@ -140,6 +140,7 @@ def commit(plan_url: str) -> dict:
             log.warning("run %s: could not record that its Asset events go out (%s): a "
                         "later re-execution of this commit announces them again, flagged "
                         "as replacing these", made.run_id, unrecorded)
+        metrics.emit(figures.of_commit(made.group, summary, made.created_at))  # with the events
         summary["announce"] = "again" if repeated else "new"
     # ranges retention deleted before they were archived: the freshness task fails on them
     summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
@@ -298,9 +299,11 @@ def audit_reconcile(group: str, run_id: str, since_ms: int | None = None,
              len(new), len(alarms), report)
     for alarm in alarms:
         log.warning("%s", reporting.describe(alarm))
+    unresolved = sum(a.state != "acknowledged" for a in alarms)
+    metrics.emit(figures.of_audit(group, unresolved))
     return {"group": group, "run_id": run_id, "totals": totals, "report": report,
             "new": [asdict(a) for a in new], "mismatches": len(new),
-            "open": sum(a.state != "acknowledged" for a in alarms),
+            "open": unresolved,
             "acknowledged": sum(a.state == "acknowledged" for a in alarms),
             "summary": reporting.mismatch_summary(group, new)}
 

@@ -320,13 +320,14 @@ def _holds_rows_of(cat: catalog.Catalog, run: str, rows: list[dict]) -> bool:
 
 
 def by_topic(plan: Plan, manifest: dict, root: str) -> dict[str, dict]:
-    """Per topic of the run: records and files it added, files it replaced (a rewind)."""
+    """Per topic of the run: records, files and bytes it added, files it replaced (a rewind)."""
     found = {}
     for topic in plan.topics():
         rows = [e for e in manifest["slices"] if e["topic"] == topic]
         inside = layout.table_location(root, plan.group, topic) + "/"  # the topic's folder
         found[topic] = {"records": sum(e["records"] for e in rows),
                         "files": sum(len(row_files(e)) for e in rows),
+                        "bytes": sum(e.get("bytes") or 0 for e in rows),
                         "replaced": sum(url.startswith(inside) for url in plan.superseded)}
     return found
 

@@ -40,6 +40,8 @@ class Message:
     subject: str
     html: str
     about: tuple[str, ...] = ()
+    group: str = ""
+    kind: str = ""  # one of MAIL_KINDS
 
 
 def dag_id(group: str) -> str:
@@ -86,7 +88,8 @@ def task_failed(group: str, run_id: str, task_id: str, try_number: int | None, e
         body.append(_p("No plan was made for this run, so no data moved and no token changed."))
     body += [_links(link, log_link)]
     return Message(f"[kafka-archive] {group}: task {task_id} failed in run {run_id}"
-                   + (f" (failing since {since})" if since else ""), _page(body, "task-failed"))
+                   + (f" (failing since {since})" if since else ""), _page(body, "task-failed"),
+                   group=group, kind="task-failed")
 
 
 def remedy(error_class: str | None, terminal: bool | None, group: str) -> str:
@@ -171,7 +174,8 @@ def data_lost(group: str, run_id: str, anomalies: Iterable[Anomaly], run_failed:
             _table(("topic", "partition", "lost offsets", "messages"), rows), _links(link)]
     where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
     return Message(f"[kafka-archive] {group}: {total} messages lost to retention in {where}",
-                   _page(body, "data-lost"), tuple(a.key() for a in lost))
+                   _page(body, "data-lost"), tuple(a.key() for a in lost),
+                   group, "data-lost")
 
 
 def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str) -> Message:
@@ -186,7 +190,8 @@ def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str
     where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
     return Message(f"[kafka-archive] {group}: {where} left out of the archive ("
                    f"{', '.join(sorted({a.kind.replace('_', ' ') for a in found}))})",
-                   _page(body, "topics-held"), tuple(a.key() for a in found))
+                   _page(body, "topics-held"), tuple(a.key() for a in found),
+                   group, "topics-held")
 
 
 def tokens_left_as_found(group: str, run_id: str, left: dict[str, str], link: str) -> Message:
@@ -202,7 +207,8 @@ def tokens_left_as_found(group: str, run_id: str, left: dict[str, str], link: st
             _table(("topic", "what happened"), sorted(left.items())), _links(link)]
     where = next(iter(left)) if len(left) == 1 else f"{len(left)} topics"
     return Message(f"[kafka-archive] {group}: token of {where} changed by hand during run "
-                   f"{run_id}; left as found", _page(body, "tokens-left-as-found"))
+                   f"{run_id}; left as found", _page(body, "tokens-left-as-found"),
+                   group=group, kind="tokens-left-as-found")
 
 
 def unmailed(anomalies: Iterable[Anomaly], mailed: dict[str, str], run_id: str
@@ -230,7 +236,8 @@ def deadline_missed(group: str, run_id: str, deadline_s: int, queued_at: str | N
     body += [_p("A long Spark job (a backlog: lower max_records / max_bytes), a task waiting "
                 "for a slot or a retry are the usual causes; see the run's tasks."), _links(link)]
     return Message(f"[kafka-archive] {group}: run {run_id} not finished within "
-                   f"{_span(deadline_s)} of being queued", _page(body, "deadline-missed"))
+                   f"{_span(deadline_s)} of being queued", _page(body, "deadline-missed"),
+                   group=group, kind="deadline-missed")
 
 
 def freshness_past_sla(group: str, run_id: str, lagging: list[freshness.TopicFreshness],
@@ -253,7 +260,8 @@ def freshness_past_sla(group: str, run_id: str, lagging: list[freshness.TopicFre
              _links(link)]
     names = ", ".join(t.topic for t in lagging[:3]) + (" ..." if len(lagging) > 3 else "")
     return Message(f"[kafka-archive] {group}: archive freshness past SLA for {names}",
-                   _page(body, "freshness-past-sla"))
+                   _page(body, "freshness-past-sla"),
+                   group=group, kind="freshness-past-sla")
 
 
 def audit_mismatch(group: str, new: list[Alarm], located: dict, link: str, report: str,
@@ -317,7 +325,8 @@ def audit_mismatch(group: str, new: list[Alarm], located: dict, link: str, repor
                        f"valid {_span(report_expires_s)}, until {expires})")
     body += [_links(link), _p(report_line)]
     return Message(f"[kafka-archive] audit of group {group}: {len(missing)} window(s) MISSING, "
-                   f"{len(excess)} EXCESS in {where}", _page(body, "audit-mismatch"))
+                   f"{len(excess)} EXCESS in {where}", _page(body, "audit-mismatch"),
+                   group=group, kind="audit-mismatch")
 
 
 def _now_ms() -> int:
