@@ -371,6 +371,15 @@ def replay_progress(root: str, replay_id: str, partition: int) -> str:
     return replay_file(root, replay_id, f"progress/partition={partition}.json")
 
 
+def history_dir(root: str, group: str) -> str:
+    """The group's run history for the page's trends (monitor.trends): a file a UTC day."""
+    return join(root, "_history", group)
+
+
+def history_file(root: str, group: str, day: str) -> str:
+    return join(history_dir(root, group), f"{day}.jsonl")
+
+
 def anomalies_mailed(root: str, group: str) -> str:
     """Which open anomalies of a group were mailed already: each is mailed once."""
     return join(runs_dir(root, group), "_anomalies_mailed.json")

@@ -12,7 +12,7 @@
   `kafka-archive status --json`; its screenshots are the docs' (docs/screens/: each run
   of this test makes them again, so the pictures in the docs show the page as it is);
 - a run in flight as Airflow sees it: running, then failed (needing a person, linked to
-  its run in the Airflow UI).
+  its run and to its failed task's log in the Airflow UI).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from kafka.admin import NewTopic
 
 from test_airflow_rest import run_to_end
 
+from kafka_archive import layout
 from tests.support import localservices
 from tests.support.browser import log_in, wait_for
 
@@ -74,6 +75,7 @@ class ArchivedRun:
     topics: list[str]
     run_id: str
     cli_env: dict[str, str]
+    committed: dict  # the run's committed.json
 
     def cli(self, *args: str, pipe: str = "") -> subprocess.CompletedProcess:
         """kafka-archive with the stack's config; `pipe`: a shell command its output goes to."""
@@ -85,7 +87,7 @@ class ArchivedRun:
 
 
 @pytest.fixture(scope="module")
-def archived(airflow_stack, airflow_env, kafka) -> ArchivedRun:
+def archived(airflow_stack, airflow_env, kafka, s3) -> ArchivedRun:
     """Three topics of four partitions, 25 messages each, archived by one triggered run."""
     unique = uuid.uuid4().hex[:8]
     topics = [f"ui-{unique}-{n}" for n in ("a", "b", "c")]
@@ -97,8 +99,11 @@ def archived(airflow_stack, airflow_env, kafka) -> ArchivedRun:
     airflow_stack.wait_for_run(DAG, run_id)
     states = airflow_stack.task_states(DAG, run_id)
     assert [states[t] for t in ("plan", "archive", "commit", "freshness")] == ["success"] * 4, states
+    key = layout.run_file(airflow_stack.config().archive_root, "backup", run_id,
+                          "committed.json").split("/", 3)[3]
     return ArchivedRun(topics, run_id,
-                       {**airflow_env, "KAFKA_ARCHIVE_CONFIG": str(airflow_stack.config_file)})
+                       {**airflow_env, "KAFKA_ARCHIVE_CONFIG": str(airflow_stack.config_file)},
+                       json.loads(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()))
 
 
 def test_the_archive_log_has_a_line_per_slice_and_a_summary(airflow_stack, archived):
@@ -194,6 +199,26 @@ def test_the_group_page_behind_the_login(airflow_stack, kafka, archived, browser
                for row in browser.find_elements(By.CSS_SELECTOR, "#freshness tr[data-topic]")
                if row.get_attribute("data-topic") in topics)
 
+    # the trends: each chart's point of the run is the run's own figure (its committed.json)
+    points = {(p.get_attribute("data-run"), p.get_attribute("data-topic"),
+               p.find_element(By.XPATH, "ancestor::*[@data-chart]").get_attribute("data-chart"),
+               p.find_element(By.XPATH, "ancestor::*[@data-window]").get_attribute("data-window")):
+              float(p.get_attribute("data-value"))
+              for p in browser.find_elements(By.CSS_SELECTOR, f"#trends circle[data-run='{run_id}']")}
+    by_topic = archived.committed["by_topic"]
+    for window in ("86400", "604800"):
+        assert points[(run_id, "", "records", window)] == 300
+        assert points[(run_id, "", "bytes", window)] == sum(t["bytes"] for t in by_topic.values())
+    # per topic: the shared stack's other tests' topics may outrank these (8 drawn a chart)
+    for (_, topic, chart, _), value in points.items():
+        if chart == "topic_records":
+            assert value == by_topic[topic]["records"] == 100, (topic, value)
+        elif chart == "lag_messages":
+            assert value == 0, (topic, value)  # as the run left it
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.find_element(By.ID, "trends").screenshot(
+        str(SCREENSHOT.with_name("kafka-archive-trends.png")))
+
     # one malformed token: that topic is named first, every other topic is still shown
     broken = Path(airflow_stack.config().token_root) / "backup" / f"{topics[0]}-broken.token"
     broken.parent.mkdir(parents=True, exist_ok=True)
@@ -257,8 +282,8 @@ def test_the_trigger_form_refuses_a_topic_the_group_does_not_archive(airflow_sta
 def test_the_page_asks_airflow_whether_a_run_in_flight_runs_or_failed(airflow_stack, kafka,
                                                                         archived, browser):
     """A run in flight as Airflow sees it: running (here past the stack's short deadline),
-    then, marked failed in Airflow, failed and needing a person, with a link to its run
-    in the Airflow UI."""
+    then, its archive task marked failed in Airflow, failed and needing a person, with
+    links to its run and to its failed task's log in the Airflow UI."""
     from selenium.webdriver.common.by import By
 
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
@@ -306,25 +331,35 @@ def test_the_page_asks_airflow_whether_a_run_in_flight_runs_or_failed(airflow_st
         assert "failed" not in line[0]
         assert f"run {run_id} running past its deadline" in glance_state()  # all groups'
 
-        r = airflow_stack.api.patch(f"/api/v2/dags/{DAG}/dagRuns/{run_id}",
-                                    json={"state": "failed"})
+        # its archive task fails (as a person marks it): the run fails with it
+        r = airflow_stack.api.patch(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/archive",
+                                    json={"new_state": "failed"})
         assert r.status_code == 200, r.text
-        airflow_stack.wait_for_run(DAG, run_id)
     finally:
         assert airflow_stack.api.patch(pool, json={"name": "default_pool",
                                                    "slots": slots}).is_success
-    assert f"run {run_id} failed in Airflow" in glance_state()
-    browser.get(page_url)
-    items = wait_for(browser, lambda d: [li for li in d.find_elements(
-        By.CSS_SELECTOR, "#attention li") if run_id in li.text], "the failed run needing a person")
-    assert "failed in Airflow" in items[0].text and "before its commit" in items[0].text
-    link = items[0].find_element(By.CSS_SELECTOR, "a.run").get_attribute("href")
-    assert link == f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}", link
-    browser.get(link)  # Airflow's own page of the run, its tasks and their logs
-    wait_for(browser, lambda d: run_id in d.find_element(By.TAG_NAME, "body").text,
-             "Airflow's page of the run", 120)
-
-    run_to_end(airflow_stack, {"topics": archived.topics})  # finishes its plan
+    airflow_stack.wait_for_run(DAG, run_id)
+    try:
+        ti = airflow_stack.api.get(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/archive")
+        assert ti.json()["state"] == "failed", ti.text
+        assert f"run {run_id} failed in Airflow" in glance_state()
+        browser.get(page_url)
+        items = wait_for(browser, lambda d: [li for li in d.find_elements(
+            By.CSS_SELECTOR, "#attention li") if run_id in li.text],
+            "the failed run needing a person")
+        assert "failed in Airflow" in items[0].text and "before its commit" in items[0].text
+        link = items[0].find_element(By.CSS_SELECTOR, "a.run").get_attribute("href")
+        assert link == f"{airflow_stack.url}/dags/{DAG}/runs/{quote(run_id, safe='')}", link
+        assert "the log of its failed task archive says why" in items[0].text
+        log = items[0].find_element(By.CSS_SELECTOR, "a.log").get_attribute("href")
+        tried = ti.json()["try_number"]  # Airflow counts a try when a person marks it
+        assert log == f"{link}/tasks/archive" + (f"?try_number={tried}" if tried else ""), log
+        browser.get(log)  # Airflow's own page of the task, which opens on its log
+        wait_for(browser, lambda d: "archive" in d.find_element(By.TAG_NAME, "body").text
+                 and run_id in d.find_element(By.TAG_NAME, "body").text,
+                 "Airflow's page of the failed task", 120)
+    finally:  # the next run finishes its plan, which later tests' runs would re-execute
+        run_to_end(airflow_stack, {"topics": archived.topics})
 
 
 def test_the_all_groups_page_counts_what_each_group_selects_in_kafka(airflow_stack, kafka,

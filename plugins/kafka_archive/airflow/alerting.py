@@ -38,8 +38,7 @@ from kafka_archive import brokers, catalog, manifest as manifests
 from kafka_archive.airflow import metrics
 from kafka_archive.config import Alerts, Config, Group
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
-from kafka_archive.monitor import freshness, metrics as figures
-
+from kafka_archive.monitor import freshness, metrics as figures, trends
 from kafka_archive.plan import inflight
 from kafka_archive.layout import run_file
 from kafka_archive.monitor.alerts import (TASK_KILLED, Message, dag_id, deadline_missed,
@@ -78,6 +77,12 @@ def check_freshness(group_name: str, run_id: str, summary: dict,
     lagging = freshness.past_sla(partitions, lambda t: group.policy_for(t).freshness_s, now_ms)
     lags = freshness.topic_lags(partitions, now_ms)
     metrics.emit(figures.of_freshness(group.name, partitions, now_ms))
+    try:  # the page's trends: a lost line is a gap in a chart, not a reason to fail
+        trends.record(storage, cfg.archive_root, group.name, trends.run_line(
+            summary, summary.get("planned_at", summary["committed_at"]), partitions, now_ms),
+            datetime.now(timezone.utc))
+    except ArchiveError as exc:
+        log.warning("run %s not recorded in the group's history: %s", run_id, exc)
     log.info("freshness lag per topic (s): %s", json.dumps(lags))
     if lagging:
         send(cfg.alerts, freshness_past_sla(group.name, run_id, lagging, now_ms,

@@ -143,6 +143,7 @@ def commit(plan_url: str) -> dict:
         metrics.emit(figures.of_commit(made.group, summary, made.created_at))  # with the events
         summary["announce"] = "again" if repeated else "new"
     # ranges retention deleted before they were archived: the freshness task fails on them
+    summary["planned_at"] = made.created_at  # for the history's plan-to-commit time
     summary["skipped"] = [a.describe() for a in made.anomalies if a.action == "skipped"] + [
         f"{a.describe()} (after this run was planned; the topic waits for the loss to be "
         f"accepted: {a.remedy(made.group)})" for a in late]

@@ -69,6 +69,22 @@ def run_state(dag_id: str, run_id: str) -> str | None:
     return None if state is None else str(state)
 
 
+def failed_task(dag_id: str, run_id: str) -> tuple[str, int] | None:
+    """The run's task that failed first (task id, try number), from Airflow's database."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.execute(
+            select(TaskInstance.task_id, TaskInstance.try_number)
+            .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
+                   TaskInstance.state == TaskInstanceState.FAILED)
+            .order_by(TaskInstance.end_date.nulls_last(), TaskInstance.task_id)).first()
+    return None if row is None else (row.task_id, row.try_number or 0)
+
+
 @app.get("/", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
 def index() -> str:
     cfg = connections.load_config()
@@ -119,7 +135,8 @@ def group_page(dag_id: str) -> HTMLResponse:
         now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
         seen = overview.gather(cfg, group, connections.storage(cfg.s3_conn_id),
                                connections.token_store(cfg), consumer, now_ms,
-                               run_state=lambda run_id: run_state(dag_id, run_id))
+                               run_state=lambda run_id: run_state(dag_id, run_id),
+                               failed_task=lambda run_id: failed_task(dag_id, run_id))
     except (ArchiveError, KafkaError, OSError) as exc:
         return HTMLResponse(page.failure(group, f"{type(exc).__name__}: {exc}"), 503)
     finally:

@@ -18,7 +18,7 @@ from kafka_archive import catalog, manifest
 from kafka_archive.audit import incremental
 from kafka_archive.audit.checkpoint import Alarm
 from kafka_archive.config import Config
-from kafka_archive.monitor import freshness, status
+from kafka_archive.monitor import freshness, status, trends
 from kafka_archive.plan import inflight
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenStore
@@ -68,7 +68,10 @@ class GroupOverview:
     # Airflow's state of that run ("running", "queued", "failed", "success"); None when
     # Airflow was not asked (the CLI) or does not know the run (deleted, another deployment)
     in_flight_state: str | None = None
+    # of a failed run: the task that failed first and its try, whose log says why
+    in_flight_failed_task: tuple[str, int] | None = None
     deadline_s: int | None = None  # the group's: a run in flight longer is stuck
+    history: tuple[dict, ...] = ()  # the runs of the last days, oldest first (trends)
 
 
 @dataclass(frozen=True)
@@ -208,9 +211,11 @@ def topic_freshness(config: Config, group_name: str, tokens: TokenStore, consume
 
 def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, consumer,
            now_ms: int | None = None,
-           run_state: Callable[[str], str | None] | None = None) -> GroupOverview:
+           run_state: Callable[[str], str | None] | None = None,
+           failed_task: Callable[[str], tuple[str, int] | None] | None = None) -> GroupOverview:
     """run_state: Airflow's state of a run of the group's DAG, by run id (the UI asks
-    Airflow's database; without it the page cannot tell a running run from a failed one)."""
+    Airflow's database; without it the page cannot tell a running run from a failed one);
+    failed_task: of a failed run, its first failed task and that task's try."""
     now_ms = now_ms if now_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
     config.group(group)  # an unknown group fails here, naming the configured ones
     audited = group in config.audit.groups
@@ -225,5 +230,10 @@ def gather(config: Config, group: str, storage: Storage, tokens: TokenStore, con
         alarms=incremental.alarms(storage, config, group) if audited else [],
         accepted_losses=[catalog.AcceptedLoss(**a) for a in cat.state.accepted],
         in_flight=held,
-        in_flight_state=run_state(held.run_id) if held is not None and run_state else None,
-        deadline_s=config.group(group).deadline_s)
+        in_flight_state=(state := run_state(held.run_id) if held is not None and run_state
+                         else None),
+        in_flight_failed_task=failed_task(held.run_id)
+        if held is not None and failed_task and state == "failed" else None,
+        deadline_s=config.group(group).deadline_s,
+        history=tuple(trends.read(storage, config.archive_root, group,
+                                  datetime.fromtimestamp(now_ms / 1000, timezone.utc))))

@@ -47,6 +47,8 @@ th{background:#f7fafc} td.l,th.l{text-align:left}
 .warn{color:#b7791f;font-weight:600} details>summary{cursor:pointer}
 #attention{border-left:4px solid #c53030;padding:4px 12px;background:#fff5f5}
 #attention.calm{border-color:#2f855a;background:#f0fff4}
+figure.trend{display:inline-block;margin:0 16px 12px 0} figcaption{font-size:12px}
+h3{font-size:14px;margin:12px 0 4px}
 """
 REFRESH_S = 60
 _COLOURS = {"ok": "#2f855a", "warn": "#b7791f", "bad": "#c53030"}
@@ -54,6 +56,8 @@ CHART_PARTITIONS = 60  # more partitions than this: the chart shows topics
 
 
 def render(o: GroupOverview, dag_link: str) -> str:
+    from kafka_archive.monitor import trends  # storage's imports: not where a DAG links here
+
     at = _time(o.at_ms)
     shown = [p for p in o.partitions if not p.problem]
     sla = {t.topic: t.sla_s for t in o.freshness}
@@ -75,7 +79,8 @@ def render(o: GroupOverview, dag_link: str) -> str:
             lag_table(o.partitions, o, files_href=dag_link.rsplit("/", 1)[-1] + "/files"),
             "<h2>Freshness against SLA</h2>", _freshness(o),
             "<h2>Last runs</h2>", _runs(o, dag_link),
-            "<h2>Audit</h2>", _audit(o)]
+            "<h2>Trends</h2><div id='trends'>", trends.charts_html(list(o.history), o.at_ms),
+            "</div>", "<h2>Audit</h2>", _audit(o)]
     if o.accepted_losses:
         body += ["<h2>Accepted losses (retention deleted them before archiving)</h2>", _lost(o)]
     return _document(f"kafka-archive {o.group}", "\n".join(body), refresh_s=REFRESH_S)
@@ -139,8 +144,13 @@ def in_flight(o: GroupOverview, dag_link: str) -> tuple[bool, str]:
                       f"deadline of {_duration_s(o.deadline_s)} ({held}); look at its "
                       "task logs")
     if state == "failed":
+        why = "its failed task's log says why"
+        if o.in_flight_failed_task is not None:
+            task, attempt = o.in_flight_failed_task
+            why = (f"<a class='log' href='{escape(task_log_link(dag_link, run.run_id, task, attempt))}' "
+                   f"target='_top'>the log of its failed task {escape(task)}</a> says why")
         return True, (f"{link} failed in Airflow, {planned}, before its commit ({held}): "
-                      "its failed task's log says why; the group's next run finishes its plan")
+                      f"{why}; the group's next run finishes its plan")
     if state == "success":
         return True, (f"{link} is marked success in Airflow but never committed, {planned} "
                       f"({held}): the group's next run finishes its plan")
@@ -153,6 +163,12 @@ def run_link(dag_link: str, run_id: str) -> str:
     """The run's page in the Airflow UI (its tasks, and each task's log); dag_link: the
     DAG's (`/dags/<dag id>`, after the UI's base URL in a mail)."""
     return f"{dag_link}/runs/{quote(run_id, safe='')}"
+
+
+def task_log_link(dag_link: str, run_id: str, task_id: str, try_number: int) -> str:
+    """A task's page in the Airflow UI, which opens on its log (of that try, when it ran)."""
+    tried = f"?try_number={try_number}" if try_number > 0 else ""
+    return f"{run_link(dag_link, run_id)}/tasks/{quote(task_id, safe='')}{tried}"
 
 
 @dataclass(frozen=True)

@@ -89,10 +89,11 @@ def test_a_hole_and_a_run_not_committed_are_flagged():
     assert "<tr data-run='r2' class='bad'>" in html
 
 
-def in_flight_page(state, minutes, deadline_s=1800):
+def in_flight_page(state, minutes, deadline_s=1800, failed_task=None):
     planned = InFlight("manual__1:2", "2026-01-01T00:00:00+00:00", ("t",))
     html = page.render(overview(alarms=[], freshness=[], in_flight=planned,
                                 in_flight_state=state, deadline_s=deadline_s,
+                                in_flight_failed_task=failed_task,
                                 at_ms=1_767_225_600_000 + minutes * 60_000),
                        "/dags/kafka_archive_backup")
     return html[html.index("<div id='attention'"):html.index("Lag per topic")], html
@@ -119,6 +120,10 @@ def test_a_failed_or_late_run_needs_a_person_with_a_link_to_it():
     assert "is still running in Airflow, planned 31m00s ago: past the group's deadline " \
            "of 30m00s" in late
     assert "marked success in Airflow but never committed" in in_flight_page("success", 3)[0]
+    logged = in_flight_page("failed", 3, failed_task=("archive", 2))[0]
+    assert ("<a class='log' href='/dags/kafka_archive_backup/runs/manual__1%3A2/tasks/archive"
+            "?try_number=2' target='_top'>the log of its failed task archive</a> says why"
+            ) in logged
 
 
 def test_a_committed_run_links_to_its_airflow_run():
