@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Iterable
 
 from kafka_archive.config import Group
@@ -63,6 +64,23 @@ def topic_lags(partitions: Iterable[PartitionFreshness], now_ms: int) -> dict[st
         if (lag := p.lag_s(now_ms)) is not None:
             lags[p.topic] = max(lag, lags.get(p.topic, 0.0))
     return dict(sorted(lags.items()))
+
+
+def plan_to_commit_s(planned_at: str | None, committed_at: str | None) -> float | None:
+    """A run's seconds from its plan to its commit (ISO times); None when either is unknown."""
+    try:
+        return max(0.0, (datetime.fromisoformat(committed_at)
+                         - datetime.fromisoformat(planned_at)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def topic_pending(partitions: Iterable[PartitionFreshness]) -> dict[str, int]:
+    """Per topic, the messages in Kafka not archived yet (its partitions' sum)."""
+    waiting: dict[str, int] = {}
+    for p in partitions:
+        waiting[p.topic] = waiting.get(p.topic, 0) + p.pending
+    return dict(sorted(waiting.items()))
 
 
 def past_sla(partitions: Iterable[PartitionFreshness], sla_s: Callable[[str], int],

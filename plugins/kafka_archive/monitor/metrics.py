@@ -11,10 +11,10 @@ or `statsd_datadog_enabled` is on; OpenTelemetry when `otel_on`). `METRICS` name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Iterable
 
-from kafka_archive.monitor.freshness import PartitionFreshness, topic_lags
+from kafka_archive.monitor.freshness import (PartitionFreshness, plan_to_commit_s, topic_lags,
+                                           topic_pending)
 
 PREFIX = "kafka_archive."  # after Airflow's own statsd_prefix ("airflow." by default)
 
@@ -66,8 +66,8 @@ def of_commit(group: str, summary: dict, planned_at: str) -> list[Metric]:
     for topic, figures in sorted(summary.get("by_topic", {}).items()):
         for name in ("records", "bytes", "files"):
             found.append(_metric(f"run.{name}", figures.get(name, 0), group=group, topic=topic))
-    took = datetime.fromisoformat(summary["committed_at"]) - datetime.fromisoformat(planned_at)
-    found.append(_metric("run.duration", max(0, took.total_seconds()) * 1000, group=group))
+    if (took := plan_to_commit_s(planned_at, summary["committed_at"])) is not None:
+        found.append(_metric("run.duration", took * 1000, group=group))
     return found
 
 
@@ -75,14 +75,10 @@ def of_freshness(group: str, partitions: Iterable[PartitionFreshness],
                  now_ms: int) -> list[Metric]:
     """Per topic measured, messages waiting and the lag in seconds (when Kafka told it)."""
     partitions = list(partitions)
-    waiting: dict[str, int] = {}
-    for p in partitions:
-        waiting[p.topic] = waiting.get(p.topic, 0) + p.pending
-    lags = topic_lags(partitions, now_ms)
     return [_metric("lag_messages", count, group=group, topic=topic)
-            for topic, count in sorted(waiting.items())] + [
+            for topic, count in topic_pending(partitions).items()] + [
         _metric("lag_seconds", seconds, group=group, topic=topic)
-        for topic, seconds in lags.items()]
+        for topic, seconds in topic_lags(partitions, now_ms).items()]
 
 
 def of_audit(group: str, mismatches: int) -> list[Metric]:

@@ -180,12 +180,7 @@ def partition_files(config: Config, group: str, storage: Storage, topic: str,
 
 def run_summary(run: dict) -> RunSummary:
     """A run as the catalog keeps it (catalog.run_summary). Pure."""
-    seconds = None
-    try:
-        seconds = (datetime.fromisoformat(run["committed_at"])
-                   - datetime.fromisoformat(run["planned_at"])).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        pass
+    seconds = freshness.plan_to_commit_s(run.get("planned_at"), run.get("committed_at"))
     return RunSummary(run.get("run_id", "?"), run.get("planned_at", "?"),
                       run.get("committed_at", "?"), run.get("records", 0), run.get("bytes", 0),
                       run.get("files", 0),

@@ -18,7 +18,8 @@ from html import escape
 from typing import Iterable
 
 from kafka_archive import layout
-from kafka_archive.monitor.freshness import PartitionFreshness, topic_lags
+from kafka_archive.monitor.freshness import (PartitionFreshness, plan_to_commit_s, topic_lags,
+                                           topic_pending)
 from kafka_archive.storage import Storage
 
 HISTORY_DAYS = 7
@@ -32,17 +33,13 @@ def run_line(summary: dict, planned_at: str, partitions: Iterable[PartitionFresh
     """The history's line of a committed run (summary: the commit's; partitions: the
     freshness task's view of the topics it measured)."""
     partitions = list(partitions)
-    waiting: dict[str, int] = {}
-    for p in partitions:
-        waiting[p.topic] = waiting.get(p.topic, 0) + p.pending
-    lags = topic_lags(partitions, now_ms)
+    waiting, lags = topic_pending(partitions), topic_lags(partitions, now_ms)
     by_topic = summary.get("by_topic", {})
-    took = (datetime.fromisoformat(summary["committed_at"])
-            - datetime.fromisoformat(planned_at)).total_seconds()
     return {"run_id": summary["run_id"], "planned_at": planned_at,
             "committed_at": summary["committed_at"], "records": summary["records"],
             "bytes": sum(t.get("bytes", 0) for t in by_topic.values()),
-            "files": summary["files"], "duration_s": max(0.0, took),
+            "files": summary["files"],
+            "duration_s": plan_to_commit_s(planned_at, summary["committed_at"]) or 0.0,
             "topics": {t: {"records": by_topic.get(t, {}).get("records", 0),
                            "bytes": by_topic.get(t, {}).get("bytes", 0),
                            "lag_messages": waiting.get(t), "lag_s": lags.get(t)}
