@@ -7,6 +7,8 @@ cannot drift from it (mkdocs.yml names this file). Each page is a function of th
 - reference/dag-params.md: the archive DAG's trigger params (their JSON schemas);
 - reference/connections.md: the provider's connection types and their form fields;
 - reference/metrics.md: every metric the tasks send, its kind and tags;
+- reference/lineage.md: the OpenLineage datasets and facets of the archive, commit and
+  replay tasks, with the example config's names and the offsets facet's JSON schema;
 - operate/mails/<kind>.md: each alert mail's subject and body, rendered by the functions
   that send it, on example facts.
 tests/unit/test_docs.py checks that these cover every key, flag and mail kind.
@@ -45,6 +47,7 @@ def pages() -> dict[str, str]:
             "reference/packages.md": packages_reference(),
             "reference/assets.md": assets_reference(),
             "reference/metrics.md": metrics_reference(),
+            "reference/lineage.md": lineage_reference(),
             **{f"operate/mails/{kind}.md": mail_page(kind) for kind in alerts.MAIL_KINDS}}
 
 
@@ -298,6 +301,35 @@ def metrics_reference() -> str:
         out.append(f"| `{metrics.PREFIX}{name}` | {kind.kind} | "
                    f"{', '.join(f'`{t}`' for t in kind.tags)} | {kind.what} |")
     return "\n".join(out) + "\n"
+
+
+def lineage_reference() -> str:
+    from openlineage.client.generated.output_statistics_output_dataset import \
+        OutputStatisticsOutputDatasetFacet
+    from openlineage.client.serde import Serde
+
+    from kafka_archive import config
+    from kafka_archive.airflow import lineage
+
+    example = config.load(EXAMPLE_CONFIG)
+    topic = lineage.kafka_naming(example.bootstrap_servers, "orders")
+    doc = lineage.__doc__.strip().split("\n\n")
+    out = ["# Lineage", "", "Generated from `kafka_archive.airflow.lineage`.", "",
+           *("\n".join(part.splitlines()) + "\n" for part in doc),
+           "For the example config (`config/kafka-archive.yaml`) and a topic `orders`:", "",
+           "| dataset | namespace | name | table (symlink) |", "|---|---|---|---|",
+           f"| the topic (every group's input) | `{topic.get_namespace()}` | "
+           f"`{topic.get_name()}` | |"]
+    for group in example.groups:
+        made = json.loads(Serde.to_json(lineage.topic_output(
+            example, group, "orders", OutputStatisticsOutputDatasetFacet())))
+        table = made.get("facets", {}).get("symlinks", {}).get("identifiers", [])
+        out.append(f"| group `{group}`'s output | `{made['namespace']}` | `{made['name']}` | "
+                   + ", ".join(f"`{t['name']}` in `{t['namespace']}`" for t in table) + " |")
+    out += ["", f"## `{lineage.OFFSETS_FACET}`", "",
+            "The input facet of the offsets read, its schema's `$id` the facet's `_schemaURL`:",
+            "", "```json", json.dumps(lineage.offsets_facet_schema(), indent=2), "```", ""]
+    return "\n".join(out)
 
 
 def packages_reference() -> str:

@@ -27,6 +27,13 @@ def alias(group: str) -> AssetAlias:
     return AssetAlias(f"kafka_archive_{group}")
 
 
+def add(outlet_events, group: str, events: list[tuple[Asset, dict]]) -> None:
+    """Asset events through the group's alias (a task's `outlet_events`), added when the
+    running task succeeds."""
+    for asset, extra in events:
+        outlet_events[alias(group)].add(asset, extra=extra)
+
+
 def topic_asset(config: Config, group: str, topic: str) -> Asset:
     return Asset(uri=f"{config.archive_root}/{group}/{topic}", name=f"kafka_archive/{group}/{topic}")
 

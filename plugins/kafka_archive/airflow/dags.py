@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from kafka_archive import config as config_module
 from kafka_archive.airflow import alerting, assets, connections, lazy_module
-from kafka_archive.airflow.operators import ArchiveOperator, ReplayOperator
+from kafka_archive.airflow.operators import ArchiveOperator, CommitOperator, ReplayOperator
 from kafka_archive.airflow import params as trigger
 
 # the task bodies and what they import (Kafka's clients, the commit protocol, the audit)
@@ -116,21 +116,14 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
             return tasks.plan(group.name, dag_run.run_id, **trigger.plan_arguments(params),
                               accepted_by=_who(dag_run))
 
-        @task(outlets=[assets.alias(group.name)])  # an event per topic committed
-        @alerting.fails_at_once_when_terminal
-        def commit(plan_url: str) -> dict:
-            summary = tasks.commit(plan_url)
-            if summary["announce"]:  # an event per commit; again only where it never went out
-                _add_events(group.name, assets.commit_events(
-                    cfg, group.name, summary, replaces=summary["announce"] == "again"))
-            return summary
-
         plan_url = plan()
         archive = ArchiveOperator(task_id="archive", plan_url=plan_url, config_path=str(cfg.path),
                                   s3_conn_id=cfg.s3_conn_id, conn_id="kafka_archive_spark",
                                   connect_conn_id=group.spark_connect)
-        committed = commit(plan_url)
-        archive >> committed
+        commit = CommitOperator(task_id="commit", group=group.name, plan_url=plan_url,
+                                config_path=str(cfg.path), s3_conn_id=cfg.s3_conn_id)
+        committed = commit.output
+        archive >> commit
 
         # fails (after its mail) when a topic is past its SLA or lost data to retention,
         # so the run shows red; the data this run archived is committed either way
@@ -155,8 +148,9 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
             @alerting.fails_at_once_when_terminal
             def finalize(summary: dict, dag_run=None) -> dict:
                 finalized = tasks.finalize(group.name, dag_run.run_id)
-                _add_events(group.name, assets.finalize_events(
-                    cfg, group.name, dag_run.run_id, finalized["paths"], finalized["again"]))
+                events = assets.finalize_events(cfg, group.name, dag_run.run_id,
+                                                finalized["paths"], finalized["again"])
+                assets.add(get_current_context()["outlet_events"], group.name, events)
                 return finalized
 
             finalize(committed)
@@ -177,13 +171,6 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
 
             committed >> compact()
     return dag
-
-
-def _add_events(group: str, events) -> None:
-    """Asset events through the group's alias, added when the running task succeeds."""
-    outlet_events = get_current_context()["outlet_events"]
-    for asset, extra in events:
-        outlet_events[assets.alias(group)].add(asset, extra=extra)
 
 
 def _who(dag_run) -> str:

@@ -22,13 +22,14 @@ from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kafka_archive import config, spark, spark_connect
-from kafka_archive.airflow import connections, lazy_module
+from kafka_archive.airflow import alerting, assets, connections, lazy_module
 from kafka_archive.errors import ArchiveError, TerminalError
 
 # the jobs' launch and their driver's work: a task's cost, not a DAG file parse's
 job = lazy_module("kafka_archive.archive.job")
 progress = lazy_module("kafka_archive.archive.progress")
 replay_job = lazy_module("kafka_archive.archive.replay_job")
+tasks = lazy_module("kafka_archive.airflow.tasks")
 
 
 def submit_environment(cfg: config.Config, master: str | None = None) -> dict[str, str]:
@@ -142,11 +143,45 @@ class ArchiveOperator(BaseOperator):
         manifest = job.recorded(session, cfg, self.plan_url, storage)
         return progress.lines(manifest, time.monotonic() - started, connected - started)
 
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """For Airflow's OpenLineage provider: the topics read, the folders or tables
+        written, with the run's figures (airflow.lineage)."""
+        from kafka_archive.airflow import lineage
+
+        return lineage.of_run(connections.load_config(self.config_path),
+                              connections.storage(self.s3_conn_id), self.plan_url)
+
     def on_kill(self) -> None:
         if self.hook:
             self.hook.on_kill()
         if self.session is not None:  # this job's operations, not the other groups'
             self.session.interruptTag(spark_connect.job_tag(self.plan_url))
+
+
+class CommitOperator(BaseOperator):
+    """The run's commit (airflow.tasks.commit), then an Asset event per topic it advanced
+    through the group's alias, its outlet; an operator (not a TaskFlow task) for the
+    OpenLineage provider to ask what it read and wrote."""
+    template_fields = ("plan_url",)
+
+    def __init__(self, *, group: str, plan_url: str, config_path: str, s3_conn_id: str,
+                 **kwargs):
+        super().__init__(outlets=[assets.alias(group)], **kwargs)
+        self.group = group
+        self.plan_url = plan_url
+        self.config_path = config_path
+        self.s3_conn_id = s3_conn_id
+
+    @alerting.fails_at_once_when_terminal
+    def execute(self, context) -> dict:
+        summary = tasks.commit(self.plan_url)
+        if summary["announce"]:  # an event per commit; again only where it never went out
+            assets.add(context["outlet_events"], self.group, assets.commit_events(
+                config.load(self.config_path), self.group, summary,
+                replaces=summary["announce"] == "again"))
+        return summary
+
+    get_openlineage_facets_on_complete = ArchiveOperator.get_openlineage_facets_on_complete
 
 
 class ReplayOperator(ArchiveOperator):
@@ -164,6 +199,12 @@ class ReplayOperator(ArchiveOperator):
 
     def job_args(self) -> list[str]:
         return spark.replay_args(self.plan_url, self.max_rate)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        from kafka_archive.airflow import lineage
+
+        return lineage.of_replay(connections.load_config(self.config_path),
+                                 connections.storage(self.s3_conn_id), self.plan_url)
 
     def run_connected(self, session, cfg, storage, started: float, connected: float) -> list[str]:
         rows = replay_job.run(session, cfg, self.plan_url, self.max_rate, storage)
