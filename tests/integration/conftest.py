@@ -92,6 +92,14 @@ def toxiproxy(service_env) -> str:
 
 
 @pytest.fixture(scope="session")
+def schema_registry(service_env) -> str:
+    """The local Schema Registry's Confluent-compatible URL (Apicurio, in memory,
+    compatibility BACKWARD)."""
+    with running("schema-registry", service_env):
+        yield localservices.schema_registry_url(service_env)
+
+
+@pytest.fixture(scope="session")
 def statsd(service_env) -> str:
     """The URL of statsd_exporter's /metrics, where the Airflow stack's metrics show up."""
     with running("statsd", service_env):

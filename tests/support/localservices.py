@@ -1,7 +1,7 @@
 """Start, health-check and stop the real services kafka-archive runs against locally.
 
-    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy statsd postgres iceberg-rest airflow spark]
-    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy statsd postgres iceberg-rest airflow spark]
+    .venv/bin/python -m tests.support.localservices start [kafka s3 smtp toxiproxy statsd postgres iceberg-rest schema-registry airflow spark]
+    .venv/bin/python -m tests.support.localservices stop [kafka s3 smtp toxiproxy statsd postgres iceberg-rest schema-registry airflow spark]
     .venv/bin/python -m tests.support.localservices status
     eval "$(.venv/bin/python -m tests.support.localservices env)"  # point Airflow/CLI at them
     .venv/bin/python -m tests.support.localservices leftovers [--baseline FILE]
@@ -9,12 +9,14 @@
 Every service binds to 127.0.0.1 and keeps its data, log and pid file under
 .cache/services/<name>/. `start` is idempotent and returns only once the service answers a
 real request; `stop` signals only the session (process tree) its pid file names. Ports come
-from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,STATSD,POSTGRES,ICEBERG_REST}_PORT; credentials from
+from KAFKA_ARCHIVE_{KAFKA,KAFKA_SASL,S3,SMTP,AIRFLOW,TOXIPROXY,STATSD,POSTGRES,ICEBERG_REST,SCHEMA_REGISTRY}_PORT; credentials from
 .cache/local.env (made by scripts/install) or the environment. `start` and `stop` without
 names mean kafka, s3, smtp and spark-connect (and postgres where it holds the Airflow
 service's metadata: airflow_on_postgres); `airflow` (api-server, scheduler, dag-processor and
 triggerer, about half a minute to start) only runs when named, and `stop` without names
-stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy), `statsd`
+stops it too. So do `toxiproxy` (the fault tests' TCP fault proxy), `schema-registry` (Apicurio
+Registry, in memory, its Confluent-compatible API; it needs a Java 21+ under
+/usr/lib/jvm), `statsd`
 (Prometheus's statsd_exporter, which the tests' Airflow sends its metrics to), `postgres` (Debian's
 PostgreSQL, a cluster of its own; database `iceberg` for Iceberg's SQL catalog),
 `iceberg-rest` (an Iceberg REST catalog: Iceberg's own request handlers over a JdbcCatalog,
@@ -32,6 +34,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import smtplib
@@ -107,6 +110,7 @@ DEFAULT_PORTS = {
     "KAFKA_ARCHIVE_SPARK_WORKER_PORT": "17170",  # worker n: this + 2(n-1), UI the next
     "KAFKA_ARCHIVE_POSTGRES_PORT": "15432",
     "KAFKA_ARCHIVE_ICEBERG_REST_PORT": "18181",
+    "KAFKA_ARCHIVE_SCHEMA_REGISTRY_PORT": "18091",  # its management interface: the next
     "KAFKA_ARCHIVE_SPARK_CONNECT_PORT": "17002",  # spark-connect-cluster: the next, its UI the one after
 }
 
@@ -639,6 +643,59 @@ STATSD = Service(
 )
 
 
+# --- A Schema Registry: Apicurio Registry's Confluent-compatible API -------------------
+
+def schema_registry_url(env: dict[str, str]) -> str:
+    """The Confluent-compatible API, what confluent-kafka's SchemaRegistryClient is given."""
+    return f"http://127.0.0.1:{env['KAFKA_ARCHIVE_SCHEMA_REGISTRY_PORT']}/apis/ccompat/v7"
+
+
+def java_home(at_least: int) -> Path:
+    """A JDK of this major version or newer under /usr/lib/jvm (the newest): Apicurio 3.3
+    needs Java 21, the machines' default is 17."""
+    found = []
+    for release in Path("/usr/lib/jvm").glob("*/release"):
+        match = re.search(r'^JAVA_VERSION="(\d+)', release.read_text(), re.M)
+        if match and int(match[1]) >= at_least and (release.parent / "bin" / "java").exists():
+            found.append((int(match[1]), release.parent))
+    if not found:
+        raise ServiceError(f"no Java {at_least} or newer under /usr/lib/jvm (the schema "
+                           f"registry needs it): install one, e.g. a Temurin JDK")
+    return max(found)[1]
+
+
+def _schema_registry_ready(env: dict[str, str]) -> None:
+    with urllib.request.urlopen(f"{schema_registry_url(env)}/subjects", timeout=2) as r:
+        if r.status != 200:
+            raise NotReady(f"/subjects answered {r.status}")
+
+
+def _schema_registry_compatibility(env: dict[str, str]) -> None:
+    """BACKWARD, Confluent's default (Apicurio's is NONE): an incompatible schema is refused
+    at registration, as producers meet it in production."""
+    request = urllib.request.Request(
+        f"{schema_registry_url(env)}/config", method="PUT",
+        data=json.dumps({"compatibility": "BACKWARD"}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        if r.status != 200:
+            raise ServiceError(f"the schema registry refused BACKWARD compatibility: {r.status}")
+
+
+SCHEMA_REGISTRY = Service(
+    name="schema-registry",
+    command=lambda env, home: [
+        str(java_home(21) / "bin" / "java"), "-Xmx384m", "-XX:+UseSerialGC",
+        "-Dquarkus.http.host=127.0.0.1",
+        f"-Dquarkus.http.port={env['KAFKA_ARCHIVE_SCHEMA_REGISTRY_PORT']}",
+        "-Dquarkus.management.host=127.0.0.1",  # else 0.0.0.0:9000
+        f"-Dquarkus.management.port={int(env['KAFKA_ARCHIVE_SCHEMA_REGISTRY_PORT']) + 1}",
+        "-jar", str(CACHE / "schema-registry" / "quarkus-run.jar")],  # in-memory storage
+    ready=_schema_registry_ready,
+    after_ready=_schema_registry_compatibility,
+)
+
+
 # --- An Iceberg REST catalog: Iceberg's own handlers over a JdbcCatalog (SQLite) ---------
 
 REST_CATALOG_SOURCE = ROOT / "tests" / "support" / "iceberg_rest" / "RestCatalogServer.java"
@@ -1055,7 +1112,8 @@ SPARK_CONNECT_CLUSTER = Service(
     needs=("spark-master",),
 )
 
-SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, STATSD, POSTGRES, ICEBERG_REST, AIRFLOW,
+SERVICES = {s.name: s for s in (KAFKA, S3, SMTP, TOXIPROXY, STATSD, POSTGRES, ICEBERG_REST,
+                                SCHEMA_REGISTRY, AIRFLOW,
                                 *SPARK_SERVICES, SPARK_CONNECT,
                                 SPARK_CONNECT_CLUSTER)}
 # what `start` without names starts: with PostgreSQL where it holds Airflow's database

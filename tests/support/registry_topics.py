@@ -1,0 +1,104 @@
+"""Topics in the Confluent wire format, produced as their producers would: through
+confluent-kafka's own serializers against the local Schema Registry. One message type per
+format, the same fields in each: an order with a nested customer, a list of items, a map
+of labels, an enum, an optional note and an event time."""
+
+from __future__ import annotations
+
+import functools
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+ORDER_AVRO = """{
+  "type": "record", "name": "Order", "namespace": "shop",
+  "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
+      {"name": "name", "type": "string"}, {"name": "vip", "type": "boolean"}]}},
+    {"name": "items", "type": {"type": "array", "items": "string"}},
+    {"name": "labels", "type": {"type": "map", "values": "string"}},
+    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+    {"name": "note", "type": ["null", "string"], "default": null}
+  ]
+}"""
+
+ORDER_JSON_SCHEMA = """{
+  "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+  "properties": {
+    "id": {"type": "integer"},
+    "at": {"type": "string", "format": "date-time"},
+    "customer": {"type": "object", "properties": {"name": {"type": "string"},
+                                                  "vip": {"type": "boolean"}},
+                 "required": ["name", "vip"]},
+    "items": {"type": "array", "items": {"type": "string"}},
+    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "status": {"type": "string", "enum": ["NEW", "PAID"]},
+    "note": {"type": ["string", "null"]}
+  },
+  "required": ["id", "at", "customer", "items", "labels", "status"]
+}"""
+
+
+@functools.cache  # one class: a message of another build of it is another type
+def order_message_class():
+    """The Protobuf Order message (package shop), built at run time from its descriptor
+    (what protoc would generate), with google.protobuf.Timestamp for its time."""
+    from google.protobuf import timestamp_pb2
+
+    proto = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop",
+                                               syntax="proto3",
+                                               dependency=["google/protobuf/timestamp.proto"])
+    F = descriptor_pb2.FieldDescriptorProto
+    customer = proto.message_type.add(name="Customer")
+    customer.field.add(name="name", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    customer.field.add(name="vip", number=2, type=F.TYPE_BOOL, label=F.LABEL_OPTIONAL)
+    proto.enum_type.add(name="Status").value.extend([
+        descriptor_pb2.EnumValueDescriptorProto(name="NEW", number=0),
+        descriptor_pb2.EnumValueDescriptorProto(name="PAID", number=1)])
+    order = proto.message_type.add(name="Order")
+    labels = order.nested_type.add(name="LabelsEntry")
+    labels.options.map_entry = True
+    labels.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    labels.field.add(name="value", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    order.field.add(name="id", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    order.field.add(name="at", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".google.protobuf.Timestamp")
+    order.field.add(name="customer", number=3, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".shop.Customer")
+    order.field.add(name="items", number=4, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
+    order.field.add(name="labels", number=5, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                    type_name=".shop.Order.LabelsEntry")
+    order.field.add(name="status", number=6, type=F.TYPE_ENUM, label=F.LABEL_OPTIONAL,
+                    type_name=".shop.Status")
+    order.field.add(name="note", number=7, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL,
+                    proto3_optional=True, oneof_index=0)
+    order.oneof_decl.add(name="_note")
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(descriptor_pb2.FileDescriptorProto.FromString(
+        timestamp_pb2.DESCRIPTOR.serialized_pb).SerializeToString())
+    pool.AddSerializedFile(proto.SerializeToString())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+
+
+def serializer(kind: str, registry_url: str):
+    """A value serializer of the Order type in this format, registering its schema under
+    the topic's value subject (TopicNameStrategy) on first use."""
+    client = SchemaRegistryClient({"url": registry_url})
+    if kind == "avro":
+        return AvroSerializer(client, ORDER_AVRO)
+    if kind == "json_schema":
+        return JSONSerializer(ORDER_JSON_SCHEMA, client)
+    if kind == "protobuf":
+        return ProtobufSerializer(order_message_class(), client,
+                                  {"use.deprecated.format": False})
+    raise ValueError(kind)
+
+
+def value_context(topic: str) -> SerializationContext:
+    return SerializationContext(topic, MessageField.VALUE)
