@@ -153,6 +153,8 @@ class Config:
     # (a uri may hold a password from ${ENV}: never in a repr)
     iceberg_catalogs: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     kafka_conn_id: str | None = None  # Kafka's settings from this Airflow connection
+    # the registry parsers' client settings (url, auth: a secret from ${ENV}, never in a repr)
+    schema_registry: dict[str, str] = field(default_factory=dict, repr=False)
     # groups left out for a problem of their own (load's groups_apart): name -> the error
     broken_groups: dict[str, str] = field(default_factory=dict)
 
@@ -234,6 +236,8 @@ def _config(path: Path, doc: schema.Document, broken: dict[str, str]) -> Config:
         spark=SparkSettings(master=doc.spark.master, deploy_mode=doc.spark.deploy_mode,
                             conf=tuple(sorted(doc.spark.conf.items()))),
         iceberg_catalogs=_iceberg_catalogs(path, doc.iceberg_catalogs),
+        schema_registry=({"url": doc.schema_registry.url} if doc.schema_registry.url else {})
+        | dict(doc.schema_registry.properties),
     )
 
 

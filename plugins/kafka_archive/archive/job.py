@@ -388,7 +388,8 @@ def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:
     return slice_writer.Target(
         root=config.archive_root, group=plan.group, topic=topic, generation=plan.generation,
         format=plan.format_for(topic), layout=group.layout,
-        parser=parsers.parser_for(group.parser_for(topic)) if event_time else None,
+        parser=(parsers.parser_for(group.parser_for(topic), config.schema_registry, topic)
+                if event_time else None),
         finalized_ms=plan.finalized.get(topic), audit_header=config.audit.source_header,
         audit_window_ms=config.audit.window_s * 1000,
         table_run=plan.run_id if group.table else None,

@@ -9,6 +9,11 @@ dropped. Built in, by name:
   list of keys when a key holds a dot), `unit` s | ms | us | ns | iso8601 | auto.
 - `msgpack`: the same, for a value that is a MessagePack map (a msgpack Timestamp is
   read in any unit).
+- `avro`, `protobuf`, `json_schema`: the same, for a value in the Confluent wire format,
+  decoded by its registered schema (the config's `schema_registry`; formats.registry):
+  Avro's `timestamp-millis`/`-micros`, Protobuf's `google.protobuf.Timestamp` and
+  date-time text are read as times. Option `subject_name_strategy`: topic (default),
+  record or topic_record.
 
 Units: numbers (and numeric strings) count from the epoch in that unit; finer units are
 floored to the ms, fractions too (after rounding to the microsecond, against float noise).
@@ -132,14 +137,48 @@ class MsgpackParser(_FieldParser):
         return msgpack.unpackb(value, raw=False, strict_map_key=False)
 
 
+class RegistryParser(_FieldParser):
+    """A value in the Confluent wire format, decoded by the schema its id names in the
+    Schema Registry (formats.registry); `registry`: the client's settings, which
+    parser_for passes from the config, never a plan; `topic`: the one it reads (its
+    subject's)."""
+    kind = ""
+
+    def __init__(self, field, unit: str = "auto", subject_name_strategy: str = "topic",
+                 registry: dict | None = None, topic: str = ""):
+        from kafka_archive.formats import registry as wire
+
+        super().__init__(field, unit)
+        self.what, self.topic = f"{self.kind} in the Confluent wire format", topic
+        self.decoder = wire.Decoder(self.kind, registry or {}, subject_name_strategy)
+
+    def decode(self, value: bytes) -> Any:
+        return self.decoder.decode(value, self.topic)
+
+
+class AvroParser(RegistryParser):
+    kind = "avro"
+
+
+class ProtobufParser(RegistryParser):
+    kind = "protobuf"
+
+
+class JsonSchemaParser(RegistryParser):
+    kind = "json_schema"
+
+
 BUILT_IN: dict[str, type[Parser]] = {"timestamp": TimestampParser, "json": JsonParser,
-                                     "msgpack": MsgpackParser}
+                                     "msgpack": MsgpackParser, "avro": AvroParser,
+                                     "protobuf": ProtobufParser, "json_schema": JsonSchemaParser}
 
 
 def to_ms(value: Any, unit: str, field: str = "the field") -> int:
     """An event time field's value in ms since the epoch; ParseError when it is none."""
     if isinstance(value, msgpack.Timestamp):
         return value.to_unix_nano() // 1_000_000
+    if isinstance(value, datetime):  # Avro's timestamp logical types (naive: UTC)
+        return ((value if value.tzinfo else value.replace(tzinfo=timezone.utc)) - _EPOCH) // _MS
     if unit == "iso8601" or (unit == "auto" and isinstance(value, str)
                              and not _is_number(value)):
         return _iso_ms(value, field)
@@ -223,11 +262,17 @@ def _checked(parser: Parser, topic: str, record: Record, ms) -> int:
     return ms
 
 
-def parser_for(spec: ParserSpec) -> Parser:
-    """The parser a spec names, constructed with its options. ConfigError (without file:
-    config adds it) when the class cannot be found, is not a Parser, or refuses the options."""
+def parser_for(spec: ParserSpec, registry: dict | None = None, topic: str = "") -> Parser:
+    """The parser a spec names, constructed with its options (a registry parser with the
+    Schema Registry's settings and its topic too). ConfigError (without file: config adds it) when the
+    class cannot be found, is not a Parser, or refuses the options."""
     cls = BUILT_IN.get(spec.kind) or _load_class(spec.kind)
     options = dict(spec.options)
+    if issubclass(cls, RegistryParser):
+        if given := sorted({"registry", "topic"} & set(options)):
+            raise ConfigError(f"parser {spec.kind}: {', '.join(given)} is not an option (the "
+                              "registry's settings are schema_registry's, at the top level)")
+        options |= {"registry": registry, "topic": topic}
     try:
         return cls(**options)
     except (TypeError, ValueError) as exc:

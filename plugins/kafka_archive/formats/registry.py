@@ -1,0 +1,210 @@
+"""Values in the Confluent wire format (a magic byte, the schema id, the payload), read
+with confluent-kafka's own Schema Registry client and deserializers: `avro` (fastavro),
+`protobuf` and `json_schema`. No wire parsing here: the deserializers read the header,
+fetch the writer's schema by its id and decode; the client caches each schema, so a
+process asks the registry once per schema id it meets.
+
+A value becomes a dict of its fields: Avro's as fastavro gives them (logical types as
+datetime, date, Decimal, UUID text), JSON Schema's as JSON, Protobuf's through
+protobuf's JSON mapping (a Timestamp as RFC 3339 text). Protobuf needs no generated
+class: the message type is built from the descriptor the registry holds for the id.
+
+What fails is told apart (`decode`): a value this cannot read (no magic byte, a corrupt
+payload, a schema id the registry does not know) is the message's problem, a ParseError
+that names the schema id and sends it to the dead letters; a registry that does not
+answer, refuses the credentials or fails (5xx) is the run's, a TransientError.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any, Callable, Mapping
+
+from kafka_archive.errors import TransientError
+from kafka_archive.formats.parsers import ParseError
+
+KINDS = ("avro", "protobuf", "json_schema")
+STRATEGIES = ("topic", "record", "topic_record")  # the subject naming strategy
+_SCHEMA_TYPE = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
+
+
+class Decoder:
+    """decode(value, topic) -> the value's fields, for one kind and one registry."""
+
+    def __init__(self, kind: str, settings: Mapping[str, Any], strategy: str = "topic",
+                 client=None):
+        """client: one made already (its settings then unused), e.g. confluent's mock."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"subject_name_strategy must be one of {', '.join(STRATEGIES)}, "
+                             f"got {strategy!r}")
+        try:  # the extras' modules: a missing install is the deployment's, not a message's
+            import authlib  # noqa: F401 (the registry client's)
+            import fastavro  # noqa: F401
+            import google.protobuf  # noqa: F401
+            import jsonschema  # noqa: F401
+        except ImportError as exc:
+            raise ValueError(f"parser {kind} needs confluent-kafka's Schema Registry extras: "
+                             f"pip install 'kafka-archive[registry]' ({exc})") from None
+        self.kind, self.settings, self.strategy = kind, dict(settings), strategy
+        self._client = client
+        self._read: Callable[[bytes, Any], Any] | None = None
+        self._protobuf: dict[tuple, Any] = {}  # (schema id, message indexes) -> deserializer
+
+    @property
+    def client(self):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        if self._client is None:
+            if not self.settings.get("url"):
+                raise TransientError("no Schema Registry is configured (schema_registry: in "
+                                     "the config, or its Airflow connection)")
+            self._client = SchemaRegistryClient(dict(self.settings))
+        return self._client
+
+    def decode(self, value: bytes, topic: str) -> dict:
+        """The value's fields by the writer's schema (the topic names its subject)."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        try:
+            decoded = self._deserializer()(value, SerializationContext(topic, MessageField.VALUE))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:  # the id is not there: this message's problem
+                raise ParseError(f"schema id {self.schema_id(value)} is not in the Schema "
+                                 f"Registry ({exc.error_message})") from None
+            raise TransientError(f"the Schema Registry at {self.settings['url']} answered "
+                                 f"{exc.http_status_code} for schema id "
+                                 f"{self.schema_id(value)}: {exc.error_message}") from exc
+        except TransientError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (each library's own decoding errors)
+            if _unreachable(exc):
+                raise TransientError(f"the Schema Registry at {self.settings['url']} does "
+                                     f"not answer: {exc}") from exc
+            raise ParseError(f"the value is not {self.kind} of schema id "
+                             f"{self.schema_id(value)}: {type(exc).__name__}: {exc}") from None
+        if self.kind == "protobuf":
+            from google.protobuf.json_format import MessageToDict
+
+            decoded = MessageToDict(decoded, preserving_proto_field_name=True)
+        if not isinstance(decoded, dict):
+            raise ParseError(f"the value of schema id {self.schema_id(value)} is "
+                             f"{type(decoded).__name__}, not a record of fields")
+        return decoded
+
+    def schema_id(self, value: bytes) -> str:
+        """The value's schema id as its header says, for reasons; '?' without a header."""
+        from confluent_kafka.schema_registry.common.serde import SchemaId
+
+        found = SchemaId(_SCHEMA_TYPE[self.kind])
+        try:
+            found.from_bytes(io.BytesIO(value))
+        except Exception:  # noqa: BLE001 (no header: the reason says so)
+            return "? (no Confluent wire-format header)"
+        return str(found.id if found.id is not None else found.guid)
+
+    def _deserializer(self) -> Callable[[bytes, Any], Any]:
+        if self._read is not None:
+            return self._read
+        conf = {"subject.name.strategy": _strategy(self.strategy)}
+        if self.kind == "avro":
+            from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+            self._read = AvroDeserializer(self.client, conf=conf)
+        elif self.kind == "json_schema":
+            from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+            self._read = JSONDeserializer(None, conf=conf, schema_registry_client=self.client)
+        else:
+            self._read = self._protobuf_read
+        return self._read
+
+    def _protobuf_read(self, value: bytes, context) -> Any:
+        """Protobuf's deserializer for the writer's message type, made once per schema id
+        and message from the descriptor the registry holds (no generated class needed).
+        It is given no registry: it would ask for the schema again, in the `serialized`
+        form, which Apicurio 3.3 fails to give (500) for a descriptor registered as such."""
+        from confluent_kafka.schema_registry.common.serde import SchemaId
+        from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+
+        header = SchemaId("PROTOBUF")
+        header.from_bytes(io.BytesIO(value))
+        key = (header.id, tuple(header.message_indexes or (0,)))
+        if key not in self._protobuf:
+            message = _message_class(self.client, header.id, key[1])
+            self._protobuf[key] = ProtobufDeserializer(message, {"use.deprecated.format": False})
+        return self._protobuf[key](value, context)
+
+
+def _message_class(client, schema_id: int, indexes: tuple[int, ...]):
+    """The message type the registry's descriptor for this id names by its indexes."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    _add_well_known(pool)
+
+    def add(schema, name: str, again) -> None:
+        for reference in schema.references or ():
+            add(client.get_version(reference.subject, reference.version).schema, reference.name,
+                lambda r=reference: client.get_version(r.subject, r.version,
+                                                       fmt="serialized").schema)
+        proto = _descriptor(schema) or _descriptor(again())
+        if proto is None:
+            raise ValueError(f"the registry gives no descriptor for schema {name}")
+        proto.name = name
+        try:
+            pool.Add(proto)
+        except TypeError:  # added already (a file two references share)
+            pass
+
+    main = f"schema-{schema_id}.proto"
+    add(client.get_schema(schema_id), main,
+        lambda: client.get_schema(schema_id, fmt="serialized"))
+    found = pool.FindFileByName(main)
+    descriptor = found.message_types_by_name[list(found.message_types_by_name)[indexes[0]]]
+    for i in indexes[1:]:
+        descriptor = descriptor.nested_types[i]
+    return message_factory.GetMessageClass(descriptor)
+
+
+def _descriptor(schema):
+    """The FileDescriptorProto a schema holds as base64 (how confluent-kafka registers
+    one, and how Confluent serves one asked for `serialized`); None for .proto text."""
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    try:
+        return descriptor_pb2.FileDescriptorProto.FromString(
+            base64.b64decode(schema.schema_str, validate=True))
+    except (ValueError, DecodeError):
+        return None
+
+
+def _add_well_known(pool) -> None:
+    from google.protobuf import (any_pb2, duration_pb2, empty_pb2, field_mask_pb2,
+                                 struct_pb2, timestamp_pb2, wrappers_pb2)
+
+    for module in (any_pb2, duration_pb2, empty_pb2, field_mask_pb2, struct_pb2,
+                   timestamp_pb2, wrappers_pb2):
+        pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+
+
+def _strategy(name: str):
+    import confluent_kafka.schema_registry as sr
+
+    return {"topic": sr.topic_subject_name_strategy, "record": sr.record_subject_name_strategy,
+            "topic_record": sr.topic_record_subject_name_strategy}[name]
+
+
+def _unreachable(exc: Exception) -> bool:
+    """A connection that failed or timed out (httpx's errors), at any depth."""
+    import httpx
+
+    while exc is not None:
+        if isinstance(exc, (httpx.TransportError, ConnectionError, TimeoutError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

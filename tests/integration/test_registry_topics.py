@@ -1,0 +1,96 @@
+"""Topics in the Confluent wire format (issue 58) on the real services: Avro, Protobuf and
+JSON Schema orders, produced by confluent-kafka's own serializers against the local
+Schema Registry (Apicurio), laid out by their event time in an event-time group whose
+parsers read each value by its registered schema; values the registry cannot read land
+in quarantine with a reason naming the schema id; the backup group keeps every value's
+bytes untouched, schema id included."""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime, timezone
+
+from test_backup_archive import consumed
+from test_partitioned import HOUR, Archive, hour_path, read_file
+from test_schema_registry_smoke import ORDER
+
+from tests.support import registry_topics
+from tests.support.pipeline import airflow
+
+GROUPS = """\
+orders:
+  topics: {{include: ["{p}-.*"]}}
+  layout: {{kind: event_time, granularity: hour}}
+  parser: {{kind: avro, field: at}}
+  topic_parsers:
+    "{p}-proto": {{kind: protobuf, field: at}}
+    "{p}-json": {{kind: json_schema, field: at, unit: iso8601}}
+  lateness: 1h
+"""
+
+
+def order(kind: str, at_ms: int, i: int):
+    at = datetime.fromtimestamp(at_ms / 1000, timezone.utc)
+    fields = {**ORDER, "id": i}
+    if kind == "avro":
+        return {**fields, "at": at}
+    if kind == "json_schema":
+        return {**fields, "at": at.isoformat()}
+    message = registry_topics.order_message_class()(
+        **{k: v for k, v in fields.items() if v is not None})
+    message.at.FromDatetime(at)
+    return message
+
+
+def test_registry_topics_land_in_their_event_hours_and_unreadable_ones_in_quarantine(
+        airflow_env, kafka, s3, schema_registry, unique, tmp_path, monkeypatch):
+    p = f"sr{unique}"
+    archive = Archive(airflow_env, kafka, s3, p, tmp_path, GROUPS.format(p=p))
+    archive.config_path.write_text(archive.config_path.read_text()
+                                   + f"schema_registry: {{url: \"{schema_registry}\"}}\n")
+    archive.in_env(monkeypatch)
+    topics = {"avro": archive.create_topic("avro", 2), "protobuf": archive.create_topic("proto", 1),
+              "json_schema": archive.create_topic("json", 1)}
+    rng, now = random.Random(58), int(time.time() * 1000)
+    event, messages = {}, []
+    for kind, topic in topics.items():
+        serialize = registry_topics.serializer(kind, schema_registry)
+        for i in range(30):
+            at = now - rng.randrange(0, 3 * 24 * HOUR)
+            value = serialize(order(kind, at, i), registry_topics.value_context(topic))
+            event[(topic, value)] = at
+            messages.append((topic, i % 2 if kind == "avro" else 0, None, value, now))
+    good = next(v for (t, v) in event if t == topics["avro"])
+    bad = {b'{"id": 7, "at": 1}': "no Confluent wire-format header",   # JSON sneaked in
+           good[:5] + b"\xff\xff\xff\xff": f"schema id {int.from_bytes(good[1:5], 'big')}: ",
+           b"\x00\x00\x0f\x42\x3f" + good[5:]: "schema id 999999 is not in the Schema Registry",
+           None: "tombstone"}
+    messages += [(topics["avro"], 0, b"k", value, now) for value in bad]
+    archive.produce_at(messages)
+    expected = consumed(kafka, list(topics.values()))
+    assert len(expected) == 94
+
+    airflow(archive.env, "dags", "test", "kafka_archive_orders")
+    archive.run("backup", "backup-1")
+
+    kept, quarantined = [], {}
+    for path, data in archive.files("orders").items():
+        topic, *folders, name = path.split("/")
+        if name.startswith("_"):  # _SUCCESS, the finalizer's watermark
+            continue
+        rows = read_file(path, data)
+        if folders[0] == "_quarantine":
+            quarantined.update({r.value: r.error for r in rows})
+        else:
+            for r in rows:
+                assert hour_path(event[(topic, r.value)]) == "/".join(folders), (path, r)
+        partition = int(name.split("_")[1])
+        kept += [(topic, partition, r.offset, r.key, r.value, r.timestamp_ms, tuple(r.headers))
+                 for r in rows]
+    assert len(kept) == len(set(kept)) == len(expected) and set(kept) == expected
+    assert set(quarantined) == set(bad)
+    for value, reason in bad.items():
+        assert reason in quarantined[value], (reason, quarantined[value])
+    # the backup group keeps the bytes as produced, schema id included
+    assert set(archive.archived_records()) == expected

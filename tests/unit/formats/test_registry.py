@@ -1,0 +1,119 @@
+"""Values in the Confluent wire format read by their registered schema (formats.registry,
+the avro/protobuf/json_schema parsers), against confluent-kafka's own in-memory registry
+(`mock://`): the event time of each kind, and what fails told apart: the message's
+problems (no header, a corrupt payload, an unknown schema id) are ParseErrors naming the
+schema id, a registry that does not answer is a TransientError."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+from kafka_archive.errors import ConfigError, TransientError
+from kafka_archive.formats import parsers, registry
+from kafka_archive.formats.parsers import ParseError, ParserSpec
+from kafka_archive.formats.records import Record
+from tests.support import registry_topics
+
+AT = datetime(2026, 11, 29, 9, 30, 15, 250000, tzinfo=timezone.utc)
+AT_MS = int(AT.timestamp() * 1000)
+ORDER = {"id": 7, "customer": {"name": "Ada", "vip": True}, "items": ["pen"],
+         "labels": {"channel": "web"}, "status": "PAID", "note": None}
+
+
+@pytest.fixture
+def client():
+    return SchemaRegistryClient.new_client({"url": "mock://tests"})
+
+
+def written(kind: str, client, topic: str = "orders") -> bytes:
+    context = registry_topics.value_context(topic)
+    if kind == "avro":
+        return AvroSerializer(client, registry_topics.ORDER_AVRO)({**ORDER, "at": AT}, context)
+    if kind == "json_schema":
+        return JSONSerializer(registry_topics.ORDER_JSON_SCHEMA, client)(
+            {**ORDER, "at": AT.isoformat()}, context)
+    message = registry_topics.order_message_class()(
+        **{k: v for k, v in ORDER.items() if v is not None})
+    message.at.FromDatetime(AT)
+    return ProtobufSerializer(registry_topics.order_message_class(), client,
+                              {"use.deprecated.format": False})(message, context)
+
+
+def parser(kind: str, client) -> parsers.Parser:
+    made = parsers.parser_for(ParserSpec(kind, (("field", "at"),)), {"url": "mock://tests"},
+                              "orders")
+    made.decoder = registry.Decoder(kind, {}, client=client)
+    return made
+
+
+@pytest.mark.parametrize("kind", registry.KINDS)
+def test_each_kind_gives_its_fields_and_its_event_time(kind, client):
+    value = written(kind, client)
+    fields = registry.Decoder(kind, {}, client=client).decode(value, "orders")
+    assert fields["customer"] == {"name": "Ada", "vip": True}
+    assert fields["items"] == ["pen"] and fields["labels"] == {"channel": "web"}
+    record = Record(offset=41, key=None, value=value, timestamp_ms=0, headers=())
+    assert parsers.event_time_ms(parser(kind, client), "orders", record) == AT_MS
+
+
+def test_a_nested_field_is_the_event_time_by_its_path(client):
+    made = parsers.parser_for(ParserSpec("avro", (("field", "customer.name"),)), {}, "orders")
+    made.decoder = registry.Decoder("avro", {}, client=client)
+    record = Record(offset=3, key=None, value=written("avro", client), timestamp_ms=0, headers=())
+    with pytest.raises(ParseError, match=r"topic orders offset 3: customer.name = 'Ada' is not"):
+        parsers.event_time_ms(made, "orders", record)
+
+
+@pytest.mark.parametrize("value, reason", [
+    (b'{"id": 7}', r"the value is not avro of schema id \? \(no Confluent wire-format header\)"),
+    (b"\x00\x00\x00\x03\xe7" + b"\x02", r"schema id 999 is not in the Schema Registry"),
+])
+def test_a_value_the_registry_cannot_read_is_a_parse_error_naming_its_schema_id(
+        client, value, reason):
+    written("avro", client)
+    record = Record(offset=9, key=None, value=value, timestamp_ms=0, headers=())
+    with pytest.raises(ParseError, match=r"topic orders offset 9: " + reason):
+        parsers.event_time_ms(parser("avro", client), "orders", record)
+
+
+def test_a_corrupt_payload_after_a_valid_header_names_the_schema_id(client):
+    value = written("avro", client)
+    header_id = int.from_bytes(value[1:5], "big")
+    record = Record(offset=5, key=None, value=value[:5] + b"\xff\xff\xff", timestamp_ms=0,
+                    headers=())
+    with pytest.raises(ParseError, match=f"not avro of schema id {header_id}: "):
+        parsers.event_time_ms(parser("avro", client), "orders", record)
+
+
+def test_a_registry_that_does_not_answer_fails_the_run_not_the_message(client):
+    value = written("avro", client)
+    decoder = registry.Decoder("avro", {"url": "http://127.0.0.1:9", "max.retries": 0})
+    with pytest.raises(TransientError, match=r"http://127.0.0.1:9 does not answer"):
+        decoder.decode(value, "orders")
+
+
+def test_the_registry_settings_are_not_a_parser_option():
+    with pytest.raises(ConfigError, match="registry is not an option"):
+        parsers.load_checked("avro", {"field": "at", "registry": {"url": "http://x"}})
+    with pytest.raises(ConfigError, match="subject_name_strategy must be one of"):
+        parsers.load_checked("avro", {"field": "at", "subject_name_strategy": "subject"})
+
+
+def test_a_table_group_refuses_a_registry_parser_until_its_types_come_from_the_schema(tmp_path):
+    from kafka_archive import config
+
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text("kafka: {bootstrap_servers: 'b:9092'}\narchive_root: s3://b/a\n"
+                    "schema_registry: {url: 'http://registry:8081'}\n"
+                    "groups: {t: {format: {kind: parquet}, table: {}, parser: {kind: avro, "
+                    "field: at}, layout: {kind: event_time, granularity: hour}}}\n")
+    with pytest.raises(ConfigError, match="parser avro is for event-time files groups"):
+        config.load(path)
+    path.write_text(path.read_text().replace("format: {kind: parquet}, table: {}, ", ""))
+    assert config.load(path).schema_registry == {"url": "http://registry:8081"}
