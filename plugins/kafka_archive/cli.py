@@ -18,7 +18,8 @@ from pathlib import Path
 
 from kafka.errors import KafkaError
 
-from kafka_archive import brokers, catalog, config as config_module, kafka_connection, layout, spark
+from kafka_archive import (brokers, catalog, config as config_module, kafka_connection, layout,
+                           registry_connection, spark)
 from kafka_archive.airflow import params  # the trigger params' time syntax; no Airflow import
 from kafka_archive.audit import incremental, reporting
 from kafka_archive.commit import iceberg
@@ -210,7 +211,9 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "audit" and not args.audit_command and not args.group:
         parser.error("audit: the following arguments are required: --group")
     try:
-        config = kafka_connection.connected(config_module.load(args.config), _kafka_extra)
+        config = registry_connection.connected(
+            kafka_connection.connected(config_module.load(args.config), _kafka_extra),
+            lambda conn_id: _connections().schema_registry_settings(conn_id))
         return args.run(config, args) or 0
     except ArchiveError as exc:
         print(f"kafka-archive: {exc}", file=sys.stderr)

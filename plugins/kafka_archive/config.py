@@ -155,6 +155,7 @@ class Config:
     kafka_conn_id: str | None = None  # Kafka's settings from this Airflow connection
     # the registry parsers' client settings (url, auth: a secret from ${ENV}, never in a repr)
     schema_registry: dict[str, str] = field(default_factory=dict, repr=False)
+    schema_registry_conn_id: str | None = None  # its settings from this Airflow connection
     # groups left out for a problem of their own (load's groups_apart): name -> the error
     broken_groups: dict[str, str] = field(default_factory=dict)
 
@@ -238,6 +239,7 @@ def _config(path: Path, doc: schema.Document, broken: dict[str, str]) -> Config:
         iceberg_catalogs=_iceberg_catalogs(path, doc.iceberg_catalogs),
         schema_registry=({"url": doc.schema_registry.url} if doc.schema_registry.url else {})
         | dict(doc.schema_registry.properties),
+        schema_registry_conn_id=doc.schema_registry.conn_id,
     )
 
 

@@ -133,9 +133,18 @@ class SchemaRegistry(Section):
     """The Schema Registry of topics in the Confluent wire format (parsers avro, protobuf,
     json_schema): confluent-kafka's SchemaRegistryClient settings."""
     url: Text | None = None
-    """Its URL, e.g. `https://registry:8081` (Apicurio: `.../apis/ccompat/v7`)."""
+    """Its URL, e.g. `https://registry:8081` (Apicurio: `.../apis/ccompat/v7`). Or `conn_id`, not both."""
+    conn_id: Text | None = None
+    """An Airflow connection holding it: host the URL, login and password basic auth (a password alone: a bearer token), extra `ca` the TLS CA file."""
     properties: dict[str, PropertyText] = {}
     """More client settings by confluent-kafka's names: `basic.auth.user.info` (`${ENV}` for the secret), `ssl.ca.location`, `bearer.auth.*`."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SchemaRegistry:
+        if self.url is not None and self.conn_id is not None:
+            raise problem("give url or conn_id (whose connection holds it), not both",
+                          key="url")
+        return self
 
 
 class Policy(Section):

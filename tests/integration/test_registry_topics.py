@@ -1,12 +1,13 @@
 """Topics in the Confluent wire format (issue 58) on the real services: Avro, Protobuf and
 JSON Schema orders, produced by confluent-kafka's own serializers against the local
 Schema Registry (Apicurio), laid out by their event time in an event-time group whose
-parsers read each value by its registered schema; values the registry cannot read land
+parsers read each value by its registered schema (the registry an Airflow connection); values the registry cannot read land
 in quarantine with a reason naming the schema id; the backup group keeps every value's
 bytes untouched, schema id included."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from datetime import datetime, timezone
@@ -47,8 +48,11 @@ def test_registry_topics_land_in_their_event_hours_and_unreadable_ones_in_quaran
         airflow_env, kafka, s3, schema_registry, unique, tmp_path, monkeypatch):
     p = f"sr{unique}"
     archive = Archive(airflow_env, kafka, s3, p, tmp_path, GROUPS.format(p=p))
+    # the registry through an Airflow connection, as a deployment keeps it (its URL the host)
     archive.config_path.write_text(archive.config_path.read_text()
-                                   + f"schema_registry: {{url: \"{schema_registry}\"}}\n")
+                                   + "schema_registry: {conn_id: shop_registry}\n")
+    archive.env["AIRFLOW_CONN_SHOP_REGISTRY"] = json.dumps({"conn_type": "http",
+                                                           "host": schema_registry})
     archive.in_env(monkeypatch)
     topics = {"avro": archive.create_topic("avro", 2), "protobuf": archive.create_topic("proto", 1),
               "json_schema": archive.create_topic("json", 1)}

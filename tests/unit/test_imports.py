@@ -66,8 +66,9 @@ def test_no_import_cycles():
 LAYERS = [
     {"errors", "retries"},
     {"formats"},                                  # bytes in, bytes out: codecs, parsers
-    {"storage", "tokens", "brokers", "kafka_connection", "layout", "config", "config_schema", "catalog",
-     "manifest", "spark", "spark_connect", "progress_bars"},                # base: where things are and how to reach them
+    {"storage", "tokens", "brokers", "kafka_connection", "registry_connection", "layout", "config",
+     "config_schema", "catalog", "manifest", "spark", "spark_connect",
+     "progress_bars"},                            # base: where things are and how to reach them
     {"plan"},
     {"archive"},
     {"commit"},

@@ -12,7 +12,7 @@ import os
 import socket
 from pathlib import Path
 
-from kafka_archive import config as config_module, kafka_connection, retries
+from kafka_archive import config as config_module, kafka_connection, registry_connection, retries
 from kafka_archive.airflow.hooks import KafkaArchiveKafkaHook, client_properties
 from kafka_archive.commit import iceberg
 from kafka_archive.config import Config
@@ -53,8 +53,9 @@ def load_config(path: str | Path | None = None) -> Config:
     connection `kafka.conn_id` names, where it names one. Tasks, the CLI and the page load
     it this way; the DAG files, parsed without connections, load the YAML alone. A group
     with a problem of its own is left out (its DAG fails with that problem), not the rest."""
-    return kafka_connection.connected(
-        config_module.load(path or config_path(), groups_apart=True), kafka_extra)
+    return registry_connection.connected(kafka_connection.connected(
+        config_module.load(path or config_path(), groups_apart=True), kafka_extra),
+        schema_registry_settings)
 
 
 def kafka_extra(conn_id: str) -> dict:
@@ -77,12 +78,27 @@ def kafka_extra(conn_id: str) -> dict:
 
 
 def kafka_environment(config: Config) -> dict[str, str]:
-    """The Kafka connection as Airflow's own variable for it, for a Spark job's driver
-    (kafka_connection.from_environment reads it there): nothing without one."""
-    if not config.kafka_conn_id:
-        return {}
-    connection = {"conn_type": "kafka", "extra": kafka_extra(config.kafka_conn_id)}
-    return {f"AIRFLOW_CONN_{config.kafka_conn_id.upper()}": json.dumps(connection)}
+    """The Kafka and Schema Registry connections as Airflow's own variables for them, for
+    a Spark job's driver (kafka_connection.from_environment reads their extras there, the
+    registry's client settings as its extra): nothing without them."""
+    found = {}
+    if config.kafka_conn_id:
+        connection = {"conn_type": "kafka", "extra": kafka_extra(config.kafka_conn_id)}
+        found[f"AIRFLOW_CONN_{config.kafka_conn_id.upper()}"] = json.dumps(connection)
+    if conn_id := config.schema_registry_conn_id:
+        connection = {"conn_type": "http", "extra": schema_registry_settings(conn_id)}
+        found[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(connection)
+    return found
+
+
+def schema_registry_settings(conn_id: str) -> dict:
+    """The Schema Registry client's settings from its Airflow connection
+    (registry_connection.client_settings)."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    return registry_connection.client_settings(conn.host, conn.schema, conn.port, conn.login,
+                                               conn.password, conn.extra_dejson)
 
 
 def s3_client(conn_id: str):

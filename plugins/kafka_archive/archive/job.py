@@ -45,12 +45,12 @@ log = logging.getLogger(__name__)
 
 def main(session, config_path: str, plan_url: str) -> Manifest:
     """The job as spark-submit runs it (spark_jobs/archive.py): the config read, its
-    Kafka connection resolved, the plan archived; a classified failure is recorded beside
+    Kafka and Schema Registry connections resolved, the plan archived; a classified failure is recorded beside
     the plan for ArchiveOperator (terminal or transient) before it is raised."""
-    from kafka_archive import kafka_connection  # the driver's only
+    from kafka_archive import kafka_connection, registry_connection  # the driver's only
 
-    return recorded(session, kafka_connection.connected(load_config(config_path)), plan_url,
-                    Storage.from_environment())
+    config = registry_connection.connected(kafka_connection.connected(load_config(config_path)))
+    return recorded(session, config, plan_url, Storage.from_environment())
 
 
 def recorded(session, config: Config, plan_url: str, storage: Storage) -> Manifest:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import certifi
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -117,3 +118,38 @@ def test_a_table_group_refuses_a_registry_parser_until_its_types_come_from_the_s
         config.load(path)
     path.write_text(path.read_text().replace("format: {kind: parquet}, table: {}, ", ""))
     assert config.load(path).schema_registry == {"url": "http://registry:8081"}
+
+
+@pytest.mark.parametrize("fields, settings", [
+    (("https://registry:8081/apis/ccompat/v7", None, None, None, None, {}),
+     {"url": "https://registry:8081/apis/ccompat/v7"}),
+    (("registry", "http", 8081, "archiver", "s3cret", {"ca": certifi.where()}),
+     {"url": "http://registry:8081", "basic.auth.user.info": "archiver:s3cret",
+      "ssl.ca.location": certifi.where()}),
+    (("https://r", None, None, None, "t0ken", {"bearer.auth.logical.cluster": "lsrc-1"}),
+     {"url": "https://r", "bearer.auth.credentials.source": "STATIC_TOKEN",
+      "bearer.auth.token": "t0ken", "bearer.auth.logical.cluster": "lsrc-1"}),
+])
+def test_a_connections_fields_become_the_clients_settings(fields, settings):
+    from kafka_archive import registry_connection
+
+    assert registry_connection.client_settings(*fields) == settings
+    SchemaRegistryClient.new_client(settings)  # the client takes them as they are
+
+
+def test_the_config_takes_the_registry_from_its_connection_and_keeps_it_out_of_its_repr(
+        tmp_path, monkeypatch):
+    from kafka_archive import config, registry_connection
+
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text("kafka: {bootstrap_servers: 'b:9092'}\narchive_root: s3://b/a\n"
+                    "schema_registry: {conn_id: registry}\ngroups: {g: {}}\n")
+    monkeypatch.setenv("AIRFLOW_CONN_REGISTRY", '{"conn_type": "http", "extra": '
+                       '{"url": "https://r", "basic.auth.user.info": "a:s3cret"}}')
+    made = registry_connection.connected(config.load(path))
+    assert made.schema_registry == {"url": "https://r", "basic.auth.user.info": "a:s3cret"}
+    assert "s3cret" not in repr(made)
+    path.write_text(path.read_text().replace("{conn_id: registry}",
+                                             "{conn_id: registry, url: 'https://r'}"))
+    with pytest.raises(ConfigError, match="give url or conn_id"):
+        config.load(path)
