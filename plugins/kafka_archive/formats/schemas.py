@@ -1,0 +1,202 @@
+"""A registered schema as the Arrow schema of its values (issue 58, typed tables): the
+types come from the writer's schema, never guessed from values. Avro's and Protobuf's (a
+message descriptor), mapped as Iceberg holds them (pyiceberg's own Arrow mapping):
+
+| schema | Arrow (Iceberg) |
+|---|---|
+| record, message | struct |
+| array, repeated | list |
+| map, map<K, V> | map (string keys for Avro) |
+| enum | string |
+| union of null and one type, optional field | that type, nullable |
+| boolean; int (32 bits); long, int64 | bool; int32; int64 |
+| float; double | float32; float64 |
+| string; bytes, fixed | string; binary |
+| decimal(p, s) | decimal128(p, s) |
+| date; time-millis, time-micros | date32; time64(us) |
+| timestamp-millis, -micros; google.protobuf.Timestamp | timestamp(us, UTC) |
+| local-timestamp-millis, -micros | timestamp(us) |
+| uuid | uuid |
+
+What cannot become a column is refused (`UnsupportedSchema`, naming the field): a union
+of several non-null types, a recursive record. The caller sends such a topic's messages
+to the dead letters with the reason. Pure: pyarrow only.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+_AVRO_PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
+                   "float": pa.float32(), "double": pa.float64(), "bytes": pa.binary(),
+                   "string": pa.string()}
+_AVRO_LOGICAL = {"date": pa.date32(), "time-millis": pa.time64("us"),
+                 "time-micros": pa.time64("us"), "uuid": pa.uuid(),
+                 "timestamp-millis": pa.timestamp("us", tz="UTC"),
+                 "timestamp-micros": pa.timestamp("us", tz="UTC"),
+                 "local-timestamp-millis": pa.timestamp("us"),
+                 "local-timestamp-micros": pa.timestamp("us")}
+
+
+class UnsupportedSchema(ValueError):
+    """A schema no table column can hold as it is; the reason names the field."""
+
+
+def avro_arrow(schema: str | Mapping | list) -> pa.Schema:
+    """The Arrow schema of an Avro record schema's values (its JSON, or parsed)."""
+    parsed = json.loads(schema) if isinstance(schema, str) else schema
+    kind, _ = _avro(parsed, {}, "", (), "")
+    if not pa.types.is_struct(kind):
+        raise UnsupportedSchema(f"the value's schema is {_avro_name(parsed)}, not a record")
+    return pa.schema(list(kind))
+
+
+def _avro(node: Any, names: dict[str, Any], path: str, enclosing: tuple[str, ...],
+          namespace: str) -> tuple[pa.DataType, bool]:
+    """(type, nullable) of a schema node; `names`: the named types met so far by full
+    name (Avro's references), `enclosing`: the records around it (a reference to one of
+    them is recursion), `namespace`: the one a name without its own inherits."""
+    where = path or "the value"
+    if isinstance(node, str):
+        if node in _AVRO_PRIMITIVE:
+            return _AVRO_PRIMITIVE[node], False
+        if node == "null":
+            raise UnsupportedSchema(f"{where} is always null")
+        full = node if "." in node or not namespace else f"{namespace}.{node}"
+        if full in enclosing:
+            raise UnsupportedSchema(f"{where} refers to its enclosing record {node}: a "
+                                    "recursive schema has no table shape")
+        if full not in names:
+            raise UnsupportedSchema(f"{where} names type {node!r}, which the schema does not define")
+        return _avro(names[full], names, path, enclosing, full.rpartition(".")[0])
+    if isinstance(node, list):  # a union
+        others = [branch for branch in node if branch != "null"]
+        if len(others) != 1:
+            shown = ", ".join(_avro_name(b) for b in others)
+            raise UnsupportedSchema(f"{where} is a union of {shown}: a column holds one type")
+        return _avro(others[0], names, path, enclosing, namespace)[0], True
+    kind = node.get("type")
+    if logical := node.get("logicalType"):
+        if logical == "decimal":
+            return pa.decimal128(node["precision"], node.get("scale", 0)), False
+        if logical in _AVRO_LOGICAL:
+            return _AVRO_LOGICAL[logical], False
+    if kind in ("record", "enum", "fixed"):
+        name = node["name"]
+        own = name.rpartition(".")[0] if "." in name else node.get("namespace", namespace)
+        full = name if "." in name or not own else f"{own}.{name}"
+        names[full] = node
+        if kind == "enum":
+            return pa.string(), False
+        if kind == "fixed":
+            return pa.binary(), False
+        fields = []
+        for field in node["fields"]:
+            inner = f"{path}.{field['name']}" if path else field["name"]
+            field_type, nullable = _avro(field["type"], names, inner, (*enclosing, full), own)
+            fields.append(pa.field(field["name"], field_type, nullable))
+        return pa.struct(fields), False
+    if kind == "array":
+        item, nullable = _avro(node["items"], names, f"{where}[]", enclosing, namespace)
+        return pa.list_(pa.field("element", item, nullable)), False
+    if kind == "map":
+        value, nullable = _avro(node["values"], names, f"{where}{{}}", enclosing, namespace)
+        return pa.map_(pa.string(), pa.field("value", value, nullable)), False
+    return _avro(kind, names, path, enclosing, namespace)  # {"type": "long"} and the like
+
+
+def table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Decoded values as a table of their schema's types (a UUID as its 16 bytes, as
+    Arrow's uuid type holds it)."""
+    return pa.Table.from_pylist([_plain(row) for row in rows], schema=schema)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    return value
+
+
+def _avro_name(node: Any) -> str:
+    if isinstance(node, str):
+        return node
+    if isinstance(node, list):
+        return "a union"
+    return node.get("name") or node.get("logicalType") or str(node.get("type"))
+
+
+# --- Protobuf ---------------------------------------------------------------------------
+
+_PROTO_SCALAR = {"TYPE_BOOL": pa.bool_(), "TYPE_INT32": pa.int32(), "TYPE_SINT32": pa.int32(),
+                 "TYPE_SFIXED32": pa.int32(), "TYPE_UINT32": pa.int64(),
+                 "TYPE_FIXED32": pa.int64(), "TYPE_INT64": pa.int64(),
+                 "TYPE_SINT64": pa.int64(), "TYPE_SFIXED64": pa.int64(),
+                 "TYPE_UINT64": pa.decimal128(20, 0), "TYPE_FIXED64": pa.decimal128(20, 0),
+                 "TYPE_FLOAT": pa.float32(), "TYPE_DOUBLE": pa.float64(),
+                 "TYPE_STRING": pa.string(), "TYPE_BYTES": pa.binary(), "TYPE_ENUM": pa.string()}
+_PROTO_WELL_KNOWN = {"google.protobuf.Timestamp": pa.timestamp("us", tz="UTC"),
+                     "google.protobuf.StringValue": pa.string(),
+                     "google.protobuf.BoolValue": pa.bool_(),
+                     "google.protobuf.Int32Value": pa.int32(),
+                     "google.protobuf.Int64Value": pa.int64(),
+                     "google.protobuf.FloatValue": pa.float32(),
+                     "google.protobuf.DoubleValue": pa.float64(),
+                     "google.protobuf.BytesValue": pa.binary()}
+
+
+def protobuf_arrow(descriptor) -> pa.Schema:
+    """The Arrow schema of a Protobuf message's values (its Descriptor). Unsigned 64-bit
+    numbers are decimal(20, 0): Iceberg has no unsigned long."""
+    return pa.schema(list(_proto_message(descriptor, (), "")))
+
+
+def _proto_message(descriptor, enclosing: tuple[str, ...], path: str) -> pa.DataType:
+    if descriptor.full_name in enclosing:
+        raise UnsupportedSchema(f"{path or 'the value'} is a {descriptor.full_name} inside "
+                                "itself: a recursive message has no table shape")
+    fields = []
+    for field in descriptor.fields:
+        inner = f"{path}.{field.name}" if path else field.name
+        kind = _proto_field(field, (*enclosing, descriptor.full_name), inner)
+        # proto3: a scalar without `optional` always has a value (its default)
+        nullable = field.message_type is not None or field.has_presence
+        fields.append(pa.field(field.name, kind, nullable or _is_repeated(field)))
+    return pa.struct(fields)
+
+
+def _proto_field(field, enclosing: tuple[str, ...], path: str) -> pa.DataType:
+    message = field.message_type
+    if message is not None and message.GetOptions().map_entry:
+        key, value = message.fields_by_name["key"], message.fields_by_name["value"]
+        return pa.map_(_proto_single(key, enclosing, path),
+                       pa.field("value", _proto_single(value, enclosing, f"{path}{{}}")))
+    single = _proto_single(field, enclosing, path)
+    return pa.list_(pa.field("element", single, False)) if _is_repeated(field) else single
+
+
+def _proto_single(field, enclosing: tuple[str, ...], path: str) -> pa.DataType:
+    message = field.message_type
+    if message is None:
+        return _PROTO_SCALAR[_type_name(field)]
+    if message.full_name in _PROTO_WELL_KNOWN:
+        return _PROTO_WELL_KNOWN[message.full_name]
+    return _proto_message(message, enclosing, path)
+
+
+def _type_name(field) -> str:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    names = {v: k for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_")}
+    return names[field.type]
+
+
+def _is_repeated(field) -> bool:
+    return field.is_repeated

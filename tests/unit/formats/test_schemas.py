@@ -1,0 +1,95 @@
+"""A registered schema as the Arrow schema of its values (formats.schemas): each Avro and
+Protobuf type as Iceberg holds it, what no column can hold refused naming the field, and
+values as the registry's deserializers give them fitting those types whole."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import date, datetime, time, timezone
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+
+from kafka_archive.formats import registry, schemas
+from kafka_archive.formats.schemas import UnsupportedSchema
+from tests.support import registry_topics
+
+EVERY_AVRO_TYPE = {
+    "type": "record", "name": "Reading", "namespace": "lab", "fields": [
+        {"name": "b", "type": "boolean"}, {"name": "i", "type": "int"},
+        {"name": "l", "type": "long"}, {"name": "f", "type": "float"},
+        {"name": "d", "type": "double"}, {"name": "s", "type": "string"},
+        {"name": "raw", "type": "bytes"},
+        {"name": "digest", "type": {"type": "fixed", "name": "Md5", "size": 16}},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
+                                    "precision": 12, "scale": 2}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "clock", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        {"name": "again", "type": "lab.Kind"},  # a named type used twice
+        {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}},
+        {"name": "scores", "type": {"type": "map", "values": "double"}},
+        {"name": "maybe", "type": ["null", "long"], "default": None},
+    ]}
+
+
+def test_every_avro_type_has_its_column_type():
+    made = schemas.avro_arrow(json.dumps(EVERY_AVRO_TYPE))
+    assert {f.name: (f.type, f.nullable) for f in made} == {
+        "b": (pa.bool_(), False), "i": (pa.int32(), False), "l": (pa.int64(), False),
+        "f": (pa.float32(), False), "d": (pa.float64(), False), "s": (pa.string(), False),
+        "raw": (pa.binary(), False), "digest": (pa.binary(), False),
+        "amount": (pa.decimal128(12, 2), False), "day": (pa.date32(), False),
+        "clock": (pa.time64("us"), False), "at": (pa.timestamp("us", tz="UTC"), False),
+        "local": (pa.timestamp("us"), False), "id": (pa.uuid(), False),
+        "kind": (pa.string(), False), "again": (pa.string(), False),
+        "tags": (pa.list_(pa.field("element", pa.string(), True)), False),
+        "scores": (pa.map_(pa.string(), pa.field("value", pa.float64(), False)), False),
+        "maybe": (pa.int64(), True)}
+
+
+@pytest.mark.parametrize("field, reason", [
+    ({"name": "either", "type": ["null", "long", "string"]},
+     "either is a union of long, string: a column holds one type"),
+    ({"name": "next", "type": ["null", "Node"]},
+     "next refers to its enclosing record Node: a recursive schema"),
+    ({"name": "other", "type": "Missing"}, "other names type 'Missing'"),
+])
+def test_what_no_column_can_hold_is_refused_naming_the_field(field, reason):
+    schema = {"type": "record", "name": "Node", "fields": [{"name": "v", "type": "long"}, field]}
+    with pytest.raises(UnsupportedSchema, match=reason):
+        schemas.avro_arrow(schema)
+
+
+def test_a_protobuf_message_has_its_column_types():
+    made = schemas.protobuf_arrow(registry_topics.order_message_class().DESCRIPTOR)
+    assert {f.name: (f.type, f.nullable) for f in made} == {
+        "id": (pa.int64(), False), "at": (pa.timestamp("us", tz="UTC"), True),
+        "customer": (pa.struct([pa.field("name", pa.string(), False),
+                                pa.field("vip", pa.bool_(), False)]), True),
+        "items": (pa.list_(pa.field("element", pa.string(), False)), True),
+        "labels": (pa.map_(pa.string(), pa.string()), True),
+        "status": (pa.string(), False), "note": (pa.string(), True)}
+
+
+def test_the_deserializers_values_fit_their_schemas_types_whole():
+    client = SchemaRegistryClient.new_client({"url": "mock://schemas"})
+    value = {"b": True, "i": -5, "l": 2 ** 40, "f": 1.5, "d": 2.25, "s": "é", "raw": b"\x00",
+             "digest": bytes(16), "amount": Decimal("1234.56"), "day": date(2026, 11, 29),
+             "clock": time(9, 30, 0, 250), "at": datetime(2026, 11, 29, 9, tzinfo=timezone.utc),
+             "local": datetime(2026, 11, 29, 9), "id": "7d3e9c1a-5b2f-4f7e-9a61-0c4b7e2d1f00",
+             "kind": "B", "again": "A", "tags": ["x", None], "scores": {"p": 0.5},
+             "maybe": None}
+    context = registry_topics.value_context("readings")
+    data = AvroSerializer(client, json.dumps(EVERY_AVRO_TYPE))(value, context)
+    decoded = registry.Decoder("avro", {}, client=client).decode(data, "readings")
+    table = schemas.table([decoded], schemas.avro_arrow(EVERY_AVRO_TYPE))
+    assert table.to_pylist() == [{**value, "scores": [("p", 0.5)],
+                                  "id": uuid.UUID(value["id"])}]
