@@ -1,20 +1,21 @@
 """A registered schema as the Arrow schema of its values (issue 58, typed tables): the
-types come from the writer's schema, never guessed from values. Avro's and Protobuf's (a
-message descriptor), mapped as Iceberg holds them (pyiceberg's own Arrow mapping):
+types come from the writer's schema, never guessed from values. Avro's, Protobuf's (a
+message descriptor) and JSON Schema's, mapped as Iceberg holds them (pyiceberg's own
+Arrow mapping):
 
 | schema | Arrow (Iceberg) |
 |---|---|
-| record, message | struct |
-| array, repeated | list |
-| map, map<K, V> | map (string keys for Avro) |
+| record, message, object with properties | struct |
+| array, repeated, array with items | list |
+| map, map<K, V>, object with additionalProperties only | map (string keys for Avro, JSON) |
 | enum | string |
 | union of null and one type, optional field | that type, nullable |
 | boolean; int (32 bits); long, int64 | bool; int32; int64 |
 | float; double | float32; float64 |
 | string; bytes, fixed | string; binary |
 | decimal(p, s) | decimal128(p, s) |
-| date; time-millis, time-micros | date32; time64(us) |
-| timestamp-millis, -micros; google.protobuf.Timestamp | timestamp(us, UTC) |
+| date; time-millis, time-micros (JSON: format date, time) | date32; time64(us) |
+| timestamp-millis, -micros; google.protobuf.Timestamp; format date-time | timestamp(us, UTC) |
 | local-timestamp-millis, -micros | timestamp(us) |
 | uuid | uuid |
 
@@ -25,8 +26,11 @@ to the dead letters with the reason. Pure: pyarrow only.
 
 from __future__ import annotations
 
+import base64
+import decimal
 import json
 import uuid
+from datetime import date, datetime, time, timezone
 from typing import Any, Mapping
 
 import pyarrow as pa
@@ -110,19 +114,56 @@ def _avro(node: Any, names: dict[str, Any], path: str, enclosing: tuple[str, ...
 
 
 def table(rows: list[dict], schema: pa.Schema) -> pa.Table:
-    """Decoded values as a table of their schema's types (a UUID as its 16 bytes, as
-    Arrow's uuid type holds it)."""
-    return pa.Table.from_pylist([_plain(row) for row in rows], schema=schema)
+    """Decoded values as a table of their schema's types. Each value is taken as its
+    column's type holds it: what a deserializer gives as text is read as that type
+    (JSON's date-time text, Protobuf's JSON mapping: int64 as text, a Timestamp as RFC
+    3339, bytes as base64), a UUID as its 16 bytes. A value that is no such thing raises
+    ValueError naming the field."""
+    return pa.Table.from_pylist([_typed(row, pa.struct(list(schema)), "") for row in rows],
+                                schema=schema)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, uuid.UUID):
-        return value.bytes
+def _typed(value: Any, kind: pa.DataType, path: str) -> Any:
+    if value is None:
+        return None
+    try:
+        if pa.types.is_struct(kind):
+            return {f.name: _typed(value.get(f.name), f.type, f"{path}.{f.name}".lstrip("."))
+                    for f in kind}
+        if pa.types.is_map(kind):
+            items = value.items() if isinstance(value, dict) else value
+            return [(_typed(k, kind.key_type, path), _typed(v, kind.item_type, f"{path}{{}}"))
+                    for k, v in items]
+        if pa.types.is_list(kind):
+            return [_typed(v, kind.value_type, f"{path}[]") for v in value]
+        if isinstance(kind, pa.UuidType) or kind == pa.uuid():
+            return (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).bytes
+        if isinstance(value, str):
+            return _from_text(value, kind)
+        if pa.types.is_decimal(kind) and isinstance(value, (int, float)):
+            return decimal.Decimal(str(value))
+    except (ValueError, TypeError, AttributeError, decimal.InvalidOperation) as exc:
+        raise ValueError(f"field {path or 'the value'}: {value!r} is no {kind}: {exc}") from None
     return value
+
+
+def _from_text(text: str, kind: pa.DataType) -> Any:
+    if pa.types.is_timestamp(kind):
+        moment = datetime.fromisoformat(text)  # Z too (Python 3.11)
+        return moment if kind.tz is None or moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    if pa.types.is_date(kind):
+        return date.fromisoformat(text)
+    if pa.types.is_time(kind):
+        return time.fromisoformat(text)
+    if pa.types.is_integer(kind):
+        return int(text)
+    if pa.types.is_floating(kind):
+        return float(text)
+    if pa.types.is_decimal(kind):
+        return decimal.Decimal(text)
+    if pa.types.is_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        return base64.b64decode(text, validate=True)
+    return text
 
 
 def _avro_name(node: Any) -> str:
@@ -131,6 +172,79 @@ def _avro_name(node: Any) -> str:
     if isinstance(node, list):
         return "a union"
     return node.get("name") or node.get("logicalType") or str(node.get("type"))
+
+
+# --- JSON Schema ------------------------------------------------------------------------
+
+_JSON_SCALAR = {"boolean": pa.bool_(), "integer": pa.int64(), "number": pa.float64(),
+                "string": pa.string()}
+_JSON_FORMAT = {"date-time": pa.timestamp("us", tz="UTC"), "date": pa.date32(),
+                "time": pa.time64("us"), "uuid": pa.uuid()}
+
+
+def json_schema_arrow(schema: str | Mapping) -> pa.Schema:
+    """The Arrow schema of a JSON Schema's object values: `properties` a struct (a
+    property not `required`, or typed with "null", nullable), `items` a list, an object
+    with only `additionalProperties` a map, `format` date-time/date/time/uuid their
+    types, `$ref` into the document's `$defs`/`definitions`."""
+    parsed = json.loads(schema) if isinstance(schema, str) else schema
+    kind, _ = _json(parsed, parsed, "", ())
+    if not pa.types.is_struct(kind):
+        raise UnsupportedSchema("the value's schema is not an object with properties")
+    return pa.schema(list(kind))
+
+
+def _json(node: Mapping, root: Mapping, path: str, refs: tuple[str, ...]
+          ) -> tuple[pa.DataType, bool]:
+    where = path or "the value"
+    if ref := node.get("$ref"):
+        if ref in refs:
+            raise UnsupportedSchema(f"{where} refers to {ref} inside itself: a recursive "
+                                    "schema has no table shape")
+        target: Any = root
+        for part in ref.removeprefix("#/").split("/"):
+            if not isinstance(target, Mapping) or part not in target:
+                raise UnsupportedSchema(f"{where} refers to {ref}, which the schema does not hold")
+            target = target[part]
+        return _json(target, root, path, (*refs, ref))
+    for combined in ("oneOf", "anyOf"):
+        if options := node.get(combined):
+            others = [o for o in options if o.get("type") != "null"]
+            if len(others) != 1:
+                raise UnsupportedSchema(f"{where} is {combined} of {len(others)} types: a "
+                                        "column holds one type")
+            return _json(others[0], root, path, refs)[0], True
+    types = node.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    nullable = "null" in types
+    types = [t for t in types if t != "null"]
+    if "enum" in node and not types:
+        types = ["string"]
+    if len(types) != 1:
+        shown = ", ".join(types) or "no type"
+        raise UnsupportedSchema(f"{where} has {shown}: a column holds one type")
+    kind = types[0]
+    if kind == "object":
+        properties = node.get("properties") or {}
+        extra = node.get("additionalProperties")
+        if not properties and isinstance(extra, Mapping):
+            value, value_nullable = _json(extra, root, f"{where}{{}}", refs)
+            return pa.map_(pa.string(), pa.field("value", value, value_nullable)), nullable
+        required = set(node.get("required") or ())
+        fields = []
+        for name, child in properties.items():
+            inner = f"{path}.{name}" if path else name
+            child_type, child_nullable = _json(child, root, inner, refs)
+            fields.append(pa.field(name, child_type, child_nullable or name not in required))
+        return pa.struct(fields), nullable
+    if kind == "array":
+        item, item_nullable = _json(node.get("items") or {}, root, f"{where}[]", refs)
+        return pa.list_(pa.field("element", item, item_nullable)), nullable
+    if kind == "string" and node.get("format") in _JSON_FORMAT:
+        return _JSON_FORMAT[node["format"]], nullable
+    if kind not in _JSON_SCALAR:
+        raise UnsupportedSchema(f"{where} has type {kind!r}")
+    return _JSON_SCALAR[kind], nullable
 
 
 # --- Protobuf ---------------------------------------------------------------------------

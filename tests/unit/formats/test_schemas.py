@@ -93,3 +93,53 @@ def test_the_deserializers_values_fit_their_schemas_types_whole():
     table = schemas.table([decoded], schemas.avro_arrow(EVERY_AVRO_TYPE))
     assert table.to_pylist() == [{**value, "scores": [("p", 0.5)],
                                   "id": uuid.UUID(value["id"])}]
+
+
+def test_a_json_schema_object_has_its_column_types_and_its_text_is_read_as_them():
+    made = schemas.json_schema_arrow(registry_topics.ORDER_JSON_SCHEMA)
+    assert {f.name: (f.type, f.nullable) for f in made} == {
+        "id": (pa.int64(), False), "at": (pa.timestamp("us", tz="UTC"), False),
+        "customer": (pa.struct([pa.field("name", pa.string(), False),
+                                pa.field("vip", pa.bool_(), False)]), False),
+        "items": (pa.list_(pa.field("element", pa.string(), False)), False),
+        "labels": (pa.map_(pa.string(), pa.field("value", pa.string(), False)), False),
+        "status": (pa.string(), False), "note": (pa.string(), True)}
+    row = {"id": 7, "at": "2026-11-29T09:30:00Z", "customer": {"name": "Ada", "vip": True},
+           "items": ["pen"], "labels": {"c": "web"}, "status": "PAID"}
+    [back] = schemas.table([row], made).to_pylist()
+    assert back["at"] == datetime(2026, 11, 29, 9, 30, tzinfo=timezone.utc)
+    assert back["note"] is None and back["labels"] == [("c", "web")]
+
+
+def test_protobufs_json_mapping_is_read_as_its_types():
+    from google.protobuf.json_format import MessageToDict
+
+    message = registry_topics.order_message_class()(id=2 ** 40, items=["a"], status="PAID")
+    message.at.FromDatetime(datetime(2026, 11, 29, 9, 30, 15, 250000, tzinfo=timezone.utc))
+    decoded = MessageToDict(message, preserving_proto_field_name=True)
+    assert decoded["id"] == str(2 ** 40)  # int64 as text: what the table must not keep
+    schema = schemas.protobuf_arrow(registry_topics.order_message_class().DESCRIPTOR)
+    [back] = schemas.table([decoded], schema).to_pylist()
+    assert back["id"] == 2 ** 40 and back["customer"] is None
+    assert back["at"] == datetime(2026, 11, 29, 9, 30, 15, 250000, tzinfo=timezone.utc)
+
+
+def test_a_value_that_is_not_its_columns_type_names_the_field():
+    schema = schemas.json_schema_arrow({"type": "object", "properties": {
+        "at": {"type": "string", "format": "date-time"}}, "required": ["at"]})
+    with pytest.raises(ValueError, match="field at: 'soon' is no timestamp"):
+        schemas.table([{"at": "soon"}], schema)
+
+
+@pytest.mark.parametrize("schema, reason", [
+    ({"type": "object", "properties": {"x": {"type": ["string", "integer"]}}},
+     "x has string, integer: a column holds one type"),
+    ({"type": "object", "properties": {"n": {"$ref": "#/$defs/Node"}},
+      "$defs": {"Node": {"type": "object", "properties": {"n": {"$ref": "#/$defs/Node"}}}}},
+     "n.n refers to #/\\$defs/Node inside itself"),
+    ({"type": "object", "properties": {"y": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}},
+     "y is oneOf of 2 types"),
+])
+def test_a_json_schema_no_column_can_hold_is_refused_naming_the_field(schema, reason):
+    with pytest.raises(UnsupportedSchema, match=reason):
+        schemas.json_schema_arrow(schema)
