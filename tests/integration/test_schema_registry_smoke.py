@@ -95,3 +95,15 @@ def test_an_incompatible_schema_is_refused_and_a_compatible_one_registered(schem
     with pytest.raises(SchemaRegistryError) as refused:
         client.register_schema(subject, Schema(retyped, "AVRO"))
     assert refused.value.http_status_code == 409
+
+
+def test_preflights_check_reaches_the_registry_and_names_one_that_does_not(schema_registry):
+    from kafka_archive.errors import TransientError
+    from kafka_archive.formats import registry
+
+    assert registry.reachable({"url": schema_registry}).startswith(f"{schema_registry}: ")
+    with pytest.raises(TransientError, match=r"http://127.0.0.1:9 does not answer"):
+        registry.reachable({"url": "http://127.0.0.1:9"})
+    wrong = schema_registry.replace("/ccompat/v7", "/nothing")
+    with pytest.raises(TransientError, match=f"{wrong} answered 404"):
+        registry.reachable({"url": wrong})

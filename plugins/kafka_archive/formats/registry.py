@@ -139,6 +139,27 @@ class Decoder:
         return self._protobuf[key](value, context)
 
 
+def reachable(settings: Mapping[str, Any]) -> str:
+    """The registry answers with these settings (preflight): its URL and how many
+    subjects it holds; TransientError naming the URL when it does not answer, fails or
+    refuses the credentials."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    url = settings.get("url")
+    if not url:
+        raise TransientError("no Schema Registry is configured (schema_registry: in the "
+                             "config, or its Airflow connection)")
+    try:
+        subjects = SchemaRegistryClient({**settings, "max.retries": 0}).get_subjects()
+    except SchemaRegistryError as exc:
+        raise TransientError(f"the Schema Registry at {url} answered {exc.http_status_code}: "
+                             f"{exc.error_message}") from None
+    except Exception as exc:  # noqa: BLE001 (httpx's, ssl's: the reason is in the text)
+        raise TransientError(f"the Schema Registry at {url} does not answer: {exc}") from None
+    return f"{url}: {len(subjects)} subjects"
+
+
 def _message_class(client, schema_id: int, indexes: tuple[int, ...]):
     """The message type the registry's descriptor for this id names by its indexes."""
     from google.protobuf import descriptor_pool, message_factory

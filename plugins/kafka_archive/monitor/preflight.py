@@ -4,8 +4,10 @@ Checks Kafka (reachable; the audit's monitoring topic exists), the archive root 
 reads back; its server honours conditional writes), the token root (a probe token created
 and deleted by compare-and-swap),
 the Kafka client settings (librdkafka takes every kafka.properties entry), and, when
-given, the SMTP connection alerts go through and each Spark Connect server a group's
-`spark_connect` names (a job runs there: the library reaches it, its cores answer).
+given, the SMTP connection alerts go through, each Spark Connect server a group's
+`spark_connect` names (a job runs there: the library reaches it, its cores answer) and
+the Schema Registry the avro, protobuf and json_schema parsers read (it answers with
+the configured credentials).
 
 Run by the `kafka_archive_preflight` DAG and by `kafka-archive preflight`. It writes what
 it saw to <archive_root>/_preflight/report.json, so a person (or a test) can check the
@@ -23,6 +25,7 @@ from kafka.errors import KafkaError
 from kafka_archive import brokers, retries
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError, TransientError
+from kafka_archive.formats import parsers, registry
 from kafka_archive.storage import Storage, join
 from kafka_archive.tokens import S3TokenStore, Token, TokenStore
 
@@ -56,6 +59,10 @@ def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenSto
         checks["token_root"] = lambda: _token_root(config, tokens)
     if smtp is not None:
         checks["smtp"] = smtp
+    if config.schema_registry or any(  # a registry parser's topics cannot be read without it
+            isinstance(parsers.parser_for(spec), parsers.RegistryParser)
+            for g in config.groups.values() for spec in (g.parser, *dict(g.topic_parsers).values())):
+        checks["schema_registry"] = lambda: registry.reachable(config.schema_registry)
     if spark_connect is not None:
         for conn_id in sorted({g.spark_connect for g in config.groups.values() if g.spark_connect}):
             checks[f"spark_connect {conn_id}"] = lambda conn_id=conn_id: spark_connect(conn_id)
