@@ -9,7 +9,11 @@ library function.
 - `trigger_check`: refuses a trigger whose params name an unknown key or a topic the group
   does not archive (400 before a run exists).
 - `tasks`: the task bodies (plan, commit, freshness, audit, replay...).
-- `operators`: `ArchiveOperator`, spark-submit of the archive job through the Spark provider.
+- `operators`: `ArchiveOperator`, spark-submit (or Spark Connect) of the archive job
+  through the Spark provider; `CommitOperator`, the commit and its Asset events;
+  `ReplayOperator`.
+- `lineage`: their OpenLineage facets, for Airflow's OpenLineage provider.
+- `metrics`: the archive's figures through Airflow's own metrics client.
 - `connections`: what Airflow connections give: storage, token store, the SMTP check.
 - `alerting`: the mails (failure, deadline, audit, freshness) through Airflow's notifiers.
 - `ui`: the Airflow plugin serving the group pages (monitor.page) behind Airflow's login.
