@@ -343,7 +343,7 @@ class Group(Section):
                           f"transforms), not {self.layout.spec().granularity}",
                           key="layout.granularity")
         for spec in [self.parser, *self.topic_parsers.values()]:
-            if isinstance(parsers.parser_for(spec), parsers.RegistryParser):
+            if parsers.needs_registry(spec):
                 # their values' types are the schema's: guessed from values they would be
                 # text (a time, a decimal); the schema-typed table is still to be built
                 raise problem(f"parser {spec.kind} is for event-time files groups; a table "

@@ -81,6 +81,35 @@ def read_file(path: str, data: bytes) -> list[records.Record]:
     return list(formats.read(io.BytesIO(data), path))
 
 
+def laid_out(files: dict[str, bytes], event: dict) -> tuple[list, dict, set]:
+    """What a first run of an event-time group wrote (Archive.files): each archived
+    message (as test_backup_archive.consumed gives it), the quarantined values with
+    their reasons, and the time partitions with `_SUCCESS`. Each file's rows in offset
+    order from the offset its name says; each message in the hour `event` gives it
+    ((topic, value) -> ms); nothing late (nothing was final when planned)."""
+    kept, quarantined, success = [], {}, set()
+    for path, data in files.items():
+        topic, *folders, name = path.split("/")
+        if name == "_SUCCESS":
+            success.add("/".join(folders))
+            continue
+        if name.startswith("_"):  # the finalizer's watermark
+            continue
+        rows = read_file(path, data)
+        assert [r.offset for r in rows] == sorted(r.offset for r in rows)
+        assert int(name.split("_")[2].split(".")[0]) == rows[0].offset, path
+        if folders[0] == "_quarantine":
+            quarantined.update({r.value: r.error for r in rows})
+        else:
+            assert folders[0] != "_late", path
+            for r in rows:
+                assert hour_path(event[(topic, r.value)]) == "/".join(folders), (path, r)
+        partition = int(name.split("_")[1])
+        kept += [(topic, partition, r.offset, r.key, r.value, r.timestamp_ms, tuple(r.headers))
+                 for r in rows]
+    return kept, quarantined, success
+
+
 PARTITIONED = """\
 partitioned:
   topics: {{include: ["{p}-.*"]}}
@@ -133,27 +162,7 @@ def test_json_msgpack_and_timestamp_topics_land_in_their_hours_bad_ones_in_quara
     airflow(archive.env, "dags", "test", "kafka_archive_partitioned")
     archive.run("backup", "backup-1")
 
-    files = archive.files("partitioned")
-    kept, quarantined, success = [], {}, set()
-    for path, data in files.items():
-        topic, *folders, name = path.split("/")
-        if name == "_SUCCESS":
-            success.add("/".join(folders))
-            continue
-        if name.startswith("_"):  # the finalizer's watermark
-            continue
-        rows = read_file(path, data)
-        assert [r.offset for r in rows] == sorted(r.offset for r in rows)
-        assert int(name.split("_")[2].split(".")[0]) == rows[0].offset, path
-        if folders[0] == "_quarantine":
-            quarantined.update({r.value: r.error for r in rows})
-        else:
-            assert folders[0] != "_late", path  # nothing was final when planned
-            for r in rows:
-                assert hour_path(event[(topic, r.value)]) == "/".join(folders), (path, r)
-        partition = int(name.split("_")[1])
-        kept += [(topic, partition, r.offset, r.key, r.value, r.timestamp_ms, tuple(r.headers))
-                 for r in rows]
+    kept, quarantined, success = laid_out(archive.files("partitioned"), event)
     # nothing dropped, nothing twice: archived + quarantined = consumed
     assert len(kept) == len(set(kept)) == len(expected) and set(kept) == expected
     assert set(quarantined) == set(bad)

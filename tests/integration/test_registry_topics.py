@@ -13,8 +13,7 @@ import time
 from datetime import datetime, timezone
 
 from test_backup_archive import consumed
-from test_partitioned import HOUR, Archive, hour_path, read_file
-from test_schema_registry_smoke import ORDER
+from test_partitioned import HOUR, Archive, laid_out
 
 from tests.support import registry_topics
 from tests.support.pipeline import airflow
@@ -29,19 +28,6 @@ orders:
     "{p}-json": {{kind: json_schema, field: at, unit: iso8601}}
   lateness: 1h
 """
-
-
-def order(kind: str, at_ms: int, i: int):
-    at = datetime.fromtimestamp(at_ms / 1000, timezone.utc)
-    fields = {**ORDER, "id": i}
-    if kind == "avro":
-        return {**fields, "at": at}
-    if kind == "json_schema":
-        return {**fields, "at": at.isoformat()}
-    message = registry_topics.order_message_class()(
-        **{k: v for k, v in fields.items() if v is not None})
-    message.at.FromDatetime(at)
-    return message
 
 
 def test_registry_topics_land_in_their_event_hours_and_unreadable_ones_in_quarantine(
@@ -62,7 +48,9 @@ def test_registry_topics_land_in_their_event_hours_and_unreadable_ones_in_quaran
         serialize = registry_topics.serializer(kind, schema_registry)
         for i in range(30):
             at = now - rng.randrange(0, 3 * 24 * HOUR)
-            value = serialize(order(kind, at, i), registry_topics.value_context(topic))
+            moment = datetime.fromtimestamp(at / 1000, timezone.utc)
+            value = serialize(registry_topics.order(kind, moment, id=i),
+                              registry_topics.value_context(topic))
             event[(topic, value)] = at
             messages.append((topic, i % 2 if kind == "avro" else 0, None, value, now))
     good = next(v for (t, v) in event if t == topics["avro"])
@@ -78,20 +66,7 @@ def test_registry_topics_land_in_their_event_hours_and_unreadable_ones_in_quaran
     airflow(archive.env, "dags", "test", "kafka_archive_orders")
     archive.run("backup", "backup-1")
 
-    kept, quarantined = [], {}
-    for path, data in archive.files("orders").items():
-        topic, *folders, name = path.split("/")
-        if name.startswith("_"):  # _SUCCESS, the finalizer's watermark
-            continue
-        rows = read_file(path, data)
-        if folders[0] == "_quarantine":
-            quarantined.update({r.value: r.error for r in rows})
-        else:
-            for r in rows:
-                assert hour_path(event[(topic, r.value)]) == "/".join(folders), (path, r)
-        partition = int(name.split("_")[1])
-        kept += [(topic, partition, r.offset, r.key, r.value, r.timestamp_ms, tuple(r.headers))
-                 for r in rows]
+    kept, quarantined, _ = laid_out(archive.files("orders"), event)
     assert len(kept) == len(set(kept)) == len(expected) and set(kept) == expected
     assert set(quarantined) == set(bad)
     for value, reason in bad.items():

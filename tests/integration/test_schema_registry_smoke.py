@@ -21,19 +21,6 @@ from google.protobuf.json_format import MessageToDict
 from tests.support import registry_topics
 
 AT = datetime(2026, 11, 29, 9, 30, tzinfo=timezone.utc)
-ORDER = {"id": 7, "customer": {"name": "Ada", "vip": True}, "items": ["pen", "ink"],
-         "labels": {"channel": "web"}, "status": "PAID", "note": None}
-
-
-def as_written(kind: str) -> object:
-    if kind == "avro":
-        return {**ORDER, "at": AT}
-    if kind == "json_schema":
-        return {**ORDER, "at": AT.isoformat()}
-    message = registry_topics.order_message_class()(
-        **{k: v for k, v in ORDER.items() if v is not None})
-    message.at.FromDatetime(AT)
-    return message
 
 
 def read_back(kind: str, client: SchemaRegistryClient, data: bytes, topic: str) -> dict:
@@ -54,7 +41,7 @@ def test_values_round_trip_through_kafka_in_the_wire_format(kind, schema_registr
     admin = AdminClient({"bootstrap.servers": kafka})  # held: its futures need it alive
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
     data = registry_topics.serializer(kind, schema_registry)(
-        as_written(kind), registry_topics.value_context(topic))
+        registry_topics.order(kind, AT), registry_topics.value_context(topic))
     magic, schema_id = struct.unpack(">bI", data[:5])
     assert magic == 0 and schema_id > 0
     producer = Producer({"bootstrap.servers": kafka})
@@ -70,10 +57,11 @@ def test_values_round_trip_through_kafka_in_the_wire_format(kind, schema_registr
     client = SchemaRegistryClient({"url": schema_registry})
     back = read_back(kind, client, message.value(), topic)
     if kind == "protobuf":  # proto3: ids as text (JSON mapping), no null note
-        assert back == {**{k: v for k, v in ORDER.items() if v is not None}, "id": "7",
+        present = {k: v for k, v in registry_topics.ORDER.items() if v is not None}
+        assert back == {**present, "id": "7",
                         "at": "2026-11-29T09:30:00Z"}
     else:
-        assert back == {**ORDER, "at": AT if kind == "avro" else AT.isoformat()}
+        assert back == {**registry_topics.ORDER, "at": AT if kind == "avro" else AT.isoformat()}
     assert client.get_schema(schema_id).schema_type == {
         "avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}[kind]
 

@@ -6,6 +6,7 @@ of labels, an enum, an optional note and an event time."""
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -86,10 +87,29 @@ def order_message_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
 
 
-def serializer(kind: str, registry_url: str):
-    """A value serializer of the Order type in this format, registering its schema under
-    the topic's value subject (TopicNameStrategy) on first use."""
-    client = SchemaRegistryClient({"url": registry_url})
+ORDER = {"id": 7, "customer": {"name": "Ada", "vip": True}, "items": ["pen", "ink"],
+         "labels": {"channel": "web"}, "status": "PAID", "note": None}
+
+
+def order(kind: str, at: datetime, **changes):
+    """An order (ORDER with `changes`) at time `at`, as this format's serializer takes it:
+    a dict (Avro: the time a datetime; JSON Schema: ISO text) or a Protobuf message."""
+    fields = {**ORDER, **changes}
+    if kind == "avro":
+        return {**fields, "at": at}
+    if kind == "json_schema":
+        return {**fields, "at": at.isoformat()}
+    message = order_message_class()(**{k: v for k, v in fields.items() if v is not None})
+    message.at.FromDatetime(at)
+    return message
+
+
+def serializer(kind: str, registry: str | SchemaRegistryClient):
+    """A value serializer of the Order type in this format (the registry by URL, or a
+    client: confluent's mock), registering its schema under the topic's value subject
+    (TopicNameStrategy) on first use."""
+    client = (SchemaRegistryClient({"url": registry}) if isinstance(registry, str)
+              else registry)
     if kind == "avro":
         return AvroSerializer(client, ORDER_AVRO)
     if kind == "json_schema":

@@ -77,7 +77,7 @@ def kafka_extra(conn_id: str) -> dict:
     return extra
 
 
-def kafka_environment(config: Config) -> dict[str, str]:
+def connection_environment(config: Config) -> dict[str, str]:
     """The Kafka and Schema Registry connections as Airflow's own variables for them, for
     a Spark job's driver (kafka_connection.from_environment reads their extras there, the
     registry's client settings as its extra): nothing without them."""

@@ -38,6 +38,7 @@ from openlineage.client.generated.symlinks_dataset import Identifier, SymlinksDa
 from openlineage.client.naming import dataset as naming
 
 from kafka_archive import layout, manifest as manifests
+from kafka_archive.archive.replay_job import Progress
 from kafka_archive.config import Config
 from kafka_archive.manifest import row_files
 from kafka_archive.plan.planning import Plan
@@ -95,9 +96,9 @@ def of_replay(config: Config, storage: Storage, replay_url: str) -> OperatorLine
     request, root = plan["request"], config.archive_root
     ranges, acked = [], 0
     for part in plan["partitions"]:
-        progress = storage.get_or_none(layout.replay_progress(root, plan["replay_id"],
-                                                              part["partition"]))
-        sent = json.loads(progress)["acked"] if progress else 0
+        progress = Progress(storage, layout.replay_progress(root, plan["replay_id"],
+                                                            part["partition"])).state
+        sent = progress["acked"] if progress else 0
         acked += sent
         if files := part["files"]:
             ranges.append({"partition": part["partition"], "start": files[0]["start"],

@@ -39,7 +39,7 @@ def submit_environment(cfg: config.Config, master: str | None = None) -> dict[st
     the archive is on S3; elsewhere the cluster's own serve."""
     takes = (cfg.archive_root.startswith("s3://")
              and spark.archive_submit(cfg, master).takes_credentials())
-    return {**os.environ, **spark.submit_env(), **connections.kafka_environment(cfg),
+    return {**os.environ, **spark.submit_env(), **connections.connection_environment(cfg),
             **(connections.s3_environment(cfg.s3_conn_id) if takes else {})}
 
 
@@ -89,7 +89,7 @@ class ArchiveOperator(BaseOperator):
         popen = {}
         if submit.takes_credentials():
             env_vars = {**spark.submit_env(), **connections.s3_environment(self.s3_conn_id),
-                        **connections.kafka_environment(cfg)}
+                        **connections.connection_environment(cfg)}
         else:
             # the provider would hand env_vars to the driver's node (spark.yarn.appMasterEnv,
             # spark.kubernetes.driverEnv), on the command line: spark-submit alone gets what

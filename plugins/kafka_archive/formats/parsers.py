@@ -262,13 +262,19 @@ def _checked(parser: Parser, topic: str, record: Record, ms) -> int:
     return ms
 
 
+def needs_registry(spec: ParserSpec) -> bool:
+    """Whether the parser reads values by a Schema Registry's schemas (avro, protobuf,
+    json_schema, or a subclass of RegistryParser)."""
+    return issubclass(BUILT_IN.get(spec.kind) or _load_class(spec.kind), RegistryParser)
+
+
 def parser_for(spec: ParserSpec, registry: dict | None = None, topic: str = "") -> Parser:
     """The parser a spec names, constructed with its options (a registry parser with the
     Schema Registry's settings and its topic too). ConfigError (without file: config adds it) when the
     class cannot be found, is not a Parser, or refuses the options."""
     cls = BUILT_IN.get(spec.kind) or _load_class(spec.kind)
     options = dict(spec.options)
-    if issubclass(cls, RegistryParser):
+    if needs_registry(spec):
         if given := sorted({"registry", "topic"} & set(options)):
             raise ConfigError(f"parser {spec.kind}: {', '.join(given)} is not an option (the "
                               "registry's settings are schema_registry's, at the top level)")

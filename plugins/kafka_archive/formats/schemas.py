@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import decimal
+import functools
 import json
 import uuid
 from datetime import date, datetime, time, timezone
@@ -306,10 +307,14 @@ def _proto_single(field, enclosing: tuple[str, ...], path: str) -> pa.DataType:
 
 
 def _type_name(field) -> str:
+    return _proto_type_names()[field.type]
+
+
+@functools.cache
+def _proto_type_names() -> dict[int, str]:
     from google.protobuf.descriptor import FieldDescriptor
 
-    names = {v: k for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_")}
-    return names[field.type]
+    return {v: k for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_")}
 
 
 def _is_repeated(field) -> bool:

@@ -60,7 +60,7 @@ def run(config: Config, store: Storage, run_id: str = "manual", tokens: TokenSto
     if smtp is not None:
         checks["smtp"] = smtp
     if config.schema_registry or any(  # a registry parser's topics cannot be read without it
-            isinstance(parsers.parser_for(spec), parsers.RegistryParser)
+            parsers.needs_registry(spec)
             for g in config.groups.values() for spec in (g.parser, *dict(g.topic_parsers).values())):
         checks["schema_registry"] = lambda: registry.reachable(config.schema_registry)
     if spark_connect is not None:
