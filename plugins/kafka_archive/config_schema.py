@@ -343,12 +343,6 @@ class Group(Section):
                           f"transforms), not {self.layout.spec().granularity}",
                           key="layout.granularity")
         for spec in [self.parser, *self.topic_parsers.values()]:
-            if parsers.needs_registry(spec):
-                # their values' types are the schema's: guessed from values they would be
-                # text (a time, a decimal); the schema-typed table is still to be built
-                raise problem(f"parser {spec.kind} is for event-time files groups; a table "
-                              "typed by the registry's schema is not supported yet",
-                              key="parser")
             if not callable(getattr(parsers.parser_for(spec), "parse", None)):
                 raise problem(f"parser {spec.kind} gives no fields for the parsed table "
                               "shape: json, msgpack, or a parser with parse(record) -> "

@@ -229,22 +229,21 @@ def hadoop_reads(actions: Actions, cfg, s3, sc, tmp_path: Path) -> Counter:
 def iceberg_reads(actions: Actions, cfg, s3, sc, tmp_path: Path) -> Counter:
     """(topic, partition, offset) of every row of the topics' tables, read by Spark SQL
     through Iceberg's own runtime (JdbcCatalog on the stack's SQLite catalog)."""
-    found: Counter = Counter()
     uri = cfg.iceberg_catalogs["local"]["uri"]
     namespace = cfg.group(actions.group).table.namespace
-    for topic in actions.topics:
-        out = tmp_path / f"spark-read-{topic}.json"
-        result = subprocess.run(
-            [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[1]",
-             "--conf", "spark.ui.enabled=false",
-             "--driver-java-options", " ".join(localservices.jvm_trust_options()),
-             "--jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))),
-             str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"),
-             "jdbc:sqlite:" + uri.removeprefix("sqlite:///"), cfg.archive_root,
-             localservices.s3_endpoint(localservices.local_env()), namespace, topic, str(out)],
-            env={**os.environ, **spark.submit_env(),
-                 **connections.s3_environment("kafka_archive_s3")},
-            capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-        found.update((topic, p, o) for p, o, _ in json.loads(out.read_text())["rows"])
-    return found
+    out = tmp_path / "spark-read.json"
+    result = subprocess.run(
+        [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[1]",
+         "--conf", "spark.ui.enabled=false",
+         "--driver-java-options", " ".join(localservices.jvm_trust_options()),
+         "--jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))),
+         str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"),
+         "jdbc:sqlite:" + uri.removeprefix("sqlite:///"), cfg.archive_root,
+         localservices.s3_endpoint(localservices.local_env()), namespace, str(out),
+         *actions.topics],
+        env={**os.environ, **spark.submit_env(),
+             **connections.s3_environment("kafka_archive_s3")},
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    return Counter((topic, p, o) for topic, read in json.loads(out.read_text()).items()
+                   for p, o, _ in read["rows"])

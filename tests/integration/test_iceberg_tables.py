@@ -38,19 +38,21 @@ def read_in_table(table) -> set[tuple]:
             for r in table.scan().to_arrow().to_pylist()}
 
 
-def spark_reads(pipeline: Pipeline, jdbc_url: str, topic: str, tmp_path: Path,
-                jdbc_env: dict[str, str], expression: str = "lower(hex(value))") -> dict:
-    """What Spark SQL reads of the table: rows of Kafka partition, offset and `expression`,
-    the snapshots, the count at the first."""
-    out = tmp_path / f"spark-read-{topic}.json"
+def spark_reads(pipeline: Pipeline, jdbc_url: str, tables: dict[str, str | None],
+                tmp_path: Path, jdbc_env: dict[str, str]) -> dict[str, dict]:
+    """What Spark SQL reads of each table (name -> the SQL expression read beside each
+    row's Kafka partition and offset; None: the value as hex), in one Spark job: per
+    table its rows, its snapshots and the count at the first."""
+    out = tmp_path / f"spark-read-{len(list(tmp_path.glob('spark-read-*')))}.json"
     result = subprocess.run(
         [str(spark.spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
          "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
          "--driver-java-options", " ".join(localservices.jvm_trust_options()),
          "--jars", ",".join(str(j) for j in sorted(ICEBERG_JARS.glob("*.jar"))),
          str(Path(__file__).parent / "jobs" / "read_iceberg_table.py"), jdbc_url,
-         pipeline.root, localservices.s3_endpoint(localservices.local_env()), "archive", topic,
-         str(out), expression],
+         pipeline.root, localservices.s3_endpoint(localservices.local_env()), "archive",
+         str(out), *(f"{name}={expression}" if expression else name
+                     for name, expression in tables.items())],
         env={**os.environ, **spark.submit_env(), **connections.s3_environment("kafka_archive_s3"),
              **jdbc_env},
         capture_output=True, text=True, timeout=300)
@@ -120,7 +122,7 @@ def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
         assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
         assert in_order(kafka, copy) == in_order(kafka, topic)
 
-    read = spark_reads(pipeline, jdbc_url, topic, tmp_path, jdbc_env)  # an independent engine
+    read = spark_reads(pipeline, jdbc_url, {topic: None}, tmp_path, jdbc_env)[topic]
     assert sorted(map(tuple, read["rows"])) == sorted(
         (p, o, None if v is None else v.hex()) for _, p, o, _, v, *_ in read_in_table(table))
     assert read["snapshots"] == [["append", "first"], ["overwrite", "second"]]
@@ -244,15 +246,14 @@ def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_besi
     assert f"archive.{topic}: {len(by_offset(table))} records" in listed.stdout, listed.stdout
     assert f"archive.{topic}_dlq: {len(by_offset(dead))} records" in listed.stdout
 
-    read = spark_reads(pipeline, f"jdbc:sqlite:{catalog_db}", topic, tmp_path, {},
-                       "to_json(named_struct('user', user, 'qty', qty, 'hour', "
-                       "date_format(event_time, 'yyyy-MM-dd HH')))")
+    read = spark_reads(pipeline, f"jdbc:sqlite:{catalog_db}", {  # an independent engine
+        topic: "to_json(named_struct('user', user, 'qty', qty, 'hour', "
+               "date_format(event_time, 'yyyy-MM-dd HH')))",
+        topic + "_dlq": "reason"}, tmp_path, {})
     rows = by_offset(table)
-    assert {(p, o): json.loads(v) for p, o, v in read["rows"]} == {
+    assert {(p, o): json.loads(v) for p, o, v in read[topic]["rows"]} == {
         at: {"user": r["user"], "qty": r["qty"],
              "hour": r["event_time"].strftime("%Y-%m-%d %H")} for at, r in rows.items()}
-    assert read["snapshots"][:2] == [["append", "first"], ["overwrite", "second"]]
-    read_dead = spark_reads(pipeline, f"jdbc:sqlite:{catalog_db}", topic + "_dlq", tmp_path, {},
-                            "reason")
-    assert sorted(map(tuple, read_dead["rows"])) == sorted(
+    assert read[topic]["snapshots"][:2] == [["append", "first"], ["overwrite", "second"]]
+    assert sorted(map(tuple, read[topic + "_dlq"]["rows"])) == sorted(
         (p, o, r["reason"]) for (p, o), r in by_offset(dead).items())

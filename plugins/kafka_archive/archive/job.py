@@ -149,14 +149,17 @@ def kept_of_cuts(config: Config, plan: Plan, storage: Storage,
 
 def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Plan,
               slices: list[Slice], rows: list[SliceRow], storage: Storage) -> list[SliceRow]:
-    """The parsed shape's new columns are typed by each file's own values; where the files
-    of a run disagree on one (a count that is 3 in one Kafka partition, 2.5 in another),
-    the column takes the first file's type (by partition and offset) or a wider one that
-    holds both, and the slices of the files that had it otherwise are written again with
+    """The parsed shape's new columns are typed by each file's own values (or schema);
+    where the files of a run disagree on one beyond what the table's evolution reconciles
+    (formats.columns.promoted: a count that is 3 in one Kafka partition, 2.5 in another;
+    a field that is a long in one schema version and text in another), the column takes
+    the first file's type (by partition and offset) or a wider one that holds both, and
+    the slices of the files that had it otherwise are written again with
     every column of the topic fixed (their values that do not fit go to the dead
     letters), so one table commit can add the column. Deterministic: the same messages
     give the same files, whoever runs them."""
     agreed: dict[str, dict[str, str]] = {}
+    origins: dict[str, dict[str, str]] = {}  # a typed table's: which schema id set each
     for topic in plan.topics():
         types: dict[str, str] = {}
         disagree = False
@@ -165,9 +168,13 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
             for f in row_files(row):
                 for name, kind in f.get("columns", ()):
                     seen = types.setdefault(name, kind)
-                    if seen != kind:
+                    if (merged := columns.promoted(seen, kind)) is not None:
+                        types[name] = merged  # the table evolves so: no file changes
+                    else:
                         types[name] = columns.widened(seen, kind) or seen
                         disagree = True
+                    if types[name] == kind and (origin := f.get("origins", {}).get(name)):
+                        origins.setdefault(topic, {}).setdefault(name, origin)
         if disagree:
             agreed[topic] = types
     if not agreed:
@@ -175,8 +182,8 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
 
     def fits(row: SliceRow) -> bool:
         want = agreed.get(row["topic"])
-        return want is None or all(want[n] == k for f in row_files(row)
-                                   for n, k in f.get("columns", ()))
+        return want is None or all(columns.promoted(want[n], k) == want[n]
+                                   for f in row_files(row) for n, k in f.get("columns", ()))
 
     again = {(r["topic"], r["partition"], r["start"]) for r in rows if not fits(r)}
     log.warning("run %s: files disagree on the type of new columns (%s); %d slices written "
@@ -184,7 +191,9 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
                     f"{t}: {', '.join(f'{n} {k}' for n, k in c.items())}"
                     for t, c in agreed.items()), len(again))
     fixed = dataclasses.replace(plan, columns={**plan.columns, **{
-        t: [[n, k] for n, k in c.items()] for t, c in agreed.items()}})
+        t: [[n, k] for n, k in c.items()] for t, c in agreed.items()}}, column_origins={
+        **plan.column_origins, **{t: {**plan.column_origins.get(t, {}), **origins.get(t, {})}
+                                  for t in agreed}})
     rewritten = archived(fixed, [s for s in slices if (s.topic, s.partition, s.start) in again])
     kept = {f["url"] for r in rewritten for f in row_files(r)}
     for row in rows:  # a rewritten slice's file may start elsewhere now: the old one goes
@@ -393,4 +402,5 @@ def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:
         finalized_ms=plan.finalized.get(topic), audit_header=config.audit.source_header,
         audit_window_ms=config.audit.window_s * 1000,
         table_run=plan.run_id if group.table else None,
-        columns=tuple(tuple(c) for c in plan.columns.get(topic, ())))
+        columns=tuple(tuple(c) for c in plan.columns.get(topic, ())),
+        column_origins=tuple(plan.column_origins.get(topic, {}).items()))

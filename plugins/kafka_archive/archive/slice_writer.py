@@ -57,10 +57,16 @@ class Target:
     table_run: str | None = None        # a table group's: the run whose folder holds its files
     # an event-time table group's (the parsed shape): the table's columns when planned
     columns: tuple[tuple[str, str], ...] = ()
+    column_origins: tuple[tuple[str, str], ...] = ()  # a typed table's (Plan.column_origins)
 
     @property
     def parsed(self) -> bool:
         return self.table_run is not None and self.layout.kind == "event_time"
+
+    @property
+    def typed(self) -> bool:
+        """The parsed table's columns come from the registered schemas (formats.schemas)."""
+        return isinstance(self.parser, parsers.RegistryParser)
 
 
 class OpenSlice:
@@ -178,11 +184,18 @@ class OpenSlice:
                                          t.generation, r.offset, t.format, time_path)
             folder = url.rsplit("/", 1)[0]
             opened = self.files.get(folder)  # a file is named by its first message: fit first
-            values, types = columns.fit(fields, ms, opened.writer.types if opened
-                                        else dict(t.columns), frozenset(dict(t.columns)))
-            out = self._open(folder, lambda: url,
-                             {**t.format, "shape": "parsed", "columns": t.columns})
-            self._append(out, r, lambda: out.writer.append_fitted(r, ms, values, types))
+            types = opened.writer.types if opened else dict(t.columns)
+            if t.typed:
+                from kafka_archive.formats import schemas  # pyarrow: the job's, as the writer
+
+                fitted = schemas.fit(fields, fields.schema, fields.schema_id, ms, types,
+                                     opened.writer.origins if opened
+                                     else dict(t.column_origins))
+            else:
+                fitted = columns.fit(fields, ms, types, frozenset(dict(t.columns)))
+            out = self._open(folder, lambda: url, {**t.format, "shape": "parsed",
+                                                   "columns": t.columns, "typed": t.typed})
+            self._append(out, r, lambda: out.writer.append_fitted(r, ms, *fitted))
         except (parsers.ParseError, columns.Misfit) as exc:
             reason = exc.reason if isinstance(exc, parsers.ParseError) else str(exc)
             self._dead_letter(r, reason)
@@ -321,9 +334,11 @@ class _OpenFile:
             raise self.write_error(exc, f"{self.count} records, closing") from exc
         storage.upload_file(Path(self.tmp_path), self.url, self.file.crc32c)
         written = getattr(self.writer, "columns_written", None)  # the parsed shape's
+        origins = getattr(self.writer, "origins", None)  # a typed one's
         return {"url": self.url, "records": self.count, "bytes": self.file.size,
                 "crc32c": s3_checksum(self.file.crc32c),
-                **({"columns": written()} if written else {})}
+                **({"columns": written()} if written else {}),
+                **({"origins": origins} if origins else {})}
 
     def discard(self) -> None:
         self.file.raw.close()  # a failed slice's file is still open

@@ -19,6 +19,7 @@ commit.table_maintenance.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 RUN_ID = "kafka-archive.run-id"      # snapshot summary: the run the snapshot commits
 OFFSETS = "kafka-archive.offsets"    # snapshot summary: the offset ranges it adds
 COMPACTED = "kafka-archive.compacted"  # snapshot summary: a compaction's files, before -> after
+# table property of a typed table (formats.schemas): column -> the schema id that set its
+# type ("schema id 7"), for the reasons of messages whose schema cannot join it
+ORIGINS = "kafka-archive.column-origins"
 ATTEMPTS = 5                         # lost compare-and-swap races before giving up
 DEAD_LETTER_SUFFIX = layout.DEAD_LETTER_SUFFIX  # an event-time group's topic's dead letters
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2",
@@ -83,9 +87,17 @@ def iceberg_type(kind: str):
             "date": types.DateType()}[kind]
 
 
-def column_type(field) -> str | None:
-    """The formats.columns type of an Iceberg field; None for one we never make."""
-    return next((kind for kind in columns.TYPES if iceberg_type(kind) == field.field_type), None)
+def column_type(field):
+    """The formats.columns kind of an Iceberg field ("long", {"struct": ...}: a typed
+    table's, formats.schemas); None for one we never make."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from kafka_archive.formats import schemas
+
+    try:
+        return schemas.kind(schema_to_pyarrow(field.field_type))
+    except schemas.UnsupportedSchema:
+        return None
 
 
 def parsed_schema(declared: tuple[tuple[str, str], ...]):
@@ -206,8 +218,7 @@ class Tables:
                 continue
             if (kind := column_type(field)) is None:
                 raise TerminalError(f"table {name(table)}: column {field.name} is "
-                                    f"{field.field_type}, not a type this archive writes "
-                                    f"({', '.join(columns.TYPES)})")
+                                    f"{field.field_type}, not a type this archive writes")
             found[field.name] = kind
         for column, kind in spec.columns:
             if found.setdefault(column, kind) != kind:
@@ -215,6 +226,10 @@ class Tables:
                                     f"{column} is {kind}, table {name(table)} has it as "
                                     f"{found[column]} (Iceberg cannot change it so)")
         return [[column, kind] for column, kind in found.items()]
+
+    def column_origins(self, group: str, topic: str) -> dict[str, str]:
+        """A typed table's columns' schema ids, as the next run is planned with them."""
+        return column_origins(self.find(group, topic))
 
     def spec(self, group: str) -> TableSpec:
         """The group's table settings; a group without them is refused by name."""
@@ -309,9 +324,10 @@ def commit_tables(tables: Tables, plan: Plan, manifest: dict) -> dict[str, int]:
             remove = [url for url in plan.superseded if url.startswith(inside)
                       and not _of_partitions(url, topic, missed)]
             if add or remove:
+                evolve = new_columns(add)
                 snapshot = commit_run(tables.table(plan.group, topic, dead_letters), plan.run_id,
-                                      [f["url"] for f in add], remove, offsets,
-                                      new_columns(add))
+                                      [f["url"] for f in add], remove, offsets, evolve,
+                                      new_origins(add, evolve))
                 if not dead_letters:
                     done[topic] = snapshot.snapshot_id
     return done
@@ -322,16 +338,31 @@ def _of_partitions(url: str, topic: str, partitions: set[tuple[str, int]]) -> bo
     return name is not None and (topic, name.partition) in partitions
 
 
-def new_columns(files: list[dict]) -> dict[str, str]:
+def new_columns(files: list[dict]) -> dict:
     """The field columns a run's parsed files hold (formats.parquet.ParsedWriter), by
-    name, in the order they first appear; a run whose files disagree on one is refused
-    (archive.job makes them agree)."""
-    found: dict[str, str] = {}
+    name, in the order they first appear, each promoted to hold every file's (a typed
+    table's int in one file, long in another: long); a run whose files disagree on one
+    otherwise is refused (archive.job makes them agree)."""
+    found: dict = {}
     for f in files:
         for column, kind in f.get("columns", ()):
-            if found.setdefault(column, kind) != kind:
-                raise TerminalError(f"{f['url']}: column {column} is {kind}, another file of "
-                                    f"the run has it as {found[column]}")
+            seen = found.setdefault(column, kind)
+            if (merged := columns.promoted(seen, kind)) is None:
+                raise TerminalError(f"{f['url']}: column {column} is {columns.shown(kind)}, "
+                                    f"another file of the run has it as {columns.shown(seen)}")
+            found[column] = merged
+    return found
+
+
+def new_origins(files: list[dict], wanted: dict) -> dict[str, str]:
+    """Per column of `wanted` (new_columns), the schema id that set its type, as the
+    first of a run's typed files having it so says (formats.parquet.ParsedWriter)."""
+    found: dict[str, str] = {}
+    for f in files:
+        kinds = dict(f.get("columns", ()))
+        for column, origin in f.get("origins", {}).items():
+            if kinds.get(column) == wanted.get(column):
+                found.setdefault(column, origin)
     return found
 
 
@@ -360,10 +391,11 @@ def run_snapshot(table, run_id: str):
 
 
 def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offsets: str = "",
-               evolve: dict[str, str] | None = None):
+               evolve: dict | None = None, origins: dict[str, str] | None = None):
     """Add the run's files (Parquet, paths in the table's file IO) and take out the files
     it replaces, in one snapshot whose summary names the run, after the columns of
-    `evolve` ({name: type}) the table lacks are added in the same commit; the run's
+    `evolve` ({name: kind}) the table lacks or holds narrower are added or evolved in
+    the same commit (with the schema ids `origins` names for them); the run's
     snapshot (the existing one when it committed already). A rewind's file to add that the table holds
     already, other than as one this run replaces, is refused: a message would be in it
     twice. (No two runs share a path (layout.table_data_file) and our own catalog refuses
@@ -375,7 +407,7 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
             raise TerminalError(f"table {name(table)}: run {run_id} would add "
                                 f"{twice[0]}, which the table holds already (and "
                                 f"{len(twice) - 1} more): refused, nothing committed")
-        _add_columns(tx, table, evolve or {})
+        _add_columns(tx, table, evolve or {}, origins or {})
         properties = {RUN_ID: run_id, **({OFFSETS: offsets} if offsets else {})}
         update = tx.update_snapshot(snapshot_properties=properties)
         # merge_append: small manifests are merged as they accumulate (a fast append adds
@@ -446,24 +478,41 @@ def _replacing(tx, io, properties: dict[str, str]):
                    snapshot_properties=properties)
 
 
-def _add_columns(tx, table, wanted: dict[str, str]) -> None:
+def _add_columns(tx, table, wanted: dict, origins: dict[str, str]) -> None:
     """The columns a run's files bring that the table lacks, added in the run's own
-    commit (a reader sees the column and its values together); one the table has with
-    another type is refused (the run was planned with the table's columns)."""
+    commit (a reader sees the column and its values together), and those a typed table's
+    new schema version widens, evolved so (int to long, a struct's new field: Iceberg's
+    union by name), with the schema id that set each (ORIGINS); a column the table has
+    with a type Iceberg cannot evolve into the file's is refused (the run was planned
+    with the table's columns)."""
+    import pyarrow as pa
+
+    from kafka_archive.formats import schemas
+
     schema = table.schema()
-    new = {}
+    evolved = {}
     for column, kind in wanted.items():
         field = schema.find_field(column) if column in schema._name_to_id else None
-        if field is None:
-            new[column] = kind
-        elif column_type(field) != kind:
+        current = None if field is None else column_type(field)
+        merged = kind if field is None else columns.promoted(current, kind)
+        if merged is None or (field is not None and current is None):
             raise TerminalError(f"table {name(table)}: a file of the run has column {column} as "
-                                f"{kind}, the table as {field.field_type}: refused, nothing "
-                                "committed")
-    if new:
+                                f"{columns.shown(kind)}, the table as {field.field_type}: "
+                                "refused, nothing committed")
+        if merged != current:
+            evolved[column] = merged
+    if evolved:
         with tx.update_schema() as update:
-            for column, kind in new.items():
-                update.add_column(column, iceberg_type(kind))
+            update.union_by_name(pa.schema([pa.field(column, schemas.arrow(kind))
+                                             for column, kind in evolved.items()]))
+    if set_by := {c: origins[c] for c in evolved if c in origins}:
+        tx.set_properties({ORIGINS: json.dumps({**column_origins(table), **set_by},
+                                               sort_keys=True)})
+
+
+def column_origins(table) -> dict[str, str]:
+    """A typed table's columns' schema ids (ORIGINS); {} for a table without them."""
+    return json.loads(table.properties.get(ORIGINS) or "{}") if table is not None else {}
 
 
 def current_files(table, paths: list[str]) -> dict:

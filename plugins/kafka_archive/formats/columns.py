@@ -1,6 +1,11 @@
-"""Typed columns of the parsed table shape: a JSON (or MessagePack) object's fields.
+"""Typed columns of the parsed table shape: a JSON (or MessagePack) object's fields, or
+a registered schema's (formats.schemas).
 
-A column has a name and one of TYPES. A field's value either fits its column's type as it
+A column has a name and a kind: one of TYPES for a field typed by its values; a
+registered schema's fields also have the kinds of NESTED_TYPES ("decimal(P,S)" too) and
+the nested ones `{"struct": [[name, kind], ...]}`, `{"list": kind}`, `{"map": [key kind,
+value kind]}` (JSON, as plans and manifests hold them). Where two kinds meet (a table's
+and a new schema version's), `promoted` gives the one Iceberg evolves both into, if any. A field's value either fits its column's type as it
 is, or widens to it without loss (an integer into a double column), or does not fit: the
 message then goes whole to the dead-letter table with the reason (`Misfit`), never a
 value changed or dropped. A field no column names yet gets one, its type from its first
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import date
 from typing import Any
 
@@ -23,6 +29,8 @@ TYPES = ("boolean", "int", "long", "float", "double", "string", "timestamp", "da
 KAFKA, EVENT_TIME = "kafka", "event_time"
 RESERVED = (KAFKA, EVENT_TIME)
 _INT = {"int": 2 ** 31, "long": 2 ** 63}
+# a registered schema's types beyond TYPES (formats.schemas maps them to Arrow)
+NESTED_TYPES = ("binary", "time", "timestamp_ntz", "uuid")
 # what a column inferred from one file may become when another of its values needs it
 # (within one file, or between the files of one run); Iceberg promotes no further
 WIDER = {("long", "double"): "double"}
@@ -47,9 +55,68 @@ def infer(value: Any) -> str | None:
 
 def widened(current: str, seen: str) -> str | None:
     """The type a new column takes when it holds values of both types; None if none."""
-    if current == seen:
-        return current
-    return WIDER.get((current, seen)) or WIDER.get((seen, current))
+    return promoted(current, seen) or WIDER.get((current, seen)) or WIDER.get((seen, current))
+
+
+def promoted(current, kind):
+    """The kind a column of `current` evolves into to hold `kind` too, as Iceberg evolves
+    a table (files of either kind then read as it): int into long, float into double, a
+    decimal into more digits, a struct gaining fields (recursively; one without a field
+    reads it as null); None where Iceberg cannot (`conflict` says where)."""
+    return _merged(current, kind, "")[0]
+
+
+def conflict(current, kind, path: str) -> tuple[str, Any, Any] | None:
+    """Where `promoted` fails: the path of the first field the two kinds cannot share,
+    with its kind in each; None where they can."""
+    return _merged(current, kind, path)[1]
+
+
+def _merged(current, kind, path: str) -> tuple[Any, tuple[str, Any, Any] | None]:
+    if current == kind:
+        return current, None
+    if isinstance(current, dict) and isinstance(kind, dict) and current.keys() == kind.keys():
+        shape = next(iter(current))
+        if shape == "struct":
+            fields = dict(current["struct"])
+            for name, inner in kind["struct"]:
+                if name in fields:
+                    merged, where = _merged(fields[name], inner, f"{path}.{name}".lstrip("."))
+                    if merged is None:
+                        return None, where
+                    fields[name] = merged
+                else:
+                    fields[name] = inner
+            return {"struct": [[name, inner] for name, inner in fields.items()]}, None
+        if shape == "list":
+            merged, where = _merged(current["list"], kind["list"], f"{path}[]")
+            return (None if merged is None else {"list": merged}), where
+        if shape == "map" and current["map"][0] == kind["map"][0]:
+            merged, where = _merged(current["map"][1], kind["map"][1], f"{path}{{}}")
+            return (None if merged is None else {"map": [current["map"][0], merged]}), where
+    if isinstance(current, str) and isinstance(kind, str):
+        for narrow, wide in (("int", "long"), ("float", "double")):
+            if {current, kind} == {narrow, wide}:
+                return wide, None
+        digits = [DECIMAL.fullmatch(k) for k in (current, kind)]
+        if all(digits) and digits[0]["scale"] == digits[1]["scale"]:
+            return max(current, kind, key=lambda k: int(DECIMAL.fullmatch(k)["precision"])), None
+    return None, (path, current, kind)
+
+
+DECIMAL = re.compile(r"decimal\((?P<precision>\d+),\s*(?P<scale>\d+)\)")
+
+
+def shown(kind) -> str:
+    """A kind as text, for reasons: long, struct<a: long>, list<string>, map<string, long>."""
+    if isinstance(kind, str):
+        return kind
+    shape, inner = next(iter(kind.items()))
+    if shape == "struct":
+        return "struct<" + ", ".join(f"{name}: {shown(k)}" for name, k in inner) + ">"
+    if shape == "list":
+        return f"list<{shown(inner)}>"
+    return f"map<{shown(inner[0])}, {shown(inner[1])}>"
 
 
 def convert(name: str, value: Any, kind: str) -> Any:
@@ -97,7 +164,7 @@ def fit(fields: dict, event_ms: int, types: dict[str, str], known: frozenset[str
     values, types = {}, dict(types)
     for name, value in fields.items():
         if name in RESERVED:
-            if name == EVENT_TIME and _same_time(value, event_ms):
+            if name == EVENT_TIME and same_time(value, event_ms):
                 continue  # the parser's own field: the event_time column holds it
             raise Misfit(f"field {name!r} has the name of the table's own column {name}")
         kind = types.get(name)
@@ -116,7 +183,7 @@ def fit(fields: dict, event_ms: int, types: dict[str, str], known: frozenset[str
     return values, types
 
 
-def _same_time(value: Any, event_ms: int) -> bool:
+def same_time(value: Any, event_ms: int) -> bool:
     try:
         return value is not None and convert(EVENT_TIME, value, "timestamp") == event_ms
     except Misfit:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kafka_archive.formats import columns
+from kafka_archive.formats import columns, schemas
 from kafka_archive.formats.records import Record
 
 COMPRESSION = "zstd"
@@ -126,9 +126,6 @@ def _write(table: pa.Table, file: BinaryIO) -> None:
     file.write(memoryview(sink.getvalue()))
 
 
-_ARROW = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
-          "double": pa.float64(), "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
-          "date": pa.date32()}
 # the parsed shape's own columns, without field ids: its columns are added as messages
 # bring them, so the table maps its files by name (commit.iceberg)
 PARSED_KAFKA = _without_ids(KAFKA)
@@ -140,12 +137,17 @@ class ParsedWriter:
     table's, when the run was planned) keep their type; a field none names becomes a new
     column, typed by its values in this file (`columns_written` says which: the commit
     adds them to the table). `append` raises columns.Misfit and keeps nothing of a
-    message a column cannot hold: the slice writer sends it to the dead letters."""
+    message a column cannot hold: the slice writer sends it to the dead letters.
+
+    `typed` in the format: the fields are a registered schema's (formats.schemas.fit),
+    their values as Arrow takes them, their columns typed by the schemas and promoted
+    where a later version widens one (`origins` says which schema id set each)."""
 
     def __init__(self, fileobj: BinaryIO, fmt: Mapping, file_name: str):
         self.file, self.topic = fileobj, fmt.get("topic")
         self.partition = int(file_name.split("_")[1])
-        self.types: dict[str, str] = dict(fmt.get("columns", ()))
+        self.types: dict = dict(fmt.get("columns", ()))
+        self.typed, self.origins = bool(fmt.get("typed")), dict(fmt.get("origins", ()))
         self.known = frozenset(self.types)
         self.values: dict[str, list] = {name: [] for name in self.types}
         self.offsets: list[int] = []
@@ -155,19 +157,23 @@ class ParsedWriter:
     def append_parsed(self, r: Record, event_ms: int, fields: dict) -> None:
         self.append_fitted(r, event_ms, *columns.fit(fields, event_ms, self.types, self.known))
 
-    def append_fitted(self, r: Record, event_ms: int, values: dict, types: dict[str, str]) -> None:
-        """A message's values as columns.fit gave them against this file's types."""
+    def append_fitted(self, r: Record, event_ms: int, values: dict, types: dict,
+                      origins: dict[str, str] | None = None) -> None:
+        """A message's values as columns.fit (schemas.fit) gave them against this file's
+        types."""
         n = len(self.offsets)
         for name in types:
             if name not in self.values:
                 self.values[name] = [None] * n
             self.values[name].append(values.get(name))
         self.types = types
+        if origins is not None:
+            self.origins = origins
         self.offsets.append(r.offset)
         self.timestamps.append(r.timestamp_ms)
         self.event_ms.append(event_ms)
 
-    def columns_written(self) -> list[list[str]]:
+    def columns_written(self) -> list[list]:
         """[name, type] of every field column of the file, in order."""
         return [[name, kind] for name, kind in self.types.items()]
 
@@ -181,13 +187,15 @@ class ParsedWriter:
         fields = [pa.field(columns.KAFKA, PARSED_KAFKA, False),
                   pa.field(columns.EVENT_TIME, pa.timestamp("us", tz="UTC"), False)]
         for name, kind in self.types.items():
-            values = self.values[name]
-            if kind == "timestamp":
+            values, arrow_type = self.values[name], schemas.arrow(kind)
+            if self.typed:
+                arrays.append(pa.array(values, arrow_type))
+            elif kind == "timestamp":
                 arrays.append(_micros(values))
             else:
                 arrays.append(pa.array([float(v) if kind in ("float", "double") and v is not None
-                                        else v for v in values], _ARROW[kind]))
-            fields.append(pa.field(name, _ARROW[kind]))
+                                        else v for v in values], arrow_type))
+            fields.append(pa.field(name, arrow_type))
         _write(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), self.file)
 
 
@@ -217,8 +225,7 @@ def concatenate(files: Iterable[bytes], out: BinaryIO, below: int | None = None
             paths.append(Path(folder) / f"{i}.parquet")
             paths[-1].write_bytes(data)
             del data
-        schemas = [pq.read_schema(p) for p in paths]
-        schema = pa.unify_schemas(schemas, promote_options="default")
+        schema = _unified([pq.read_schema(p) for p in paths])
         rows, pending = 0, []
         with pq.ParquetWriter(out, schema, compression=COMPRESSION) as writer:
             def flush() -> None:
@@ -239,10 +246,27 @@ def concatenate(files: Iterable[bytes], out: BinaryIO, below: int | None = None
                     if sum(b.nbytes for b in pending) >= ROW_GROUP_BYTES:
                         flush()
             flush()
-    kinds = {str(t): k for k, t in _ARROW.items()}
-    found = {f.name: kinds[str(f.type)] for t in schemas for f in t
-             if f.name not in columns.RESERVED and str(f.type) in kinds}
-    return rows, [[name, kind] for name, kind in found.items()]
+    if columns.EVENT_TIME not in schema.names:  # not the parsed shape: no field columns
+        return rows, []
+    return rows, [[f.name, schemas.kind(f.type)] for f in schema
+                  if f.name not in columns.RESERVED]
+
+
+def _unified(found: list[pa.Schema]) -> pa.Schema:
+    """The one schema of files of one table: each column as the first file that has it
+    has it, promoted where a later file's holds more (formats.columns.promoted: a typed
+    table's int evolved to long, a struct that gained a field); in order of appearance."""
+    fields: dict[str, pa.Field] = {}
+    for schema in found:
+        for f in schema:
+            seen = fields.setdefault(f.name, f)
+            if seen.type != f.type:
+                merged = columns.promoted(schemas.kind(seen.type), schemas.kind(f.type))
+                if merged is None:
+                    raise ValueError(f"column {f.name} is {seen.type} in one file, {f.type} "
+                                     "in another of the same table")
+                fields[f.name] = pa.field(f.name, schemas.arrow(merged))
+    return pa.schema(list(fields.values()))
 
 
 def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -4,10 +4,12 @@ with confluent-kafka's own Schema Registry client and deserializers: `avro` (fas
 fetch the writer's schema by its id and decode; the client caches each schema, so a
 process asks the registry once per schema id it meets.
 
-A value becomes a dict of its fields: Avro's as fastavro gives them (logical types as
-datetime, date, Decimal, UUID text), JSON Schema's as JSON, Protobuf's through
-protobuf's JSON mapping (a Timestamp as RFC 3339 text). Protobuf needs no generated
-class: the message type is built from the descriptor the registry holds for the id.
+A value becomes a dict of its fields (`Registered`, which also names its schema id and
+gives the writer's schema as Arrow, formats.schemas, for a typed table): Avro's as
+fastavro gives them (logical types as datetime, date, Decimal, UUID text), JSON Schema's
+as JSON, Protobuf's through protobuf's JSON mapping (a Timestamp as RFC 3339 text, a
+scalar at its default as that default). Protobuf needs no generated class: the message
+type is built from the descriptor the registry holds for the id.
 
 What fails is told apart (`decode`): a value this cannot read (no magic byte, a corrupt
 payload, a schema id the registry does not know) is the message's problem, a ParseError
@@ -27,6 +29,25 @@ from kafka_archive.formats.parsers import ParseError
 KINDS = ("avro", "protobuf", "json_schema")
 STRATEGIES = ("topic", "record", "topic_record")  # the subject naming strategy
 _SCHEMA_TYPE = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
+
+
+class Registered(dict):
+    """A decoded value's fields, with the id of the schema it was written with and that
+    schema as Arrow (`schema`, read from the registry's cache once per id: a files group
+    never asks it). A schema no table can hold raises ParseError naming the id."""
+
+    def __init__(self, fields: dict, schema_id: str, schema: Callable[[], Any]):
+        super().__init__(fields)
+        self.schema_id, self._schema = schema_id, schema
+
+    @property
+    def schema(self):
+        from kafka_archive.formats.schemas import UnsupportedSchema
+
+        try:
+            return self._schema()
+        except UnsupportedSchema as exc:
+            raise ParseError(f"schema id {self.schema_id} has no table shape: {exc}") from None
 
 
 class Decoder:
@@ -51,7 +72,9 @@ class Decoder:
         self.kind, self.settings, self.strategy = kind, dict(settings), strategy
         self._client = client
         self._read: Callable[[bytes, Any], Any] | None = None
-        self._protobuf: dict[tuple, Any] = {}  # (schema id, message indexes) -> deserializer
+        # (schema id, message indexes) -> (descriptor, deserializer)
+        self._protobuf: dict[tuple, Any] = {}
+        self._arrow: dict[tuple, Any] = {}  # the same -> the writer's schema as Arrow
 
     @property
     def client(self):
@@ -89,11 +112,35 @@ class Decoder:
         if self.kind == "protobuf":
             from google.protobuf.json_format import MessageToDict
 
-            decoded = MessageToDict(decoded, preserving_proto_field_name=True)
+            decoded = MessageToDict(decoded, preserving_proto_field_name=True,
+                                    always_print_fields_with_no_presence=True)
+        schema_id = self.schema_id(value)
         if not isinstance(decoded, dict):
-            raise ParseError(f"the value of schema id {self.schema_id(value)} is "
+            raise ParseError(f"the value of schema id {schema_id} is "
                              f"{type(decoded).__name__}, not a record of fields")
-        return decoded
+        key = self._key(value)
+        return Registered(decoded, schema_id, lambda: self._writer_schema(key))
+
+    def _writer_schema(self, key: tuple):
+        """The writer's schema of a (schema id, message indexes) as Arrow, made once."""
+        from kafka_archive.formats import schemas
+
+        if key not in self._arrow:
+            if self.kind == "protobuf":
+                made = schemas.protobuf_arrow(self._protobuf[key][0])
+            else:
+                text = self.client.get_schema(key[0]).schema_str
+                made = (schemas.avro_arrow if self.kind == "avro"
+                        else schemas.json_schema_arrow)(text)
+            self._arrow[key] = made
+        return self._arrow[key]
+
+    def _key(self, value: bytes) -> tuple:
+        from confluent_kafka.schema_registry.common.serde import SchemaId
+
+        header = SchemaId(_SCHEMA_TYPE[self.kind])
+        header.from_bytes(io.BytesIO(value))
+        return header.id, tuple(header.message_indexes or (0,))
 
     def schema_id(self, value: bytes) -> str:
         """The value's schema id as its header says, for reasons; '?' without a header."""
@@ -127,16 +174,14 @@ class Decoder:
         and message from the descriptor the registry holds (no generated class needed).
         It is given no registry: it would ask for the schema again, in the `serialized`
         form, which Apicurio 3.3 fails to give (500) for a descriptor registered as such."""
-        from confluent_kafka.schema_registry.common.serde import SchemaId
         from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 
-        header = SchemaId("PROTOBUF")
-        header.from_bytes(io.BytesIO(value))
-        key = (header.id, tuple(header.message_indexes or (0,)))
+        key = self._key(value)
         if key not in self._protobuf:
-            message = _message_class(self.client, header.id, key[1])
-            self._protobuf[key] = ProtobufDeserializer(message, {"use.deprecated.format": False})
-        return self._protobuf[key](value, context)
+            message = _message_class(self.client, key[0], key[1])
+            self._protobuf[key] = (message.DESCRIPTOR, ProtobufDeserializer(
+                message, {"use.deprecated.format": False}))
+        return self._protobuf[key][1](value, context)
 
 
 def reachable(settings: Mapping[str, Any]) -> str:

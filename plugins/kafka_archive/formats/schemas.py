@@ -21,7 +21,12 @@ Arrow mapping):
 
 What cannot become a column is refused (`UnsupportedSchema`, naming the field): a union
 of several non-null types, a recursive record. The caller sends such a topic's messages
-to the dead letters with the reason. Pure: pyarrow only.
+to the dead letters with the reason.
+
+A table column's kind (formats.columns: "long", {"struct": ...}, as plans and manifests
+hold them) is its Arrow type's (`kind`, `arrow`); `fit` places a decoded value's fields in
+a parsed table file's columns by its schema, the table evolving where Iceberg can.
+Pure: pyarrow only.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ from datetime import date, datetime, time, timezone
 from typing import Any, Mapping
 
 import pyarrow as pa
+
+from kafka_archive.formats import columns
+from kafka_archive.formats.columns import Misfit
 
 _AVRO_PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
                    "float": pa.float32(), "double": pa.float64(), "bytes": pa.binary(),
@@ -319,3 +327,81 @@ def _proto_type_names() -> dict[int, str]:
 
 def _is_repeated(field) -> bool:
     return field.is_repeated
+
+
+# --- column kinds -----------------------------------------------------------------------
+
+_KIND_ARROW = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
+               "float": pa.float32(), "double": pa.float64(), "string": pa.string(),
+               "binary": pa.binary(), "date": pa.date32(), "time": pa.time64("us"),
+               "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+               "uuid": pa.uuid()}
+# how Iceberg readers (pyiceberg) give some of them back
+_SAME = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+
+
+def kind(arrow_type: pa.DataType):
+    """The column kind of an Arrow type (formats.columns); UnsupportedSchema for a type
+    no column of ours holds."""
+    arrow_type = _SAME.get(arrow_type, arrow_type)
+    for name, known in _KIND_ARROW.items():
+        if arrow_type == known:
+            return name
+    if pa.types.is_decimal(arrow_type):
+        return f"decimal({arrow_type.precision},{arrow_type.scale})"
+    if pa.types.is_struct(arrow_type):
+        return {"struct": [[f.name, kind(f.type)] for f in arrow_type]}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return {"list": kind(arrow_type.value_type)}
+    if pa.types.is_map(arrow_type):
+        return {"map": [kind(arrow_type.key_type), kind(arrow_type.item_type)]}
+    raise UnsupportedSchema(f"type {arrow_type} is no column type of this archive")
+
+
+def arrow(column_kind) -> pa.DataType:
+    """The Arrow type of a column kind: every field nullable (a table's columns are
+    optional: a later schema version may drop one), a map's keys not."""
+    if isinstance(column_kind, str):
+        if found := columns.DECIMAL.fullmatch(column_kind):
+            return pa.decimal128(int(found["precision"]), int(found["scale"]))
+        return _KIND_ARROW[column_kind]
+    shape, inner = next(iter(column_kind.items()))
+    if shape == "struct":
+        return pa.struct([pa.field(name, arrow(k)) for name, k in inner])
+    if shape == "list":
+        return pa.list_(pa.field("element", arrow(inner)))
+    return pa.map_(arrow(inner[0]), pa.field("value", arrow(inner[1])))
+
+
+def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types: dict,
+        origins: dict[str, str]) -> tuple[dict, dict, dict[str, str]]:
+    """A value decoded by its writer's schema (`schema`, registered as `schema_id`) as
+    columns of a parsed table file whose columns have `types` so far, each set by what
+    `origins` names ("schema id 3"; absent: the table's): the values (as Arrow takes them
+    for their schema's types), the file's types with the message in it (a field new to
+    them added, a column promoted where Iceberg can: int to long, a struct gaining fields)
+    and their origins. Misfit, and nothing changed, when a field's kind cannot join its
+    column's (the reason names both schema ids and the field) or its value is not what
+    its schema says."""
+    types, origins, values = dict(types), dict(origins), {}
+    for field in schema:
+        name = field.name
+        if name in columns.RESERVED:
+            if name == columns.EVENT_TIME and columns.same_time(fields.get(name), event_ms):
+                continue  # the parser's own field: the event_time column holds it
+            raise Misfit(f"schema id {schema_id} has field {name!r}, the name of the "
+                         f"table's own column {name}")
+        mine, current = kind(field.type), types.get(name)
+        merged = mine if current is None else columns.promoted(current, mine)
+        if merged is None:
+            where, theirs, ours = columns.conflict(current, mine, name)
+            raise Misfit(f"schema id {schema_id} has field {where} as {columns.shown(ours)}, "
+                         f"where {origins.get(name, 'the table')} has it as "
+                         f"{columns.shown(theirs)}: Iceberg cannot evolve one into the other")
+        if merged != current:
+            types[name], origins[name] = merged, f"schema id {schema_id}"
+        try:
+            values[name] = _typed(fields.get(name), field.type, name)
+        except ValueError as exc:
+            raise Misfit(f"schema id {schema_id}: {exc}") from None
+    return values, types, origins

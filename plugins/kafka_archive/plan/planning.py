@@ -119,7 +119,10 @@ class Plan:
     token_runs: dict[str, str | None] = field(default_factory=dict)
     # an event-time table group's, per topic: its table's [name, type] columns when planned
     # (the job writes them so, and types only the fields none names: formats.columns)
-    columns: dict[str, list[list[str]]] = field(default_factory=dict)
+    columns: dict[str, list[list]] = field(default_factory=dict)
+    # a typed table's (formats.schemas), per topic: column -> the schema id that set its
+    # type, for the reasons of messages whose schema cannot join it
+    column_origins: dict[str, dict[str, str]] = field(default_factory=dict)
     # the catalog's newest entry when planned: a token that changed under the plan was
     # advanced by another run if that run's commit came after it, else it is an older
     # copy a person put back (None: a plan from before this was recorded)

@@ -112,7 +112,9 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         anomalies=tuple(anomalies), superseded=tuple(superseded), waiting=waiting,
         finalized=_watermarks(cat, group, topics),
         latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics},
-        columns=_columns(group, topics, tables), catalog_seq=cat.state.seq, cuts=tuple(cuts))
+        columns=_columns(group, topics, tables),
+        column_origins=_column_origins(group, topics, tables),
+        catalog_seq=cat.state.seq, cuts=tuple(cuts))
     if dry_run or not slices:
         return plan
     plan_url = _plan_url(config, plan)
@@ -352,6 +354,12 @@ def _columns(group: Group, topics: list[str], tables) -> dict[str, list]:
         return {}
     declared = [list(c) for c in group.table.columns]
     return {t: tables.columns(group.name, t) if tables else declared for t in topics}
+
+
+def _column_origins(group: Group, topics: list[str], tables) -> dict[str, dict[str, str]]:
+    if not group.parsed_table or tables is None:
+        return {}
+    return {t: found for t in topics if (found := tables.column_origins(group.name, t))}
 
 
 def _watermarks(cat: catalog.Catalog, group: Group, topics: list[str]) -> dict[str, int]:

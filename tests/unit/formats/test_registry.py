@@ -92,7 +92,7 @@ def test_the_registry_settings_are_not_a_parser_option():
         parsers.load_checked("avro", {"field": "at", "subject_name_strategy": "subject"})
 
 
-def test_a_table_group_refuses_a_registry_parser_until_its_types_come_from_the_schema(tmp_path):
+def test_a_table_group_takes_a_registry_parser_and_a_files_group_too(tmp_path):
     from kafka_archive import config
 
     path = tmp_path / "kafka-archive.yaml"
@@ -100,8 +100,7 @@ def test_a_table_group_refuses_a_registry_parser_until_its_types_come_from_the_s
                     "schema_registry: {url: 'http://registry:8081'}\n"
                     "groups: {t: {format: {kind: parquet}, table: {}, parser: {kind: avro, "
                     "field: at}, layout: {kind: event_time, granularity: hour}}}\n")
-    with pytest.raises(ConfigError, match="parser avro is for event-time files groups"):
-        config.load(path)
+    assert config.load(path).group("t").parsed_table
     path.write_text(path.read_text().replace("format: {kind: parquet}, table: {}, ", ""))
     assert config.load(path).schema_registry == {"url": "http://registry:8081"}
 

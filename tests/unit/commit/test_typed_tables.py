@@ -1,0 +1,220 @@
+"""A table group whose parser reads the Schema Registry (avro, protobuf, json_schema): its
+table's columns are the registered schema's, nested as it nests them, from slice writer
+to an Iceberg table on a local root and a real SQLite catalog, with confluent-kafka's
+serializers against its in-memory registry (`mock://`). A new schema version evolves the
+table in the run's own snapshot where Iceberg can; where it cannot, or the schema id is
+unknown, the message is a dead letter whose reason names the schema ids and the field."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+
+from kafka_archive import config, layout
+from kafka_archive.archive import job, slice_writer
+from kafka_archive.commit import iceberg, protocol
+from kafka_archive.formats import parquet, registry
+from kafka_archive.formats.records import Record
+from kafka_archive.plan.planning import Plan, Slice
+from kafka_archive.storage import Storage
+from kafka_archive.tokens import LocalTokenStore
+from kafka_archive.tools import verify
+from tests.support import registry_topics
+
+GROUP, TOPIC = "shop", "orders"
+NOW = datetime(2026, 11, 29, 12, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 29, 9, 30, 15, 250000, tzinfo=timezone.utc)
+
+# the Order's versions: v2 adds a field with a default and a nested optional field, v3
+# widens that field (int to long), v4 makes it text (no evolution Iceberg can make)
+V2_FIELDS = [{"name": "qty", "type": "int", "default": 1}]
+V2_CUSTOMER = {"name": "tier", "type": ["null", "string"], "default": None}
+
+
+def avro_version(qty_type: str | None) -> str:
+    schema = json.loads(registry_topics.ORDER_AVRO)
+    if qty_type is not None:
+        schema["fields"] += [{**V2_FIELDS[0], "type": qty_type,
+                              "default": "1" if qty_type == "string" else 1}]
+        schema["fields"][2]["type"]["fields"].append(V2_CUSTOMER)
+    return json.dumps(schema)
+
+
+@pytest.fixture
+def env(tmp_path):
+    path = tmp_path / "kafka-archive.yaml"
+    path.write_text(
+        f"kafka: {{bootstrap_servers: 127.0.0.1:1}}\narchive_root: file://{tmp_path}/archive\n"
+        f"schema_registry: {{url: 'mock://tests'}}\n"
+        f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{tmp_path}/catalog.db'}}}}\n"
+        f"groups:\n  {GROUP}:\n    layout: {{kind: event_time, granularity: hour}}\n"
+        f"    parser: {{kind: avro, field: at}}\n    format: {{kind: parquet}}\n"
+        f"    topic_parsers: {{proto: {{kind: protobuf, field: at}},"
+        f" json: {{kind: json_schema, field: at}}}}\n"
+        f"    table: {{namespace: archive}}\n")
+    cfg = config.load(path)
+    client = SchemaRegistryClient.new_client({"url": "mock://tests"})
+    return cfg, Storage(), LocalTokenStore(tmp_path / "tokens"), iceberg.Tables(cfg), client
+
+
+def archive(env, run_id: str, topic: str, values: list[bytes | None]) -> Plan:
+    """What the job does for a plan of one slice of partition 0: the slice writer's files
+    (its parser reading the test's registry) and the manifest."""
+    cfg, storage, tokens, tables, client = env
+    current = tokens.read(GROUP, topic)
+    start = current.token.offsets[0] if current.token else 0
+    piece = Slice(topic, 0, start, start + len(values), 1 << 30)
+    plan = Plan(group=GROUP, run_id=run_id, created_at=NOW.isoformat(), bootstrap="127.0.0.1:1",
+                generation=1, format={"kind": "parquet"}, slices=(piece,),
+                token_versions={topic: current.version},
+                token_runs={topic: current.token.run_id if current.token else None},
+                base_offsets={topic: {"0": start} if current.token else {}},
+                columns={topic: tables.columns(GROUP, topic)},
+                column_origins={topic: tables.column_origins(GROUP, topic)})
+    target = job.target(cfg, plan, topic)
+    target.parser.decoder = registry.Decoder(target.parser.kind, {}, client=client)
+    out = slice_writer.OpenSlice(target, 0, piece.start, piece.end, piece.max_bytes)
+    for offset, value in enumerate(values, start):
+        out.add(Record(offset, b"k", value, int(AT.timestamp() * 1000), []))
+    row = out.finish(storage)
+    storage.put_bytes(layout.run_file(cfg.archive_root, GROUP, run_id, "plan.json"),
+                      plan.to_json())
+    storage.put_bytes(layout.run_file(cfg.archive_root, GROUP, run_id, "manifest.json"),
+                      json.dumps({"run_id": run_id, "slices": [row]}).encode())
+    return plan
+
+
+def commit(env, plan: Plan) -> dict:
+    cfg, storage, tokens, tables, _ = env
+    return protocol.commit(cfg, plan, storage, tokens, NOW, tables)
+
+
+def written(env, kind: str, topic: str, **changes) -> bytes:
+    serialize = registry_topics.serializer(kind, env[4])
+    return serialize(registry_topics.order(kind, AT, **changes),
+                     registry_topics.value_context(topic))
+
+
+def avro(env, schema: str, **changes) -> bytes:
+    order = {**registry_topics.ORDER, "at": AT, **changes}
+    return AvroSerializer(env[4], schema)(order, registry_topics.value_context(TOPIC))
+
+
+def rows(table) -> list[dict]:
+    return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["kafka"]["offset"])
+
+
+def letters(env, topic: str = TOPIC) -> list[dict]:
+    return rows(env[3].find(GROUP, topic, dead_letters=True))
+
+
+@pytest.mark.parametrize("kind, topic", [("avro", TOPIC), ("protobuf", "proto"),
+                                         ("json_schema", "json")])
+def test_the_schemas_fields_are_the_tables_columns_nested_as_it_nests_them(env, kind, topic):
+    cfg, storage, tokens, tables, _ = env
+    summary = commit(env, archive(env, "r1", topic, [written(env, kind, topic),
+                                                     written(env, kind, topic, note="gift")]))
+    assert summary["records"] == 2 and summary["quarantined"] == 0
+    t = tables.find(GROUP, topic)
+    assert {f.name: iceberg.column_type(f) for f in t.schema().fields[2:]} == {
+        "id": "long", "at": "timestamp",
+        "customer": {"struct": [["name", "string"], ["vip", "boolean"]]},
+        "items": {"list": "string"}, "labels": {"map": ["string", "string"]},
+        "status": "string", "note": "string"}
+    got = rows(t)
+    assert [r["note"] for r in got] == [None, "gift"]
+    first = got[0]
+    assert (first["id"], first["customer"], first["items"], dict(first["labels"]),
+            first["status"], first["at"], first["event_time"]) == (
+        7, {"name": "Ada", "vip": True}, ["pen", "ink"], {"channel": "web"}, "PAID", AT, AT)
+    report = verify.verify_group(cfg, GROUP, storage, tokens, files=True, tables=tables)
+    assert not report.errors(), report.render()
+
+
+def test_new_versions_evolve_the_table_in_their_runs_snapshot_and_a_break_is_a_dead_letter(env):
+    cfg, storage, tokens, tables, client = env
+    commit(env, archive(env, "r1", TOPIC, [avro(env, avro_version(None))]))
+    v2 = avro(env, avro_version("int"), qty=3,
+              customer={"name": "Bo", "vip": False, "tier": "gold"})
+    commit(env, archive(env, "r2", TOPIC, [avro(env, avro_version(None)), v2]))
+    t = tables.find(GROUP, TOPIC)
+    assert str(t.schema().find_field("qty").field_type) == "int"
+    assert [f.name for f in t.schema().find_field("customer").field_type.fields] == [
+        "name", "vip", "tier"]
+    assert [s.summary[iceberg.RUN_ID] for s in t.metadata.snapshots] == ["r1", "r2"]
+    # the table as r1 left it still reads, without the new columns
+    assert "qty" not in t.scan(snapshot_id=t.metadata.snapshots[0].snapshot_id).to_arrow().column_names
+    v3 = avro(env, avro_version("long"), qty=2 ** 40)
+    v4 = avro(env, avro_version("string"), qty="many")
+    v2_id, v3_id, v4_id = (client.get_latest_version(f"{TOPIC}-value").schema_id - i
+                           for i in (2, 1, 0))
+    commit(env, archive(env, "r3", TOPIC, [v3, v4, v2, b"\x00\x00\x00\x03\xe7\x02"]))
+    t = tables.find(GROUP, TOPIC)
+    assert str(t.schema().find_field("qty").field_type) == "long"
+    got = rows(t)
+    assert [(r["kafka"]["offset"], r["qty"], r["customer"]["tier"]) for r in got] == [
+        (0, None, None), (1, None, None), (2, 3, "gold"), (3, 2 ** 40, None), (5, 3, "gold")]
+    dead = letters(env)
+    assert [r["kafka"]["offset"] for r in dead] == [4, 6]
+    # v4's qty cannot join the long the table has now: both schemas and the field named
+    assert (f"schema id {v4_id} has field qty as string, where schema id {v3_id} has it as "
+            "long: Iceberg cannot evolve one into the other") in dead[0]["reason"]
+    origins = iceberg.column_origins(t)
+    assert (origins["qty"], origins["customer"], origins["id"]) == (
+        f"schema id {v3_id}", f"schema id {v2_id}", f"schema id {v2_id - 1}")
+    assert "schema id 999 is not in the Schema Registry" in dead[1]["reason"]
+    assert dead[0]["value"] == v4  # the message whole, schema id and all
+    report = verify.verify_group(cfg, GROUP, storage, tokens, files=True, tables=tables)
+    assert not report.errors(), report.render()
+
+
+def test_a_conflict_with_the_tables_column_names_the_schema_id_that_made_it(env):
+    commit(env, archive(env, "r1", TOPIC, [avro(env, avro_version("long"), qty=1)]))
+    first = env[4].get_latest_version(f"{TOPIC}-value").schema_id
+    commit(env, archive(env, "r2", TOPIC, [avro(env, avro_version("string"), qty="x")]))
+    (dead,) = letters(env)
+    assert (f"schema id {first + 1} has field qty as string, where schema id {first} has it "
+            "as long") in dead["reason"]
+    assert rows(env[3].find(GROUP, TOPIC))[0]["qty"] == 1
+
+
+@pytest.mark.parametrize("name", ["kafka", "event_time"])
+def test_a_field_named_as_the_tables_own_columns_is_a_dead_letter(env, name):
+    schema = json.loads(registry_topics.ORDER_AVRO)
+    schema["fields"].append({"name": name, "type": "string", "default": ""})
+    commit(env, archive(env, "r1", TOPIC, [avro(env, json.dumps(schema), **{name: "x"})]))
+    (dead,) = letters(env)
+    assert f"has field '{name}', the name of the table's own column {name}" in dead["reason"]
+
+
+def test_a_union_of_records_is_a_dead_letter_naming_the_schema_id(env):
+    schema = json.loads(registry_topics.ORDER_AVRO)
+    schema["fields"].append({"name": "pay", "type": [
+        {"type": "record", "name": "Card", "fields": [{"name": "n", "type": "string"}]},
+        {"type": "record", "name": "Cash", "fields": [{"name": "c", "type": "long"}]}]})
+    commit(env, archive(env, "r1", TOPIC, [avro(env, json.dumps(schema), pay={"c": 5})]))
+    (dead,) = letters(env)
+    assert "has no table shape: pay is a union of shop.Card, shop.Cash" in dead["reason"] \
+        or "has no table shape: pay is a union of Card, Cash" in dead["reason"]
+
+
+def test_files_of_two_versions_concatenate_into_the_evolved_shape(env):
+    """A compaction's input: a file of v2 (qty int) and one of v3 (qty long, no tier)."""
+    cfg, storage, tokens, tables, _ = env
+    commit(env, archive(env, "r1", TOPIC, [avro(env, avro_version("int"), qty=3)]))
+    commit(env, archive(env, "r2", TOPIC, [avro(env, avro_version("long"), qty=2 ** 40)]))
+    t = tables.find(GROUP, TOPIC)
+    paths = sorted(iceberg.current_files(t, []))
+    out = io.BytesIO()
+    count, found = parquet.concatenate([storage.get_bytes(p) for p in paths], out)
+    merged = pq.read_table(pa.BufferReader(out.getvalue()))
+    assert count == 2 and merged.column("qty").to_pylist() == [3, 2 ** 40]
+    assert merged.schema.field("qty").type == pa.int64()
+    assert dict(found)["qty"] == "long"
