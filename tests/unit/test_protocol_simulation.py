@@ -23,6 +23,7 @@ SEQUENCES = 2000  # issue 41: at least 2,000 in CI, in under 3 minutes (2 proces
 TABLE_SEQUENCES = 100  # of a table group's world: ~1 s each (pyiceberg's commits)
 EVENT_SEQUENCES = 200  # of an event-time group's world (finalize, Asset events): ~0.1 s each
 PARSED_SEQUENCES = 30  # of a parsed table group's world (dead-letter tables): ~0.8 s each
+REGISTRY_SEQUENCES = 20  # of the same with Avro values through a registry: ~1.6 s each
 AUDIT_SEQUENCES = 200  # of an audited group's world (producers, the audit DAG): ~0.17 s each
 S3_SEQUENCES = 20  # of the files world on S3 (moto in process): ~3.5 s each, ~5 ms a call
 
@@ -64,6 +65,15 @@ def test_no_sequence_breaks_an_invariant_of_a_parsed_table_group():
     dead-letter table: each topic's two tables read exactly the catalog's current files,
     and a pair of colliding names holds one topic, never the group."""
     reports = explored(PARSED_SEQUENCES, "parsed")
+    assert not reports, "\n\n".join(reports[:3])
+
+
+def test_no_sequence_breaks_an_invariant_of_a_typed_table_group():
+    """The parsed table group's steps with Avro values through a Schema Registry (three
+    schema versions, one conflicting with another, an unknown schema id, values that are
+    no Avro: sim.registry): also each row holds its own message's fields as its version
+    wrote them, and each dead letter's reason is one its message's bytes explain."""
+    reports = explored(REGISTRY_SEQUENCES, "registry")
     assert not reports, "\n\n".join(reports[:3])
 
 

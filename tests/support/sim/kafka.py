@@ -66,10 +66,11 @@ AUDIT_HEADER = "kafka-archive-source"  # config.Audit's default source_header
 
 class Kafka:
     """event_time: message values are JSON with the event's time (`ts`, ms), for a group
-    that lays files out by event time."""
+    that lays files out by event time; registry: Avro in the Confluent wire format
+    instead, of the schema versions sim.registry gives by offset."""
 
-    def __init__(self, event_time: bool = False):
-        self.event_time = event_time
+    def __init__(self, event_time: bool = False, registry: bool = False):
+        self.event_time, self.registry = event_time, registry
         self.topics: dict[str, list[Partition]] = {}
         # topics no group archives (names starting with _: the audit's monitoring topic),
         # out of the steps' choices
@@ -101,6 +102,11 @@ class Kafka:
     def value(self, topic: str, partition: int, offset: int) -> bytes:
         if (stored := self.partitions(topic)[partition].values.get(offset)) is not None:
             return stored
+        if self.registry:
+            from tests.support.sim import registry
+
+            return registry.value(topic, partition, offset,
+                                  self.topics[topic][partition].event_ms[offset])
         if self.event_time and offset % 7 == 3:
             return b"not json"  # a parser's dead letter
         if self.event_time:

@@ -34,12 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 LIBRARY = REPO / "plugins"
 # seeds per shape at --budget 1: the unit tier's own (tests/unit/test_protocol_simulation.py,
-# its SEQUENCES, TABLE_, EVENT_, PARSED_, AUDIT_ and S3_SEQUENCES; 100 of its 300 replay
+# its SEQUENCES, TABLE_, EVENT_, PARSED_, REGISTRY_, AUDIT_ and S3_SEQUENCES; 100 of its 300 replay
 # sequences)
 # (in this order: a mutant is caught at its first shape, and the table worlds, a minute
 # each, reach most of the protocol; the files world's 2,000 take four)
-SEEDS = {"tables": 100, "events": 200, "parsed": 30, "files": 2000, "audit": 200,
-         "s3": 20, "replay": 100}
+SEEDS = {"tables": 100, "events": 200, "parsed": 30, "registry": 20, "files": 2000,
+         "audit": 200, "s3": 20, "replay": 100}
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,18 @@ MUTANTS = [
     Mutant("a failed announcement record fails the commit task", "airflow/tasks.py",
            "        except ArchiveError as unrecorded:  # the events go out all the same",
            "        except ImportError as unrecorded:  # the events go out all the same"),
+    # typed tables (the registry world)
+    Mutant("a registered field read as null", "formats/schemas.py",
+           "            values[name] = _typed(fields.get(name), field.type, name)",
+           "            values[name] = _typed(fields.get(name) if name != 'qty' else None, "
+           "field.type, name)"),
+    Mutant("a schema version that cannot join a column is not refused", "formats/schemas.py",
+           "        merged = mine if current is None else columns.promoted(current, mine)",
+           "        merged = mine if current is None else (columns.promoted(current, mine) "
+           "or mine)"),
+    Mutant("a dead letter's reason names the wrong field", "formats/schemas.py",
+           '            raise Misfit(f"schema id {schema_id} has field {where} as',
+           '            raise Misfit(f"schema id {schema_id} has field {name}x as'),
     # S3's own paths (the s3 world)
     Mutant("an S3 listing reads its first page only", "storage.py",
            "                for page in pages:\n                    for obj in page.get",

@@ -44,6 +44,7 @@ from kafka_archive.tokens import (LocalTokenStore, MalformedTokenError, S3TokenS
 
 from tests.support.local_config import local_config
 from tests.support.sim import audit
+from tests.support.sim import registry as sim_registry
 from tests.support.sim.kafka import Kafka, Partition
 
 TOPICS = {"t": 2, "u": 1}
@@ -363,6 +364,10 @@ SHAPES = {
     "parsed": ("parsed", "layout: {kind: event_time, granularity: hour}, lateness: 5m, "
                          "parser: {kind: json, field: ts, unit: ms}, format: {kind: parquet}, "
                          "table: {namespace: sim}"),
+    # the same with Avro values read through a Schema Registry (sim.registry): typed
+    # columns, a table evolved by a new schema version, dead letters for a conflicting
+    # version, an unknown schema id and a value that is no Avro
+    "registry": ("parsed", sim_registry.GROUP_SPEC),
     # SequenceFiles by Kafka partition of audited producers' messages, and the audit DAG
     # (sim.audit)
     "audit": (audit.GROUP, "format: {kind: sequencefile, compression: none}"),
@@ -370,6 +375,8 @@ SHAPES = {
     "s3": ("backup", "format: {kind: sequencefile, compression: none}"),
 }
 S3_FAKE = "s3://sim-archive"
+PARSED_SHAPES = ("parsed", "registry")  # an event-time table group: rows and dead letters
+TABLE_SHAPES = ("tables", *PARSED_SHAPES)
 
 
 class World:
@@ -381,19 +388,20 @@ class World:
         self.s3 = _S3Fake() if shape == "s3" else None
         self.config = local_config(root, f"{self.group}: {{{layout_of}, "
                                          "policy: {max_records: 6, max_delay: 1m}}\n",
-                                   iceberg_catalog=shape in ("tables", "parsed"),
+                                   iceberg_catalog=shape in TABLE_SHAPES,
                                    sections=audit.SECTION if shape == "audit" else "",
                                    **({"archive_root": f"{S3_FAKE}/archive",
                                        "token_root": f"{S3_FAKE}/tokens"} if self.s3 else {}))
         self.root = root
         self.faults = Faults()
-        self.tables = iceberg.Tables(self.config) if shape in ("tables", "parsed") else None
+        self.tables = iceberg.Tables(self.config) if shape in TABLE_SHAPES else None
         client = self.s3.client if self.s3 else None
         self.storage = SimStorage(self.faults, client)
         # what the checks and a person's edits read and write: no kill stops them
         self.plain = Storage(client)
         self.tokens = SimTokens(open_store(self.config.token_root, client), self.faults)
-        self.kafka = Kafka(event_time=shape in ("events", "parsed"))
+        self.kafka = Kafka(event_time=shape in ("events", *PARSED_SHAPES),
+                           registry=shape == "registry")
         for topic, partitions in TOPICS.items():
             self.kafka.create(topic, partitions)
         self.audit = audit.AuditModel(self) if shape == "audit" else None
@@ -1303,10 +1311,17 @@ class World:
                 try:
                     for record in read_archived(self.plain, f["url"]):
                         # (a parsed table's rows keep typed fields, not the value's bytes)
-                        if (record.value is not None or self.shape != "parsed") and \
+                        if (record.value is not None or self.shape not in PARSED_SHAPES) and \
                                 record.value != self.kafka.value(*where, record.offset):
                             raise Violation("wrong bytes", f"{f['url']} offset {record.offset}")
+                        if self.shape == "registry" and record.error is not None and \
+                                not sim_registry.justified(record.error, record.offset):
+                            raise Violation("wrong dead letter", f"{f['url']} offset "
+                                            f"{record.offset} ({sim_registry.version(record.offset)}"
+                                            f"): {record.error}")
                         found.add(record.offset)
+                    if self.shape == "registry":
+                        self._typed_rows_hold_their_messages(f["url"], *where)
                 except DamagedFile as exc:
                     raise Violation("file missing", f"a current row's file: {exc}") from None
             if found != claimed:
@@ -1394,6 +1409,27 @@ class World:
                                 f"event said so: the loader holds {sorted(_names(files))}, the "
                                 f"archive {sorted(_names(now))}")
 
+    def _typed_rows_hold_their_messages(self, url: str, topic: str, partition: int) -> None:
+        """A registry group's table file: each row's fields are its own message's, as
+        its schema version wrote them (the id; qty an int, text, or none)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(pa.BufferReader(self.plain.get_bytes(url)))
+        if "reason" in table.column_names:
+            return  # dead letters: their reasons are checked with their records
+        qty = table.column("qty").to_pylist() if "qty" in table.column_names else None
+        for i, (kafka, made) in enumerate(zip(table.column("kafka").to_pylist(),
+                                              table.column("id").to_pylist())):
+            offset = kafka["offset"]
+            which = sim_registry.version(offset)
+            wanted = {"v2": offset, "v3": str(offset)}.get(which)
+            got = qty[i] if qty is not None else None
+            if which in ("not avro", "unknown") or made != f"{topic}/{partition}/{offset}" \
+                    or got != wanted:
+                raise Violation("wrong row", f"{url} offset {offset} ({which}): id {made!r}, "
+                                f"qty {got!r}")
+
     def _check_tables(self, rows: list[dict]) -> None:
         """Invariant 2 for tables: each topic's tables (a parsed group's: its rows and its
         dead letters) read exactly the files of the catalog's current rows (a reader of
@@ -1425,7 +1461,7 @@ class World:
         """Whether a topic's table names are its own: of a pair `X` and `X_dlq` (both in
         Kafka, or one archived: a deleted topic keeps its tables) the one archived first
         owns the name; neither archived yet, `X` does."""
-        if self.shape != "parsed":
+        if self.shape not in PARSED_SHAPES:
             return True
         known = self.kafka.consumer_topics() | (archived := {t for t, _ in self.ever_archived}
                                                 | self._topics_in_catalog())
