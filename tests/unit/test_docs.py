@@ -83,3 +83,15 @@ def test_the_readme_is_one_screen_with_the_two_commands():
     assert len(readme.splitlines()) < 120
     assert "scripts/demo" in readme and "scripts/test" in readme
     assert "exec scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readmes_config_example_loads(tmp_path):
+    """The README's table group (Avro values into a typed table) is a config that loads."""
+    from kafka_archive import config
+
+    readme = (ROOT / "README.md").read_text()
+    example = tmp_path / "kafka-archive.yaml"
+    example.write_text(re.search(r"```yaml\n(.*?)```", readme, re.S)[1])
+    loaded = config.load(example)
+    assert loaded.group("orders").parsed_table
+    assert loaded.schema_registry_conn_id == "shop_registry"
