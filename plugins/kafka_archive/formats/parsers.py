@@ -145,15 +145,30 @@ class RegistryParser(_FieldParser):
     kind = ""
 
     def __init__(self, field, unit: str = "auto", subject_name_strategy: str = "topic",
-                 registry: dict | None = None, topic: str = ""):
+                 key: str | None = None, registry: dict | None = None, topic: str = ""):
+        """key: the key's kind too (avro, protobuf, json_schema), registered under the
+        `<topic>-key` subject: a typed table keeps it as column `key`."""
         from kafka_archive.formats import registry as wire
 
         super().__init__(field, unit)
         self.what, self.topic = f"{self.kind} in the Confluent wire format", topic
         self.decoder = wire.Decoder(self.kind, registry or {}, subject_name_strategy)
+        self.key_decoder = None if key is None else wire.Decoder(
+            key, registry or {}, subject_name_strategy, part="key")
 
     def decode(self, value: bytes) -> Any:
         return self.decoder.decode(value, self.topic)
+
+    def event_time_ms(self, record: Record) -> int:
+        return super().parse(record)[0]  # the value's: a files group never needs the key
+
+    def parse(self, record: Record) -> tuple[int, dict]:
+        ms, fields = super().parse(record)
+        if self.key_decoder is None:
+            return ms, fields
+        if record.key is None:
+            raise ParseError(f"the message has no key ({self.key_decoder.kind} expected)")
+        return ms, fields.with_key(self.key_decoder.decode(record.key, self.topic))
 
 
 class AvroParser(RegistryParser):

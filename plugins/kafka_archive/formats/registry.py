@@ -49,13 +49,25 @@ class Registered(dict):
         except UnsupportedSchema as exc:
             raise ParseError(f"schema id {self.schema_id} has no table shape: {exc}") from None
 
+    def with_key(self, key: Registered) -> Registered:
+        """The value's fields and the decoded key (Decoder of part `key`) as field `key`."""
+        if "key" in self:
+            raise ParseError(f"schema id {self.schema_id} has a field named key, the column "
+                             "the decoded key takes")
+        import pyarrow as pa
+
+        return Registered({**self, **key}, f"{self.schema_id} (key: schema id {key.schema_id})",
+                          lambda: pa.schema([*self.schema, *key.schema]))
+
 
 class Decoder:
     """decode(value, topic) -> the value's fields, for one kind and one registry."""
 
     def __init__(self, kind: str, settings: Mapping[str, Any], strategy: str = "topic",
-                 client=None):
-        """client: one made already (its settings then unused), e.g. confluent's mock."""
+                 client=None, part: str = "value"):
+        """client: one made already (its settings then unused), e.g. confluent's mock;
+        part: what it decodes, the message's `value` or its `key` (the `<topic>-key`
+        subject; whatever its schema's type, it is one field, `key`)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if strategy not in STRATEGIES:
@@ -69,7 +81,7 @@ class Decoder:
         except ImportError as exc:
             raise ValueError(f"parser {kind} needs confluent-kafka's Schema Registry extras: "
                              f"pip install 'kafka-archive[registry]' ({exc})") from None
-        self.kind, self.settings, self.strategy = kind, dict(settings), strategy
+        self.kind, self.settings, self.strategy, self.part = kind, dict(settings), strategy, part
         self._client = client
         self._read: Callable[[bytes, Any], Any] | None = None
         # (schema id, message indexes) -> (descriptor, deserializer)
@@ -87,13 +99,15 @@ class Decoder:
             self._client = SchemaRegistryClient(dict(self.settings))
         return self._client
 
-    def decode(self, value: bytes, topic: str) -> dict:
-        """The value's fields by the writer's schema (the topic names its subject)."""
+    def decode(self, value: bytes, topic: str) -> Registered:
+        """The value's fields by the writer's schema (the topic names its subject); a
+        key's: the one field `key`."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
         from confluent_kafka.serialization import MessageField, SerializationContext
 
+        field = MessageField.KEY if self.part == "key" else MessageField.VALUE
         try:
-            decoded = self._deserializer()(value, SerializationContext(topic, MessageField.VALUE))
+            decoded = self._deserializer()(value, SerializationContext(topic, field))
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:  # the id is not there: this message's problem
                 raise ParseError(f"schema id {self.schema_id(value)} is not in the Schema "
@@ -107,32 +121,40 @@ class Decoder:
             if _unreachable(exc):
                 raise TransientError(f"the Schema Registry at {self.settings['url']} does "
                                      f"not answer: {exc}") from exc
-            raise ParseError(f"the value is not {self.kind} of schema id "
+            raise ParseError(f"the {self.part} is not {self.kind} of schema id "
                              f"{self.schema_id(value)}: {type(exc).__name__}: {exc}") from None
         if self.kind == "protobuf":
             from google.protobuf.json_format import MessageToDict
 
             decoded = MessageToDict(decoded, preserving_proto_field_name=True,
                                     always_print_fields_with_no_presence=True)
-        schema_id = self.schema_id(value)
+        schema_id, key = self.schema_id(value), self._key(value)
+        if self.part == "key":
+            return Registered({"key": decoded}, schema_id, lambda: self._writer_schema(key))
         if not isinstance(decoded, dict):
             raise ParseError(f"the value of schema id {schema_id} is "
                              f"{type(decoded).__name__}, not a record of fields")
-        key = self._key(value)
         return Registered(decoded, schema_id, lambda: self._writer_schema(key))
 
     def _writer_schema(self, key: tuple):
         """The writer's schema of a (schema id, message indexes) as Arrow, made once."""
+        import pyarrow as pa
+
         from kafka_archive.formats import schemas
 
         if key not in self._arrow:
             if self.kind == "protobuf":
-                made = schemas.protobuf_arrow(self._protobuf[key][0])
+                made = pa.struct(list(schemas.protobuf_arrow(self._protobuf[key][0])))
             else:
                 text = self.client.get_schema(key[0]).schema_str
-                made = (schemas.avro_arrow if self.kind == "avro"
-                        else schemas.json_schema_arrow)(text)
-            self._arrow[key] = made
+                made = (schemas.avro_type if self.kind == "avro"
+                        else schemas.json_schema_type)(text)
+            if self.part == "key":
+                self._arrow[key] = pa.schema([pa.field("key", made)])
+            elif not pa.types.is_struct(made):
+                raise schemas.UnsupportedSchema(f"the value's schema is {made}, not a record")
+            else:
+                self._arrow[key] = pa.schema(list(made))
         return self._arrow[key]
 
     def _key(self, value: bytes) -> tuple:

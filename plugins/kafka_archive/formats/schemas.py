@@ -62,10 +62,17 @@ class UnsupportedSchema(ValueError):
 def avro_arrow(schema: str | Mapping | list) -> pa.Schema:
     """The Arrow schema of an Avro record schema's values (its JSON, or parsed)."""
     parsed = json.loads(schema) if isinstance(schema, str) else schema
-    kind, _ = _avro(parsed, {}, "", (), "")
+    kind = avro_type(parsed)
     if not pa.types.is_struct(kind):
         raise UnsupportedSchema(f"the value's schema is {_avro_name(parsed)}, not a record")
     return pa.schema(list(kind))
+
+
+def avro_type(schema: str | Mapping | list) -> pa.DataType:
+    """The Arrow type of any Avro schema's values (a key's may be a string)."""
+    parsed = json.loads(schema) if isinstance(schema, str) and schema.lstrip()[:1] in "{[\"" \
+        else schema
+    return _avro(parsed, {}, "", (), "")[0]
 
 
 def _avro(node: Any, names: dict[str, Any], path: str, enclosing: tuple[str, ...],
@@ -196,11 +203,16 @@ def json_schema_arrow(schema: str | Mapping) -> pa.Schema:
     property not `required`, or typed with "null", nullable), `items` a list, an object
     with only `additionalProperties` a map, `format` date-time/date/time/uuid their
     types, `$ref` into the document's `$defs`/`definitions`."""
-    parsed = json.loads(schema) if isinstance(schema, str) else schema
-    kind, _ = _json(parsed, parsed, "", ())
+    kind = json_schema_type(schema)
     if not pa.types.is_struct(kind):
         raise UnsupportedSchema("the value's schema is not an object with properties")
     return pa.schema(list(kind))
+
+
+def json_schema_type(schema: str | Mapping) -> pa.DataType:
+    """The Arrow type of any JSON Schema's values (a key's may be a string)."""
+    parsed = json.loads(schema) if isinstance(schema, str) else schema
+    return _json(parsed, parsed, "", ())[0]
 
 
 def _json(node: Mapping, root: Mapping, path: str, refs: tuple[str, ...]

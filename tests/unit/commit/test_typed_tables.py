@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kafka_archive import config, layout
 from kafka_archive.archive import job, slice_writer
@@ -57,16 +58,17 @@ def env(tmp_path):
         f"groups:\n  {GROUP}:\n    layout: {{kind: event_time, granularity: hour}}\n"
         f"    parser: {{kind: avro, field: at}}\n    format: {{kind: parquet}}\n"
         f"    topic_parsers: {{proto: {{kind: protobuf, field: at}},"
-        f" json: {{kind: json_schema, field: at}}}}\n"
+        f" json: {{kind: json_schema, field: at}}, keyed: {{kind: avro, field: at, key: avro}}}}\n"
         f"    table: {{namespace: archive}}\n")
     cfg = config.load(path)
     client = SchemaRegistryClient.new_client({"url": "mock://tests"})
     return cfg, Storage(), LocalTokenStore(tmp_path / "tokens"), iceberg.Tables(cfg), client
 
 
-def archive(env, run_id: str, topic: str, values: list[bytes | None]) -> Plan:
-    """What the job does for a plan of one slice of partition 0: the slice writer's files
-    (its parser reading the test's registry) and the manifest."""
+def archive(env, run_id: str, topic: str, values: list) -> Plan:
+    """What the job does for a plan of one slice of partition 0 (values, or (key, value)
+    pairs; a value alone has key b"k"): the slice writer's files (its parser reading the
+    test's registry) and the manifest."""
     cfg, storage, tokens, tables, client = env
     current = tokens.read(GROUP, topic)
     start = current.token.offsets[0] if current.token else 0
@@ -80,9 +82,12 @@ def archive(env, run_id: str, topic: str, values: list[bytes | None]) -> Plan:
                 column_origins={topic: tables.column_origins(GROUP, topic)})
     target = job.target(cfg, plan, topic)
     target.parser.decoder = registry.Decoder(target.parser.kind, {}, client=client)
+    if target.parser.key_decoder is not None:
+        target.parser.key_decoder = registry.Decoder("avro", {}, client=client, part="key")
     out = slice_writer.OpenSlice(target, 0, piece.start, piece.end, piece.max_bytes)
     for offset, value in enumerate(values, start):
-        out.add(Record(offset, b"k", value, int(AT.timestamp() * 1000), []))
+        key, value = value if isinstance(value, tuple) else (b"k", value)
+        out.add(Record(offset, key, value, int(AT.timestamp() * 1000), []))
     row = out.finish(storage)
     storage.put_bytes(layout.run_file(cfg.archive_root, GROUP, run_id, "plan.json"),
                       plan.to_json())
@@ -218,3 +223,26 @@ def test_files_of_two_versions_concatenate_into_the_evolved_shape(env):
     assert count == 2 and merged.column("qty").to_pylist() == [3, 2 ** 40]
     assert merged.schema.field("qty").type == pa.int64()
     assert dict(found)["qty"] == "long"
+
+
+KEY_AVRO = json.dumps({"type": "record", "name": "OrderKey", "namespace": "shop",
+                       "fields": [{"name": "region", "type": "string"},
+                                  {"name": "n", "type": "int"}]})
+
+
+def test_a_registered_key_is_a_column_of_its_own(env):
+    cfg, storage, tokens, tables, client = env
+    keys = AvroSerializer(client, KEY_AVRO)
+    key_context = SerializationContext("keyed", MessageField.KEY)
+    value = written(env, "avro", "keyed")
+    commit(env, archive(env, "r1", "keyed", [
+        (keys({"region": "eu", "n": 1}, key_context), value), (None, value),
+        (b"plain text", value)]))
+    t = tables.find(GROUP, "keyed")
+    assert iceberg.column_type(t.schema().find_field("key")) == {
+        "struct": [["region", "string"], ["n", "int"]]}
+    (row,) = rows(t)
+    assert row["key"] == {"region": "eu", "n": 1} and row["id"] == 7
+    dead = letters(env, "keyed")
+    assert "the message has no key (avro expected)" in dead[0]["reason"]
+    assert "the key is not avro" in dead[1]["reason"]
