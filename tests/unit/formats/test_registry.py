@@ -85,6 +85,62 @@ def test_a_registry_that_does_not_answer_fails_the_run_not_the_message(client):
         decoder.decode(value, "orders")
 
 
+@pytest.fixture
+def failing_registry():
+    """A registry on loopback that answers every request with the status asked for (JSON
+    error body, as Confluent's API gives), or only after `delay_s`: a real HTTP server,
+    so the real client's own handling of each answer is what is tested."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answer = {"status": 500, "delay_s": 0.0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            threading.Event().wait(answer["delay_s"])  # a slow registry, not a readiness wait
+            body = json.dumps({"error_code": answer["status"], "message": "refused"}).encode()
+            self.send_response(answer["status"])
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield answer, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("status, delay_s, reason", [
+    (401, 0, "answered 401 for schema id"), (403, 0, "answered 403 for schema id"),
+    (500, 0, "answered 500 for schema id"), (503, 0, "answered 503 for schema id"),
+    (200, 3, "does not answer"),
+])
+def test_a_registry_that_refuses_fails_or_is_slow_fails_the_run_not_the_message(
+        client, failing_registry, status, delay_s, reason):
+    answer, url = failing_registry
+    answer.update(status=status, delay_s=delay_s)
+    value = written("avro", client)
+    decoder = registry.Decoder("avro", {"url": url, "max.retries": 0, "timeout": 1})
+    with pytest.raises(TransientError, match=f"{url} {reason}"):
+        decoder.decode(value, "orders")
+
+
+def test_a_schema_id_the_registry_answers_404_for_is_the_messages_problem(
+        client, failing_registry):
+    answer, url = failing_registry
+    answer.update(status=404)
+    value = written("avro", client)
+    decoder = registry.Decoder("avro", {"url": url, "max.retries": 0})
+    with pytest.raises(ParseError, match=f"schema id {int.from_bytes(value[1:5], 'big')} is "
+                                         "not in the Schema Registry"):
+        decoder.decode(value, "orders")
+
+
 def test_the_registry_settings_are_not_a_parser_option():
     with pytest.raises(ConfigError, match="registry is not an option"):
         parsers.load_checked("avro", {"field": "at", "registry": {"url": "http://x"}})
