@@ -1162,6 +1162,10 @@ def client_env(env: dict[str, str], airflow_home: Path) -> dict[str, str]:
         "AIRFLOW_CONN_KAFKA_ARCHIVE_S3": json.dumps(s3_conn),
         "AIRFLOW_CONN_KAFKA_ARCHIVE_SMTP": json.dumps(smtp_conn),
         "AIRFLOW_CONN_KAFKA_ARCHIVE_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        # the registry (`start schema-registry`) as a deployment keeps it: the URL its host
+        "AIRFLOW_CONN_KAFKA_ARCHIVE_SCHEMA_REGISTRY": json.dumps(
+            {"conn_type": "http", "host": schema_registry_url(env)}),
+        "KAFKA_ARCHIVE_SCHEMA_REGISTRY_URL": schema_registry_url(env),
         "AIRFLOW_CONN_KAFKA_ARCHIVE_SPARK_CONNECT": json.dumps(
             {"conn_type": "spark_connect", "host": "127.0.0.1",
              "port": int(env["KAFKA_ARCHIVE_SPARK_CONNECT_PORT"])}),

@@ -26,7 +26,7 @@ from kafka_archive.formats.records import Record
 from kafka_archive.plan.planning import Plan, Slice
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import LocalTokenStore
-from kafka_archive.tools import verify
+from kafka_archive.tools import tables as table_views, verify
 from tests.support import registry_topics
 
 GROUP, TOPIC = "shop", "orders"
@@ -133,6 +133,10 @@ def test_the_schemas_fields_are_the_tables_columns_nested_as_it_nests_them(env, 
         "customer": {"struct": [["name", "string"], ["vip", "boolean"]]},
         "items": {"list": "string"}, "labels": {"map": ["string", "string"]},
         "status": "string", "note": "string"}
+    shown = table_views.render([table_views.describe(tables, GROUP, topic)])
+    assert ("columns: id long, at timestamp, customer struct<name: string, vip: boolean>, "
+            "items list<string>, labels map<string, string>, status string, note string"
+            ) in shown  # what `kafka-archive tables` prints
     got = rows(t)
     assert [r["note"] for r in got] == [None, "gift"]
     first = got[0]
