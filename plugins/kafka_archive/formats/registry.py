@@ -130,14 +130,17 @@ class Decoder:
                                     always_print_fields_with_no_presence=True)
         schema_id, key = self.schema_id(value), self._key(value)
         if self.part == "key":
-            return Registered({"key": decoded}, schema_id, lambda: self._writer_schema(key))
+            return Registered({"key": decoded}, schema_id,
+                              lambda: self._writer_schema(key, topic))
         if not isinstance(decoded, dict):
             raise ParseError(f"the value of schema id {schema_id} is "
                              f"{type(decoded).__name__}, not a record of fields")
-        return Registered(decoded, schema_id, lambda: self._writer_schema(key))
+        return Registered(decoded, schema_id, lambda: self._writer_schema(key, topic))
 
-    def _writer_schema(self, key: tuple):
-        """The writer's schema of a (schema id, message indexes) as Arrow, made once."""
+    def _writer_schema(self, key: tuple, topic: str):
+        """The writer's schema of a (schema id, message indexes) as Arrow, made once; read
+        as the deserializer read it (the client caches by subject and id: asked with
+        another subject, it would ask the registry again)."""
         import pyarrow as pa
 
         from kafka_archive.formats import schemas
@@ -146,7 +149,11 @@ class Decoder:
             if self.kind == "protobuf":
                 made = pa.struct(list(schemas.protobuf_arrow(self._protobuf[key][0])))
             else:
-                text = self.client.get_schema(key[0]).schema_str
+                from confluent_kafka.serialization import MessageField, SerializationContext
+
+                field = MessageField.KEY if self.part == "key" else MessageField.VALUE
+                subject = _strategy(self.strategy)(SerializationContext(topic, field), None)
+                text = self.client.get_schema(key[0], subject).schema_str
                 made = (schemas.avro_type if self.kind == "avro"
                         else schemas.json_schema_type)(text)
             if self.part == "key":

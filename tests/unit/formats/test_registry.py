@@ -86,24 +86,29 @@ def test_a_registry_that_does_not_answer_fails_the_run_not_the_message(client):
 
 
 @pytest.fixture
-def failing_registry():
-    """A registry on loopback that answers every request with the status asked for (JSON
-    error body, as Confluent's API gives), or only after `delay_s`: a real HTTP server,
-    so the real client's own handling of each answer is what is tested."""
+def loopback_registry():
+    """A registry on loopback, a real HTTP server, so the real client's own handling of
+    each answer is what is tested: it serves the schemas in `schemas` (id -> Avro text) at
+    /schemas/ids/<id>, answers anything else with `status` (a JSON error body, as
+    Confluent's API gives) after `delay_s`, and lists every path asked in `asked`."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    answer = {"status": 500, "delay_s": 0.0}
+    answer = {"status": 500, "delay_s": 0.0, "schemas": {}, "asked": []}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
         def do_GET(self):
+            answer["asked"].append(self.path.split("?")[0])
             threading.Event().wait(answer["delay_s"])  # a slow registry, not a readiness wait
-            body = json.dumps({"error_code": answer["status"], "message": "refused"}).encode()
-            self.send_response(answer["status"])
+            found = answer["schemas"].get(self.path.split("?")[0].rsplit("/", 1)[-1])
+            status = 200 if found else answer["status"]
+            body = json.dumps({"schema": found, "schemaType": "AVRO"} if found else
+                              {"error_code": status, "message": "refused"}).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -115,14 +120,37 @@ def failing_registry():
     server.shutdown()
 
 
+def test_a_task_asks_the_registry_once_per_schema_id(client, loopback_registry):
+    """Issue 58's figure: schema look-ups at most one per schema id per task (per Decoder,
+    as a task has one per topic), decoding and typing alike, counted at the server."""
+    import json
+
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    answer, url = loopback_registry
+    second = json.loads(registry_topics.ORDER_AVRO)
+    second["fields"].append({"name": "qty", "type": "int", "default": 1})
+    values = [written("avro", client),
+              AvroSerializer(client, json.dumps(second))(
+                  {**registry_topics.ORDER, "at": AT, "qty": 2},
+                  registry_topics.value_context("orders"))]
+    ids = [int.from_bytes(v[1:5], "big") for v in values]
+    answer["schemas"] = {str(i): client.get_schema(i).schema_str for i in ids}
+    decoder = registry.Decoder("avro", {"url": url})
+    for n in range(400):
+        decoded = decoder.decode(values[n % 2], "orders")
+        assert decoded.schema.names[-1] == ("qty" if n % 2 else "note")
+    assert sorted(answer["asked"]) == sorted(f"/schemas/ids/{i}" for i in ids)
+
+
 @pytest.mark.parametrize("status, delay_s, reason", [
     (401, 0, "answered 401 for schema id"), (403, 0, "answered 403 for schema id"),
     (500, 0, "answered 500 for schema id"), (503, 0, "answered 503 for schema id"),
     (200, 3, "does not answer"),
 ])
 def test_a_registry_that_refuses_fails_or_is_slow_fails_the_run_not_the_message(
-        client, failing_registry, status, delay_s, reason):
-    answer, url = failing_registry
+        client, loopback_registry, status, delay_s, reason):
+    answer, url = loopback_registry
     answer.update(status=status, delay_s=delay_s)
     value = written("avro", client)
     decoder = registry.Decoder("avro", {"url": url, "max.retries": 0, "timeout": 1})
@@ -131,8 +159,8 @@ def test_a_registry_that_refuses_fails_or_is_slow_fails_the_run_not_the_message(
 
 
 def test_a_schema_id_the_registry_answers_404_for_is_the_messages_problem(
-        client, failing_registry):
-    answer, url = failing_registry
+        client, loopback_registry):
+    answer, url = loopback_registry
     answer.update(status=404)
     value = written("avro", client)
     decoder = registry.Decoder("avro", {"url": url, "max.retries": 0})
