@@ -250,3 +250,33 @@ def test_a_registered_key_is_a_column_of_its_own(env):
     dead = letters(env, "keyed")
     assert "the message has no key (avro expected)" in dead[0]["reason"]
     assert "the key is not avro" in dead[1]["reason"]
+
+
+def test_a_version_that_makes_the_event_time_text_is_read_or_a_dead_letter(env):
+    """`at` becomes ISO text in a later version: a time it is (the parser reads the text),
+    but the table's `at` column stays a timestamp, so that version's rows cannot join it:
+    dead letters naming the field, the run going on."""
+    schema = json.loads(registry_topics.ORDER_AVRO)
+    schema["fields"][1] = {"name": "at", "type": "string"}
+    as_text = AvroSerializer(env[4], json.dumps(schema))(
+        {**registry_topics.ORDER, "at": AT.isoformat()}, registry_topics.value_context(TOPIC))
+    not_a_time = AvroSerializer(env[4], json.dumps(schema))(
+        {**registry_topics.ORDER, "at": "soon"}, registry_topics.value_context(TOPIC))
+    commit(env, archive(env, "r1", TOPIC, [avro(env, registry_topics.ORDER_AVRO), as_text,
+                                           not_a_time]))
+    assert len(rows(env[3].find(GROUP, TOPIC))) == 1
+    first, second = letters(env)
+    assert "has field at as string, where schema id" in first["reason"]
+    assert "has it as timestamp" in first["reason"]
+    assert "at = 'soon' is not" in second["reason"]
+
+
+def test_a_protobuf_field_the_writers_schema_lacks_is_skipped_and_kept_in_the_bytes(env):
+    """A producer that wrote a field number its registered schema does not have: the row
+    holds the schema's fields; the value's bytes (the backup group's) keep the field."""
+    value = written(env, "protobuf", "proto")
+    extra = value + b"\x9a\x06\x03odd"  # field 99, length-delimited: tag 794 as a varint
+    commit(env, archive(env, "r1", "proto", [extra]))
+    (row,) = rows(env[3].find(GROUP, "proto"))
+    assert row["id"] == 7 and row["customer"] == {"name": "Ada", "vip": True}
+    assert env[3].find(GROUP, "proto", dead_letters=True) is None  # no dead letter at all
