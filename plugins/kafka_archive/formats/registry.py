@@ -106,8 +106,13 @@ class Decoder:
         from confluent_kafka.serialization import MessageField, SerializationContext
 
         field = MessageField.KEY if self.part == "key" else MessageField.VALUE
+        # Avro by the id alone, without a context: the value as its producer wrote it, by
+        # the writer's schema, with no data-contract rules or migration to the subject's
+        # latest version (which need the subject, and cost confluent-kafka a walk of the
+        # schema per message: half the decoding). JSON's deserializer needs the context.
+        context = None if self.kind == "avro" else SerializationContext(topic, field)
         try:
-            decoded = self._deserializer()(value, SerializationContext(topic, field))
+            decoded = self._deserializer()(value, context)
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:  # the id is not there: this message's problem
                 raise ParseError(f"schema id {self.schema_id(value)} is not in the Schema "
@@ -128,19 +133,20 @@ class Decoder:
 
             decoded = MessageToDict(decoded, preserving_proto_field_name=True,
                                     always_print_fields_with_no_presence=True)
-        schema_id, key = self.schema_id(value), self._key(value)
+        key = self._key(value)  # the header read once more (the id, for reasons and types)
+        schema_id = str(key[0]) if key[0] is not None else self.schema_id(value)
         if self.part == "key":
             return Registered({"key": decoded}, schema_id,
-                              lambda: self._writer_schema(key, topic))
+                              lambda: self._writer_schema(key, context))
         if not isinstance(decoded, dict):
             raise ParseError(f"the value of schema id {schema_id} is "
                              f"{type(decoded).__name__}, not a record of fields")
-        return Registered(decoded, schema_id, lambda: self._writer_schema(key, topic))
+        return Registered(decoded, schema_id, lambda: self._writer_schema(key, context))
 
-    def _writer_schema(self, key: tuple, topic: str):
+    def _writer_schema(self, key: tuple, context):
         """The writer's schema of a (schema id, message indexes) as Arrow, made once; read
-        as the deserializer read it (the client caches by subject and id: asked with
-        another subject, it would ask the registry again)."""
+        as the deserializer read it, with the subject its context gives (the client
+        caches by subject and id: asked otherwise, it would ask the registry again)."""
         import pyarrow as pa
 
         from kafka_archive.formats import schemas
@@ -149,10 +155,7 @@ class Decoder:
             if self.kind == "protobuf":
                 made = pa.struct(list(schemas.protobuf_arrow(self._protobuf[key][0])))
             else:
-                from confluent_kafka.serialization import MessageField, SerializationContext
-
-                field = MessageField.KEY if self.part == "key" else MessageField.VALUE
-                subject = _strategy(self.strategy)(SerializationContext(topic, field), None)
+                subject = context and _strategy(self.strategy)(context, None)
                 text = self.client.get_schema(key[0], subject).schema_str
                 made = (schemas.avro_type if self.kind == "avro"
                         else schemas.json_schema_type)(text)

@@ -37,7 +37,7 @@ import functools
 import json
 import uuid
 from datetime import date, datetime, time, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 
@@ -135,32 +135,77 @@ def table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     (JSON's date-time text, Protobuf's JSON mapping: int64 as text, a Timestamp as RFC
     3339, bytes as base64), a UUID as its 16 bytes. A value that is no such thing raises
     ValueError naming the field."""
-    return pa.Table.from_pylist([_typed(row, pa.struct(list(schema)), "") for row in rows],
-                                schema=schema)
+    record = converter(pa.struct(list(schema)), "")
+    return pa.Table.from_pylist([record(row) for row in rows], schema=schema)
 
 
-def _typed(value: Any, kind: pa.DataType, path: str) -> Any:
-    if value is None:
-        return None
-    try:
-        if pa.types.is_struct(kind):
-            return {f.name: _typed(value.get(f.name), f.type, f"{path}.{f.name}".lstrip("."))
-                    for f in kind}
-        if pa.types.is_map(kind):
-            items = value.items() if isinstance(value, dict) else value
-            return [(_typed(k, kind.key_type, path), _typed(v, kind.item_type, f"{path}{{}}"))
-                    for k, v in items]
-        if pa.types.is_list(kind):
-            return [_typed(v, kind.value_type, f"{path}[]") for v in value]
-        if isinstance(kind, pa.UuidType) or kind == pa.uuid():
-            return (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).bytes
-        if isinstance(value, str):
-            return _from_text(value, kind)
-        if pa.types.is_decimal(kind) and isinstance(value, (int, float)):
-            return decimal.Decimal(str(value))
-    except (ValueError, TypeError, AttributeError, decimal.InvalidOperation) as exc:
-        raise ValueError(f"field {path or 'the value'}: {value!r} is no {kind}: {exc}") from None
-    return value
+@functools.lru_cache(maxsize=1024)
+def converter(kind: pa.DataType, path: str) -> Callable[[Any], Any]:
+    """The function taking a decoded value of `kind` (at field `path`) to the Python value
+    Arrow takes for it (see `table`): made once per type and field, so a message costs
+    a call per field, not a walk of its schema. ValueError naming the field."""
+    where = path or "the value"
+
+    def failed(value: Any, exc: Exception) -> ValueError:
+        return ValueError(f"field {where}: {value!r} is no {kind}: {exc}")
+
+    if pa.types.is_struct(kind):
+        fields = [(f.name, converter(f.type, f"{path}.{f.name}".lstrip("."))) for f in kind]
+
+        def record(value):
+            if value is None:
+                return None
+            try:
+                get = value.get
+            except AttributeError as exc:
+                raise failed(value, exc) from None
+            return {name: convert(get(name)) for name, convert in fields}
+        return record
+    if pa.types.is_map(kind):
+        key, item = converter(kind.key_type, path), converter(kind.item_type, f"{path}{{}}")
+
+        def mapping(value):
+            if value is None:
+                return None
+            try:
+                pairs = value.items() if isinstance(value, dict) else value
+                return [(key(k), item(v)) for k, v in pairs]
+            except (TypeError, AttributeError) as exc:
+                raise failed(value, exc) from None
+        return mapping
+    if pa.types.is_list(kind):
+        element = converter(kind.value_type, f"{path}[]")
+
+        def listing(value):
+            if value is None:
+                return None
+            try:
+                return [element(v) for v in value]
+            except TypeError as exc:
+                raise failed(value, exc) from None
+        return listing
+    if isinstance(kind, pa.UuidType) or kind == pa.uuid():
+        def as_uuid(value):
+            if value is None:
+                return None
+            try:
+                return (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).bytes
+            except (ValueError, TypeError) as exc:
+                raise failed(value, exc) from None
+        return as_uuid
+    text_is_the_value = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    decimal_kind = pa.types.is_decimal(kind)
+
+    def scalar(value):
+        try:
+            if isinstance(value, str) and not text_is_the_value:
+                return _from_text(value, kind)
+            if decimal_kind and isinstance(value, (int, float)) and not isinstance(value, bool):
+                return decimal.Decimal(str(value))
+        except (ValueError, TypeError, decimal.InvalidOperation) as exc:
+            raise failed(value, exc) from None
+        return value
+    return scalar
 
 
 def _from_text(text: str, kind: pa.DataType) -> Any:
@@ -396,14 +441,16 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
     column's (the reason names both schema ids and the field) or its value is not what
     its schema says."""
     types, origins, values = dict(types), dict(origins), {}
-    for field in schema:
-        name = field.name
+    for name, mine, convert in _columns_of(schema):
         if name in columns.RESERVED:
             if name == columns.EVENT_TIME and columns.same_time(fields.get(name), event_ms):
                 continue  # the parser's own field: the event_time column holds it
             raise Misfit(f"schema id {schema_id} has field {name!r}, the name of the "
                          f"table's own column {name}")
-        mine, current = kind(field.type), types.get(name)
+        current = types.get(name)
+        if current is mine:  # this schema set it already: nothing to merge
+            values[name] = _converted(convert, fields.get(name), schema_id)
+            continue
         merged = mine if current is None else columns.promoted(current, mine)
         if merged is None:
             where, theirs, ours = columns.conflict(current, mine, name)
@@ -412,8 +459,20 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
                          f"{columns.shown(theirs)}: Iceberg cannot evolve one into the other")
         if merged != current:
             types[name], origins[name] = merged, f"schema id {schema_id}"
-        try:
-            values[name] = _typed(fields.get(name), field.type, name)
-        except ValueError as exc:
-            raise Misfit(f"schema id {schema_id}: {exc}") from None
+        elif merged == mine:
+            types[name] = mine  # the same kind, held as this schema's: found by identity next
+        values[name] = _converted(convert, fields.get(name), schema_id)
     return values, types, origins
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_of(schema: pa.Schema) -> tuple[tuple[str, Any, Callable[[Any], Any]], ...]:
+    """(name, kind, converter) of a writer schema's fields, made once per schema."""
+    return tuple((f.name, kind(f.type), converter(f.type, f.name)) for f in schema)
+
+
+def _converted(convert: Callable[[Any], Any], value: Any, schema_id: str) -> Any:
+    try:
+        return convert(value)
+    except ValueError as exc:
+        raise Misfit(f"schema id {schema_id}: {exc}") from None

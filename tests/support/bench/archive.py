@@ -215,6 +215,7 @@ class PeerRun:
     query_s: float     # from the query's start() to its end: without Spark's start-up
     output_bytes: int
     load: str          # `uptime` when it finished
+    columns: dict[str, str] = field(default_factory=dict)  # a table peer's, as it made them
 
 
 def peer_run(sink: str, bootstrap: str, topic: str, expected_records: int,
@@ -251,14 +252,17 @@ def peer_run(sink: str, bootstrap: str, topic: str, expected_records: int,
 CONNECT_PEER = "iceberg-connect"  # beside the table run: Iceberg's Kafka Connect sink
 
 
-def connect_peer_run(bootstrap: str, topic: str, expected_records: int, work: Path) -> PeerRun:
+def connect_peer_run(bootstrap: str, topic: str, expected_records: int, work: Path,
+                     avro_registry: str | None = None) -> PeerRun:
     """tests/support/bench/connect_peer.py: Iceberg's Kafka Connect sink draining the topic
-    into a table, its worker's process tree sampled as a spark-submit's is."""
+    into a table, its worker's process tree sampled as a spark-submit's is (with
+    `avro_registry`, Avro values through Apicurio's converter: the record's columns)."""
     folder = work / f"peer-{CONNECT_PEER}"
     log_path = work / f"peer-{CONNECT_PEER}.log"
     run = _sampled([sys.executable, "-m", "tests.support.bench.connect_peer", "--bootstrap",
                     bootstrap, "--topic", topic, "--rows", str(expected_records), "--work",
-                    str(folder)], dict(os.environ), log_path)
+                    str(folder), *(("--avro", avro_registry) if avro_registry else ())],
+                   dict(os.environ), log_path)
     result = json.loads(re.search(r"^peer-result (.*)$", log_path.read_text(errors="replace"),
                                   re.M)[1])
     if result["rows"] != expected_records:
@@ -267,7 +271,8 @@ def connect_peer_run(bootstrap: str, topic: str, expected_records: int, work: Pa
     size = sum(f.stat().st_size for f in (folder / "warehouse").rglob("*") if f.is_file())
     say(f"  {CONNECT_PEER}: {result['files']} data files in {result['snapshots']} snapshots")
     shutil.rmtree(folder, ignore_errors=True)
-    return PeerRun(CONNECT_PEER, run, result["query_s"], size, uptime())
+    return PeerRun(CONNECT_PEER, run, result["query_s"], size, uptime(),
+                   result.get("columns", {}))
 
 
 def peer_cpu_per_gib(peer: PeerRun, mib: float) -> float:
@@ -294,12 +299,15 @@ def describe_peer(peer: PeerRun, payload_bytes: int) -> None:
 
 def write_config(folder: Path, topic: str, archive_root: str, compression: str,
                  group: str = GROUP, spark_conf: dict | None = None,
-                 level: int | None = None) -> Path:
+                 level: int | None = None, parser: dict | None = None,
+                 top: dict | None = None) -> Path:
     """group PARTITIONED: the event-time layout, by hour, with the JSON parser on the log
-    lines' `ts` (ISO-8601 text). spark_conf: the config's spark.conf."""
+    lines' `ts` (ISO-8601 text). spark_conf: the config's spark.conf. With compression
+    TABLE and `parser`, an event-time table group (the parsed shape) reading values with
+    it; `top`: more top-level settings (a schema_registry)."""
     event_time = ({"layout": {"kind": "event_time", "granularity": "hour"},
-                   "parser": {"kind": "json", "field": "ts", "unit": "iso8601"}}
-                  if group == PARTITIONED else {})
+                   "parser": parser or {"kind": "json", "field": "ts", "unit": "iso8601"}}
+                  if group == PARTITIONED or parser else {})
     fmt = {"kind": "sequencefile", "key": "msgpack", "compression": compression,
            **({"level": level} if level is not None else {})}
     table = {}
@@ -326,6 +334,7 @@ def write_config(folder: Path, topic: str, archive_root: str, compression: str,
                        "min_records": 1, "max_delay": 0},
         }},
         **({"spark": {"conf": spark_conf}} if spark_conf else {}), **table_catalog,
+        **(top or {}),
     }
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kafka-archive.yaml"
@@ -939,8 +948,19 @@ def main() -> int:
     parser.add_argument("--replay", action="store_true",
                         help="also replay the default-codec archive into a new topic and print "
                              "the replay's throughput")
+    parser.add_argument("--format", choices=("json", "avro"), default="json",
+                        help="avro (with --compressions table): the typed tables benchmark "
+                             "(tests/support/bench/typed_tables.py) on --gigabytes of Avro "
+                             "orders, beside their JSON and the Kafka Connect sink")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
+    if args.format == "avro":
+        from tests.support.bench import typed_tables
+
+        return typed_tables.main(["--megabytes", str(args.gigabytes * 1024), "--partitions",
+                                  str(args.partitions), *(["--skip-peer"] if args.skip_peer
+                                                          else []),
+                                  *(["--keep"] if args.keep else [])])
 
     if args.plan_partitions:
         with tempfile.TemporaryDirectory() as scratch:

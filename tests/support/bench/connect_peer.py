@@ -9,7 +9,12 @@ topic (made here, one partition, as they ask) and its coordinator's commits, whi
 the consumer offsets in the same Kafka transaction (KIP-447).
 
     python -m tests.support.bench.connect_peer --bootstrap HOST:PORT --topic TOPIC \\
-        --rows N --work DIR [--commit-interval-ms 10000] [--tasks 2]
+        --rows N --work DIR [--commit-interval-ms 10000] [--tasks 2] [--avro REGISTRY]
+
+With --avro (the Apicurio registry's base URL, http://host:port), the values are Avro in
+the Confluent wire format (issue 58): read by Apicurio's Connect converter
+(.cache/jars/apicurio-converter, a plugin of its own) by their schema in that registry,
+the table's columns the record's fields (the sink's auto-create), beside `kafka`.
 
 Prints one line `peer-result {"query_s": ..., "rows": ..., "files": ..., "snapshots": ...}`:
 query_s from the sink task's start (the worker's log says it) to the commit that made
@@ -31,6 +36,7 @@ from tests.support import localservices
 
 KAFKA_JARS = localservices.CACHE / "jars" / "kafka"
 PLUGIN = localservices.CACHE / "jars" / "iceberg-connect"
+AVRO_PLUGIN = localservices.CACHE / "jars" / "apicurio-converter"
 TASK_STARTED = re.compile(r"WorkerSinkTask\{id=iceberg-peer-\d+-\d+\} (Sink task )?[Ff]inished "
                           r"initialization and start")
 
@@ -46,10 +52,12 @@ class ConnectSink:
     table's rows and files as its commits left them."""
 
     def __init__(self, bootstrap: str, topic: str, work: Path, commit_interval_ms: int,
-                 tasks: int):
-        if not (PLUGIN / "iceberg-kafka-connect-1.12.0.jar").exists():
-            raise SystemExit(f"no {PLUGIN}: run scripts/install --for-peers")
+                 tasks: int, avro_registry: str | None = None):
+        for needed in (PLUGIN, *((AVRO_PLUGIN,) if avro_registry else ())):
+            if not needed.is_dir():
+                raise SystemExit(f"no {needed}: run scripts/install --for-peers")
         self.bootstrap, self.topic, self.work = bootstrap, topic, work
+        self.avro_registry = avro_registry
         self.commit_interval_ms, self.tasks = commit_interval_ms, tasks
         self.started_at: float | None = None  # when its first task started (perf_counter)
         self.catalog_db, self.warehouse = work / "connect-catalog.db", work / "warehouse"
@@ -57,8 +65,9 @@ class ConnectSink:
     def __enter__(self) -> ConnectSink:
         work = self.work
         (work / "plugins").mkdir(parents=True, exist_ok=True)
-        if not (work / "plugins" / "iceberg").exists():
-            (work / "plugins" / "iceberg").symlink_to(PLUGIN)
+        for name, folder in (("iceberg", PLUGIN), ("apicurio", AVRO_PLUGIN)):
+            if not (work / "plugins" / name).exists():
+                (work / "plugins" / name).symlink_to(folder)
         name = f"iceberg-peer-{os.getpid()}"  # a consumer group and control topic of its own
         control = f"{self.topic}-{name}-control"
         from kafka import KafkaAdminClient
@@ -80,9 +89,10 @@ class ConnectSink:
             "name": name, "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector",
             "tasks.max": self.tasks, "topics": self.topic,
             "consumer.override.auto.offset.reset": "earliest",
-            "transforms": "hoist,meta",
-            "transforms.hoist.type": "org.apache.kafka.connect.transforms.HoistField$Value",
-            "transforms.hoist.field": "value",
+            **(self._avro() if self.avro_registry else {
+                "transforms": "hoist,meta",
+                "transforms.hoist.type": "org.apache.kafka.connect.transforms.HoistField$Value",
+                "transforms.hoist.field": "value"}),
             "transforms.meta.type": "org.apache.iceberg.connect.transforms.KafkaMetadataTransform",
             "transforms.meta.field_name": "kafka", "transforms.meta.nested": "true",
             "iceberg.tables": "peer.events", "iceberg.tables.auto-create-enabled": "true",
@@ -111,6 +121,17 @@ class ConnectSink:
         self.catalog = SqlCatalog("peer", uri=f"sqlite:///{self.catalog_db}",
                                   warehouse=f"file://{self.warehouse}")
         return self
+
+    def _avro(self) -> dict:
+        """The record's fields as columns: Apicurio's converter (2.6, whose serde reads the
+        registry's v2 API) on the Confluent wire format's 4-byte ids, which the registry's
+        Confluent-compatible API gives out as content ids."""
+        prefix = "value.converter"
+        return {prefix: "io.apicurio.registry.utils.converter.AvroConverter",
+                f"{prefix}.apicurio.registry.url": f"{self.avro_registry}/apis/registry/v2",
+                f"{prefix}.apicurio.registry.as-confluent": "true",
+                f"{prefix}.apicurio.registry.use-id": "contentId",
+                "transforms": "meta"}
 
     def _follow(self) -> None:
         for line in self.process.stdout:
@@ -144,6 +165,20 @@ class ConnectSink:
         self.log.close()
 
 
+def column_text(field_type) -> str:
+    """An Iceberg type as text without its field ids: struct<name: string, vip: boolean>."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(field_type, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {column_text(f.field_type)}"
+                                     for f in field_type.fields) + ">"
+    if isinstance(field_type, ListType):
+        return f"list<{column_text(field_type.element_type)}>"
+    if isinstance(field_type, MapType):
+        return f"map<{column_text(field_type.key_type)}, {column_text(field_type.value_type)}>"
+    return str(field_type)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
@@ -152,9 +187,11 @@ def main() -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--commit-interval-ms", type=int, default=10_000)
     parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--avro", metavar="REGISTRY", default=None,
+                        help="Avro values, by their schemas in this Apicurio (http://host:port)")
     args = parser.parse_args()
     with ConnectSink(args.bootstrap, args.topic, args.work, args.commit_interval_ms,
-                     args.tasks) as sink:
+                     args.tasks, args.avro) as sink:
         table = sink.committed(args.rows)
         done = time.perf_counter()
         current = table.current_snapshot()
@@ -162,7 +199,10 @@ def main() -> int:
             "query_s": done - sink.started_at if sink.started_at else None,
             "rows": int(current.summary["total-records"]),
             "files": len(list(table.scan().plan_files())),
-            "snapshots": len(table.metadata.snapshots)}), flush=True)
+            "snapshots": len(table.metadata.snapshots),
+            # the table's columns as the sink made them (its ids left out, for comparison)
+            "columns": {f.name: column_text(f.field_type) for f in table.schema().fields}}),
+            flush=True)
     return 0
 
 
