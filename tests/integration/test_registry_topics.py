@@ -3,7 +3,8 @@ JSON Schema orders, produced by confluent-kafka's own serializers against the lo
 Schema Registry (Apicurio), laid out by their event time in an event-time group whose
 parsers read each value by its registered schema (the registry an Airflow connection); values the registry cannot read land
 in quarantine with a reason naming the schema id; the backup group keeps every value's
-bytes untouched, schema id included."""
+bytes untouched, schema id included, so its replay restores them byte for byte and a
+consumer with the registry reads them as before."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ import random
 import time
 from datetime import datetime, timezone
 
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+
 from test_backup_archive import consumed
 from test_partitioned import HOUR, Archive, laid_out
+from test_replay import in_order, new_topic
+from test_rewind_cli import cli
 
 from tests.support import registry_topics
 from tests.support.pipeline import airflow
@@ -73,3 +79,16 @@ def test_registry_topics_land_in_their_event_hours_and_unreadable_ones_in_quaran
         assert reason in quarantined[value], (reason, quarantined[value])
     # the backup group keeps the bytes as produced, schema id included
     assert set(archive.archived_records()) == expected
+
+    # so a replay restores them byte for byte, and a consumer with the registry reads them
+    copy = new_topic(kafka, f"{p}-replayed", 2)
+    replayed = cli(archive, "replay", "--group", "backup", "--topic", topics["avro"],
+                   "--to-topic", copy)
+    assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
+    assert in_order(kafka, copy) == in_order(kafka, topics["avro"])
+    read = AvroDeserializer(SchemaRegistryClient({"url": schema_registry}))
+    orders = [read(value, registry_topics.value_context(copy))
+              for partition in in_order(kafka, copy).values() for _, value, *_ in partition
+              if value is not None and value[:1] == b"\x00" and value not in bad]
+    assert sorted(o["id"] for o in orders) == list(range(30))
+    assert all(o["customer"] == registry_topics.ORDER["customer"] for o in orders)
