@@ -143,3 +143,54 @@ def test_a_value_that_is_not_its_columns_type_names_the_field():
 def test_a_json_schema_no_column_can_hold_is_refused_naming_the_field(schema, reason):
     with pytest.raises(UnsupportedSchema, match=reason):
         schemas.json_schema_arrow(schema)
+
+
+# --- column kinds: the JSON form plans and manifests hold, and their evolution ---------
+
+NESTED_KIND = {"struct": [["name", "string"], ["tags", {"list": "string"}],
+                          ["scores", {"map": ["string", "double"]}],
+                          ["amount", "decimal(12,2)"], ["id", "uuid"], ["at", "timestamp"],
+                          ["local", "timestamp_ntz"], ["day", "date"], ["clock", "time"]]}
+
+
+def test_a_kind_and_its_arrow_type_are_one_another():
+    made = schemas.arrow(NESTED_KIND)
+    assert schemas.kind(made) == NESTED_KIND
+    assert all(f.nullable for f in made)  # every column optional: a version may drop one
+    assert not made.field("scores").type.key_field.nullable
+
+
+@pytest.mark.parametrize("current, new, merged", [
+    ("int", "long", "long"), ("long", "int", "long"), ("float", "double", "double"),
+    ("decimal(10,2)", "decimal(12,2)", "decimal(12,2)"),
+    ({"struct": [["a", "int"]]}, {"struct": [["a", "long"], ["b", "string"]]},
+     {"struct": [["a", "long"], ["b", "string"]]}),
+    ({"list": {"struct": [["a", "int"]]}}, {"list": {"struct": [["b", "date"]]}},
+     {"list": {"struct": [["a", "int"], ["b", "date"]]}}),
+    ({"map": ["string", "int"]}, {"map": ["string", "long"]}, {"map": ["string", "long"]}),
+    ("long", "string", None), ("long", "double", None), ("decimal(10,2)", "decimal(10,3)", None),
+    ({"map": ["string", "int"]}, {"map": ["long", "int"]}, None),
+    ({"struct": [["a", "int"]]}, {"list": "int"}, None),
+])
+def test_promoted_is_what_iceberg_evolves_a_column_into(current, new, merged):
+    from kafka_archive.formats import columns
+
+    assert columns.promoted(current, new) == merged
+    assert (columns.conflict(current, new, "f") is None) == (merged is not None)
+
+
+def test_a_conflict_names_the_nested_field_and_both_kinds():
+    from kafka_archive.formats import columns
+
+    current = {"struct": [["customer", {"struct": [["tier", "int"]]}]]}
+    new = {"struct": [["customer", {"struct": [["tier", "string"]]}]]}
+    assert columns.conflict(current, new, "order") == ("order.customer.tier", "int", "string")
+    assert columns.shown(NESTED_KIND).startswith("struct<name: string, tags: list<string>, "
+                                                 "scores: map<string, double>, ")
+
+
+def test_json_inference_still_widens_long_to_double_where_iceberg_would_not():
+    from kafka_archive.formats import columns
+
+    assert columns.widened("long", "double") == "double"  # a new column of one run's files
+    assert columns.promoted("long", "double") is None       # a table's column: never
