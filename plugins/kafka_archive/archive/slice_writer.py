@@ -190,7 +190,7 @@ class OpenSlice:
 
                 fitted = schemas.fit(fields, fields.schema, fields.schema_id, ms, types,
                                      opened.writer.origins if opened
-                                     else dict(t.column_origins))
+                                     else dict(t.column_origins), fields.native)
             else:
                 fitted = columns.fit(fields, ms, types, frozenset(dict(t.columns)))
             out = self._open(folder, lambda: url, {**t.format, "shape": "parsed",

@@ -36,9 +36,11 @@ class Registered(dict):
     schema as Arrow (`schema`, read from the registry's cache once per id: a files group
     never asks it). A schema no table can hold raises ParseError naming the id."""
 
-    def __init__(self, fields: dict, schema_id: str, schema: Callable[[], Any]):
+    def __init__(self, fields: dict, schema_id: str, schema: Callable[[], Any],
+                 native: bool = False):
+        """native: the values are in Arrow's own Python types already (fastavro's)."""
         super().__init__(fields)
-        self.schema_id, self._schema = schema_id, schema
+        self.schema_id, self._schema, self.native = schema_id, schema, native
 
     @property
     def schema(self):
@@ -57,7 +59,8 @@ class Registered(dict):
         import pyarrow as pa
 
         return Registered({**self, **key}, f"{self.schema_id} (key: schema id {key.schema_id})",
-                          lambda: pa.schema([*self.schema, *key.schema]))
+                          lambda: pa.schema([*self.schema, *key.schema]),
+                          self.native and key.native)
 
 
 class Decoder:
@@ -137,11 +140,12 @@ class Decoder:
         schema_id = str(key[0]) if key[0] is not None else self.schema_id(value)
         if self.part == "key":
             return Registered({"key": decoded}, schema_id,
-                              lambda: self._writer_schema(key, context))
+                              lambda: self._writer_schema(key, context), self.kind == "avro")
         if not isinstance(decoded, dict):
             raise ParseError(f"the value of schema id {schema_id} is "
                              f"{type(decoded).__name__}, not a record of fields")
-        return Registered(decoded, schema_id, lambda: self._writer_schema(key, context))
+        return Registered(decoded, schema_id, lambda: self._writer_schema(key, context),
+                          self.kind == "avro")
 
     def _writer_schema(self, key: tuple, context):
         """The writer's schema of a (schema id, message indexes) as Arrow, made once; read

@@ -208,6 +208,39 @@ def converter(kind: pa.DataType, path: str) -> Callable[[Any], Any]:
     return scalar
 
 
+@functools.lru_cache(maxsize=1024)
+def native_converter(kind: pa.DataType, path: str) -> Callable[[Any], Any] | None:
+    """For values a deserializer gives in Arrow's own Python types already (fastavro's:
+    int, float, str, bytes, datetime, date, time, Decimal, dicts for records and maps):
+    None where a value is taken as it is, else one converting the parts that are not (a
+    UUID, and what holds one). Half of a typed value's cost is building its copy."""
+    if isinstance(kind, pa.UuidType) or kind == pa.uuid():
+        return converter(kind, path)
+    if pa.types.is_struct(kind):
+        parts = [(f.name, found) for f in kind
+                 if (found := native_converter(f.type, f"{path}.{f.name}".lstrip(".")))]
+        if not parts:
+            return None
+
+        def record(value):
+            if value is None:
+                return None
+            changed = dict(value)
+            for name, convert in parts:
+                changed[name] = convert(value.get(name))
+            return changed
+        return record
+    if pa.types.is_list(kind):
+        element = native_converter(kind.value_type, f"{path}[]")
+        return None if element is None else (
+            lambda value: None if value is None else [element(v) for v in value])
+    if pa.types.is_map(kind):
+        item = native_converter(kind.item_type, f"{path}{{}}")
+        return None if item is None else (
+            lambda value: None if value is None else {k: item(v) for k, v in value.items()})
+    return None
+
+
 def _from_text(text: str, kind: pa.DataType) -> Any:
     if pa.types.is_timestamp(kind):
         moment = datetime.fromisoformat(text)  # Z too (Python 3.11)
@@ -431,7 +464,7 @@ def arrow(column_kind) -> pa.DataType:
 
 
 def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types: dict,
-        origins: dict[str, str]) -> tuple[dict, dict, dict[str, str]]:
+        origins: dict[str, str], native: bool = False) -> tuple[dict, dict, dict[str, str]]:
     """A value decoded by its writer's schema (`schema`, registered as `schema_id`) as
     columns of a parsed table file whose columns have `types` so far, each set by what
     `origins` names ("schema id 3"; absent: the table's): the values (as Arrow takes them
@@ -439,9 +472,10 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
     them added, a column promoted where Iceberg can: int to long, a struct gaining fields)
     and their origins. Misfit, and nothing changed, when a field's kind cannot join its
     column's (the reason names both schema ids and the field) or its value is not what
-    its schema says."""
+    its schema says. `native`: the values are in Arrow's own Python types already
+    (native_converter: Avro's)."""
     types, origins, values = dict(types), dict(origins), {}
-    for name, mine, convert in _columns_of(schema):
+    for name, mine, convert in _columns_of(schema, native):
         if name in columns.RESERVED:
             if name == columns.EVENT_TIME and columns.same_time(fields.get(name), event_ms):
                 continue  # the parser's own field: the event_time column holds it
@@ -466,12 +500,17 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
 
 
 @functools.lru_cache(maxsize=256)
-def _columns_of(schema: pa.Schema) -> tuple[tuple[str, Any, Callable[[Any], Any]], ...]:
-    """(name, kind, converter) of a writer schema's fields, made once per schema."""
-    return tuple((f.name, kind(f.type), converter(f.type, f.name)) for f in schema)
+def _columns_of(schema: pa.Schema, native: bool
+                ) -> tuple[tuple[str, Any, Callable[[Any], Any] | None], ...]:
+    """(name, kind, converter or None: as it is) of a writer schema's fields, made once
+    per schema."""
+    return tuple((f.name, kind(f.type), native_converter(f.type, f.name) if native
+                  else converter(f.type, f.name)) for f in schema)
 
 
-def _converted(convert: Callable[[Any], Any], value: Any, schema_id: str) -> Any:
+def _converted(convert: Callable[[Any], Any] | None, value: Any, schema_id: str) -> Any:
+    if convert is None:
+        return value
     try:
         return convert(value)
     except ValueError as exc:
