@@ -150,6 +150,10 @@ class ParsedWriter:
         self.typed, self.origins = bool(fmt.get("typed")), dict(fmt.get("origins", ()))
         self.known = frozenset(self.types)
         self.values: dict[str, list] = {name: [] for name in self.types}
+        self.pending = 0  # rows in `values`
+        # a typed file's earlier rows as Arrow (row count, column -> array), TYPED_CHUNK_ROWS
+        # at a time: nested values are many Python objects, which Python's collector walks
+        self.chunks: list[tuple[int, dict[str, pa.Array]]] = []
         self.offsets: list[int] = []
         self.timestamps: list[int | None] = []
         self.event_ms: list[int] = []
@@ -161,10 +165,9 @@ class ParsedWriter:
                       origins: dict[str, str] | None = None) -> None:
         """A message's values as columns.fit (schemas.fit) gave them against this file's
         types."""
-        n = len(self.offsets)
         for name in types:
             if name not in self.values:
-                self.values[name] = [None] * n
+                self.values[name] = [None] * self.pending
             self.values[name].append(values.get(name))
         self.types = types
         if origins is not None:
@@ -172,6 +175,16 @@ class ParsedWriter:
         self.offsets.append(r.offset)
         self.timestamps.append(r.timestamp_ms)
         self.event_ms.append(event_ms)
+        self.pending += 1
+        if self.typed and self.pending >= TYPED_CHUNK_ROWS:
+            self._to_arrow()
+
+    def _to_arrow(self) -> None:
+        """The pending rows of a typed file as Arrow columns of the file's types so far."""
+        self.chunks.append((self.pending, {name: pa.array(values, schemas.arrow(self.types[name]))
+                                           for name, values in self.values.items()}))
+        self.values = {name: [] for name in self.values}
+        self.pending = 0
 
     def columns_written(self) -> list[list]:
         """[name, type] of every field column of the file, in order."""
@@ -186,10 +199,14 @@ class ParsedWriter:
         arrays = [kafka, _micros(self.event_ms)]
         fields = [pa.field(columns.KAFKA, PARSED_KAFKA, False),
                   pa.field(columns.EVENT_TIME, pa.timestamp("us", tz="UTC"), False)]
+        if self.typed:
+            self._to_arrow()
         for name, kind in self.types.items():
-            values, arrow_type = self.values[name], schemas.arrow(kind)
-            if self.typed:
-                arrays.append(pa.array(values, arrow_type))
+            values, arrow_type = self.values.get(name), schemas.arrow(kind)
+            if self.typed:  # each chunk's column as the file's final type (a promotion)
+                arrays.append(pa.concat_arrays([
+                    columns_of[name].cast(arrow_type) if name in columns_of
+                    else pa.nulls(count, arrow_type) for count, columns_of in self.chunks]))
             elif kind == "timestamp":
                 arrays.append(_micros(values))
             else:
@@ -197,6 +214,9 @@ class ParsedWriter:
                                         else v for v in values], arrow_type))
             fields.append(pa.field(name, arrow_type))
         _write(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), self.file)
+
+
+TYPED_CHUNK_ROWS = 4096
 
 
 def _micros(ms: list[int | None]) -> pa.Array:

@@ -21,7 +21,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from kafka_archive import config, layout
 from kafka_archive.archive import job, slice_writer
 from kafka_archive.commit import iceberg, protocol
-from kafka_archive.formats import parquet, registry
+from kafka_archive.formats import parquet, registry, schemas
 from kafka_archive.formats.records import Record
 from kafka_archive.plan.planning import Plan, Slice
 from kafka_archive.storage import Storage
@@ -280,3 +280,29 @@ def test_a_protobuf_field_the_writers_schema_lacks_is_skipped_and_kept_in_the_by
     (row,) = rows(env[3].find(GROUP, "proto"))
     assert row["id"] == 7 and row["customer"] == {"name": "Ada", "vip": True}
     assert env[3].find(GROUP, "proto", dead_letters=True) is None  # no dead letter at all
+
+
+def test_a_typed_file_longer_than_a_chunk_keeps_its_rows_through_a_promotion():
+    """The writer turns a typed file's rows into Arrow a chunk at a time: a column a later
+    version widens (int to long) or adds reads the same in every chunk after close."""
+    import pyarrow as pa
+
+    v1 = pa.schema([pa.field("n", pa.int32())])
+    v2 = pa.schema([pa.field("n", pa.int64()), pa.field("s", pa.struct([("a", pa.string())]))])
+    out = io.BytesIO()
+    writer = parquet.ParsedWriter(out, {"topic": "t", "typed": True}, "1_0_0.parquet")
+    rows = parquet.TYPED_CHUNK_ROWS + 10
+    for offset in range(rows):
+        version, fields = (v1, {"n": offset}) if offset < rows - 5 else (
+            v2, {"n": 2 ** 40 + offset, "s": {"a": str(offset)}})
+        values, types, origins = schemas.fit(fields, version, "1" if version is v1 else "2",
+                                             0, writer.types, writer.origins, native=True)
+        writer.append_fitted(Record(offset, None, b"", 0, []), 0, values, types, origins)
+    writer.close()
+    read = pq.read_table(pa.BufferReader(out.getvalue()))
+    assert read.schema.field("n").type == pa.int64()
+    assert read.column("n").to_pylist() == [o for o in range(rows - 5)] + [
+        2 ** 40 + o for o in range(rows - 5, rows)]
+    assert read.column("s").to_pylist() == [None] * (rows - 5) + [
+        {"a": str(o)} for o in range(rows - 5, rows)]
+    assert writer.columns_written() == [["n", "long"], ["s", {"struct": [["a", "string"]]}]]
