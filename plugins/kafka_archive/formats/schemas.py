@@ -499,13 +499,23 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
     return values, types, origins
 
 
-@functools.lru_cache(maxsize=256)
+_COLUMNS: dict[tuple[int, bool], tuple[pa.Schema, tuple]] = {}
+
+
 def _columns_of(schema: pa.Schema, native: bool
                 ) -> tuple[tuple[str, Any, Callable[[Any], Any] | None], ...]:
     """(name, kind, converter or None: as it is) of a writer schema's fields, made once
-    per schema."""
-    return tuple((f.name, kind(f.type), native_converter(f.type, f.name) if native
+    per schema object (a decoder keeps one per schema id). By identity: hashing a nested
+    schema costs more than the rest of a message's fitting."""
+    found = _COLUMNS.get((id(schema), native))
+    if found is not None and found[0] is schema:
+        return found[1]
+    if len(_COLUMNS) > 256:
+        _COLUMNS.clear()
+    made = tuple((f.name, kind(f.type), native_converter(f.type, f.name) if native
                   else converter(f.type, f.name)) for f in schema)
+    _COLUMNS[(id(schema), native)] = (schema, made)  # the schema kept: its id stays its own
+    return made
 
 
 def _converted(convert: Callable[[Any], Any] | None, value: Any, schema_id: str) -> Any:
