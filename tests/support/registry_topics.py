@@ -47,9 +47,12 @@ ORDER_JSON_SCHEMA = """{
 
 
 @functools.cache  # one class: a message of another build of it is another type
-def order_message_class():
+def order_message_class(renamed: tuple[tuple[str, str], ...] = (),
+                        added: tuple[tuple[str, int], ...] = ()):
     """The Protobuf Order message (package shop), built at run time from its descriptor
-    (what protoc would generate), with google.protobuf.Timestamp for its time."""
+    (what protoc would generate), with google.protobuf.Timestamp for its time; a later
+    version of it with fields `renamed` ((old, new) names, the same numbers) and string
+    fields `added` ((name, number))."""
     from google.protobuf import timestamp_pb2
 
     proto = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop",
@@ -80,6 +83,10 @@ def order_message_class():
     order.field.add(name="note", number=7, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL,
                     proto3_optional=True, oneof_index=0)
     order.oneof_decl.add(name="_note")
+    for field in order.field:
+        field.name = dict(renamed).get(field.name, field.name)
+    for name, number in added:
+        order.field.add(name=name, number=number, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(descriptor_pb2.FileDescriptorProto.FromString(
         timestamp_pb2.DESCRIPTOR.serialized_pb).SerializeToString())

@@ -160,13 +160,19 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
     give the same files, whoever runs them."""
     agreed: dict[str, dict[str, str]] = {}
     origins: dict[str, dict[str, str]] = {}  # a typed table's: which schema id set each
+    numbers: dict[str, dict[str, str]] = {}  # a Protobuf one's: column -> field number
     for topic in plan.topics():
         types: dict[str, str] = {}
+        held = numbers.setdefault(topic, dict(plan.column_numbers.get(topic, {})))
         disagree = False
         for row in sorted((r for r in rows if r["topic"] == topic),
                           key=lambda r: (r["partition"], r["start"])):
             for f in row_files(row):
+                # a field renamed between files: its column keeps the first file's name
+                renamed = _renamed(held, f.get("numbers", {}))
+                disagree = disagree or bool(renamed)
                 for name, kind in f.get("columns", ()):
+                    name = renamed.get(name, name)
                     seen = types.setdefault(name, kind)
                     if (merged := columns.promoted(seen, kind)) is not None:
                         types[name] = merged  # the table evolves so: no file changes
@@ -181,19 +187,22 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
         return rows
 
     def fits(row: SliceRow) -> bool:
-        want = agreed.get(row["topic"])
-        return want is None or all(columns.promoted(want[n], k) == want[n]
-                                   for f in row_files(row) for n, k in f.get("columns", ()))
+        want, held = agreed.get(row["topic"]), numbers.get(row["topic"], {})
+        return want is None or all(
+            n in want and columns.promoted(want[n], k) == want[n]
+            and f.get("numbers", {}).get(n) == held.get(n)
+            for f in row_files(row) for n, k in f.get("columns", ()))
 
     again = {(r["topic"], r["partition"], r["start"]) for r in rows if not fits(r)}
-    log.warning("run %s: files disagree on the type of new columns (%s); %d slices written "
-                "again with them fixed", plan.run_id, "; ".join(
+    log.warning("run %s: files disagree on the type or the field of new columns (%s); %d "
+                "slices written again with them fixed", plan.run_id, "; ".join(
                     f"{t}: {', '.join(f'{n} {k}' for n, k in c.items())}"
                     for t, c in agreed.items()), len(again))
     fixed = dataclasses.replace(plan, columns={**plan.columns, **{
         t: [[n, k] for n, k in c.items()] for t, c in agreed.items()}}, column_origins={
         **plan.column_origins, **{t: {**plan.column_origins.get(t, {}), **origins.get(t, {})}
-                                  for t in agreed}})
+                                  for t in agreed}},
+        column_numbers={**plan.column_numbers, **{t: numbers[t] for t in agreed if numbers[t]}})
     rewritten = archived(fixed, [s for s in slices if (s.topic, s.partition, s.start) in again])
     kept = {f["url"] for r in rewritten for f in row_files(r)}
     for row in rows:  # a rewritten slice's file may start elsewhere now: the old one goes
@@ -202,6 +211,21 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
                 if f["url"] not in kept:
                     storage.delete(f["url"])
     return [r for r in rows if (r["topic"], r["partition"], r["start"]) not in again] + rewritten
+
+
+def _renamed(held: dict[str, str], numbers: dict[str, str]) -> dict[str, str]:
+    """A file's Protobuf columns whose field number `held` (column -> number, the run's so
+    far, updated with the file's new ones) has under another name: file's name -> held's."""
+    owners = {n: c for c, n in held.items()}
+    renamed = {}
+    for name, number in numbers.items():
+        owner = owners.setdefault(number, name)
+        if owner != name:
+            renamed[name] = owner
+        elif held.setdefault(name, number) != number:
+            renamed[name] = name  # the name of another number: its rows become dead letters
+    held.update({c: n for n, c in owners.items() if c not in held})
+    return renamed
 
 
 def failure_url(plan_url: str) -> str:
@@ -403,4 +427,5 @@ def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:
         audit_window_ms=config.audit.window_s * 1000,
         table_run=plan.run_id if group.table else None,
         columns=tuple(tuple(c) for c in plan.columns.get(topic, ())),
-        column_origins=tuple(plan.column_origins.get(topic, {}).items()))
+        column_origins=tuple(plan.column_origins.get(topic, {}).items()),
+        column_numbers=tuple(plan.column_numbers.get(topic, {}).items()))

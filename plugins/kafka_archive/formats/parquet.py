@@ -141,13 +141,15 @@ class ParsedWriter:
 
     `typed` in the format: the fields are a registered schema's (formats.schemas.fit),
     their values as Arrow takes them, their columns typed by the schemas and promoted
-    where a later version widens one (`origins` says which schema id set each)."""
+    where a later version widens one (`origins` says which schema id set each, `numbers`
+    which Protobuf field number each holds)."""
 
     def __init__(self, fileobj: BinaryIO, fmt: Mapping, file_name: str):
         self.file, self.topic = fileobj, fmt.get("topic")
         self.partition = int(file_name.split("_")[1])
         self.types: dict = dict(fmt.get("columns", ()))
         self.typed, self.origins = bool(fmt.get("typed")), dict(fmt.get("origins", ()))
+        self.numbers: dict[str, str] = {}
         self.known = frozenset(self.types)
         self.values: dict[str, list] = {name: [] for name in self.types}
         self.pending = 0  # rows in `values`
@@ -162,7 +164,8 @@ class ParsedWriter:
         self.append_fitted(r, event_ms, *columns.fit(fields, event_ms, self.types, self.known))
 
     def append_fitted(self, r: Record, event_ms: int, values: dict, types: dict,
-                      origins: dict[str, str] | None = None) -> None:
+                      origins: dict[str, str] | None = None,
+                      numbers: dict[str, str] | None = None) -> None:
         """A message's values as columns.fit (schemas.fit) gave them against this file's
         types."""
         for name in types:
@@ -172,6 +175,8 @@ class ParsedWriter:
         self.types = types
         if origins is not None:
             self.origins = origins
+        if numbers is not None:
+            self.numbers = numbers
         self.offsets.append(r.offset)
         self.timestamps.append(r.timestamp_ms)
         self.event_ms.append(event_ms)

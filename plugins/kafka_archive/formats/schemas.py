@@ -55,6 +55,11 @@ _AVRO_LOGICAL = {"date": pa.date32(), "time-millis": pa.time64("us"),
                  "local-timestamp-micros": pa.timestamp("us")}
 
 
+# what identifies a field across a schema's versions besides its name, as Arrow field
+# metadata: a Protobuf field's number, an Avro field's aliases (the names it had before)
+NUMBER, ALIASES = b"number", b"aliases"
+
+
 class UnsupportedSchema(ValueError):
     """A schema no table column can hold as it is; the reason names the field."""
 
@@ -118,7 +123,8 @@ def _avro(node: Any, names: dict[str, Any], path: str, enclosing: tuple[str, ...
         for field in node["fields"]:
             inner = f"{path}.{field['name']}" if path else field["name"]
             field_type, nullable = _avro(field["type"], names, inner, (*enclosing, full), own)
-            fields.append(pa.field(field["name"], field_type, nullable))
+            aliases = {ALIASES: json.dumps(field["aliases"])} if field.get("aliases") else None
+            fields.append(pa.field(field["name"], field_type, nullable, metadata=aliases))
         return pa.struct(fields), False
     if kind == "array":
         item, nullable = _avro(node["items"], names, f"{where}[]", enclosing, namespace)
@@ -381,7 +387,8 @@ def _proto_message(descriptor, enclosing: tuple[str, ...], path: str) -> pa.Data
         kind = _proto_field(field, (*enclosing, descriptor.full_name), inner)
         # proto3: a scalar without `optional` always has a value (its default)
         nullable = field.message_type is not None or field.has_presence
-        fields.append(pa.field(field.name, kind, nullable or _is_repeated(field)))
+        fields.append(pa.field(field.name, kind, nullable or _is_repeated(field),
+                               metadata={NUMBER: str(field.number)}))
     return pa.struct(fields)
 
 
@@ -464,56 +471,86 @@ def arrow(column_kind) -> pa.DataType:
 
 
 def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types: dict,
-        origins: dict[str, str], native: bool = False) -> tuple[dict, dict, dict[str, str]]:
+        origins: dict[str, str], native: bool = False, numbers: dict[str, str] | None = None
+        ) -> tuple[dict, dict, dict[str, str], dict[str, str]]:
     """A value decoded by its writer's schema (`schema`, registered as `schema_id`) as
     columns of a parsed table file whose columns have `types` so far, each set by what
-    `origins` names ("schema id 3"; absent: the table's): the values (as Arrow takes them
-    for their schema's types), the file's types with the message in it (a field new to
-    them added, a column promoted where Iceberg can: int to long, a struct gaining fields)
-    and their origins. Misfit, and nothing changed, when a field's kind cannot join its
-    column's (the reason names both schema ids and the field) or its value is not what
-    its schema says. `native`: the values are in Arrow's own Python types already
-    (native_converter: Avro's)."""
+    `origins` names ("schema id 3"; absent: the table's), and a Protobuf field's column
+    found by the field's number (`numbers`: column -> number), an Avro field's by its
+    name or an alias: the values (as Arrow takes them for their schema's types), and the
+    file's types, origins and numbers with the message in it (a field new to them added,
+    a column promoted where Iceberg can: int to long, a struct gaining fields). A renamed
+    field so keeps filling its column, under the column's first name: the table's field
+    id is the field's, whatever a later version calls it. Misfit, and nothing changed,
+    when a field's kind cannot join its column's (the reason names both schema ids and
+    the field) or its value is not what its schema says. `native`: the values are in
+    Arrow's own Python types already (native_converter: Avro's)."""
     types, origins, values = dict(types), dict(origins), {}
-    for name, mine, convert in _columns_of(schema, native):
+    numbers = dict(numbers or {})
+    by_number = None
+    for name, mine, convert, number, aliases in _columns_of(schema, native):
         if name in columns.RESERVED:
             if name == columns.EVENT_TIME and columns.same_time(fields.get(name), event_ms):
                 continue  # the parser's own field: the event_time column holds it
             raise Misfit(f"schema id {schema_id} has field {name!r}, the name of the "
                          f"table's own column {name}")
-        current = types.get(name)
+        column = name
+        if number is not None:
+            if by_number is None:
+                by_number = {n: c for c, n in numbers.items()}
+            column = by_number.get(number) or _numbered(name, number, numbers, origins,
+                                                          schema_id)
+            by_number[number] = numbers[column] = number
+        elif aliases and name not in types:
+            column = next((a for a in aliases if a in types), name)
+        current = types.get(column)
         if current is mine:  # this schema set it already: nothing to merge
-            values[name] = _converted(convert, fields.get(name), schema_id)
+            values[column] = _converted(convert, fields.get(name), schema_id)
             continue
         merged = mine if current is None else columns.promoted(current, mine)
         if merged is None:
             where, theirs, ours = columns.conflict(current, mine, name)
-            raise Misfit(f"schema id {schema_id} has field {where} as {columns.shown(ours)}, "
-                         f"where {origins.get(name, 'the table')} has it as "
-                         f"{columns.shown(theirs)}: Iceberg cannot evolve one into the other")
+            renamed = "" if column == name else f" (column {column}, the same field)"
+            raise Misfit(f"schema id {schema_id} has field {where}{renamed} as "
+                         f"{columns.shown(ours)}, where {origins.get(column, 'the table')} has "
+                         f"it as {columns.shown(theirs)}: Iceberg cannot evolve one into the other")
         if merged != current:
-            types[name], origins[name] = merged, f"schema id {schema_id}"
+            types[column], origins[column] = merged, f"schema id {schema_id}"
         elif merged == mine:
-            types[name] = mine  # the same kind, held as this schema's: found by identity next
-        values[name] = _converted(convert, fields.get(name), schema_id)
-    return values, types, origins
+            types[column] = mine  # the same kind, held as this schema's: found by identity next
+        values[column] = _converted(convert, fields.get(name), schema_id)
+    return values, types, origins, numbers
+
+
+def _numbered(name: str, number: str, numbers: dict[str, str], origins: dict[str, str],
+              schema_id: str) -> str:
+    """The column of a Protobuf field whose number no column has yet: its own name,
+    unless a column of another number holds that name (Misfit: one column, one field)."""
+    if name in numbers:
+        raise Misfit(f"schema id {schema_id} has field {name} as number {number}, where "
+                     f"{origins.get(name, 'the table')} has number {numbers[name]} under "
+                     "that name: a column holds one field number")
+    return name
 
 
 _COLUMNS: dict[tuple[int, bool], tuple[pa.Schema, tuple]] = {}
 
 
-def _columns_of(schema: pa.Schema, native: bool
-                ) -> tuple[tuple[str, Any, Callable[[Any], Any] | None], ...]:
-    """(name, kind, converter or None: as it is) of a writer schema's fields, made once
-    per schema object (a decoder keeps one per schema id). By identity: hashing a nested
-    schema costs more than the rest of a message's fitting."""
+def _columns_of(schema: pa.Schema, native: bool) -> tuple[tuple, ...]:
+    """(name, kind, converter or None: as it is, Protobuf number or None, Avro aliases)
+    of a writer schema's fields, made once per schema object (a decoder keeps one per
+    schema id). By identity: hashing a nested schema costs more than the rest of a
+    message's fitting."""
     found = _COLUMNS.get((id(schema), native))
     if found is not None and found[0] is schema:
         return found[1]
     if len(_COLUMNS) > 256:
         _COLUMNS.clear()
     made = tuple((f.name, kind(f.type), native_converter(f.type, f.name) if native
-                  else converter(f.type, f.name)) for f in schema)
+                  else converter(f.type, f.name),
+                  (f.metadata or {}).get(NUMBER, b"").decode() or None,
+                  tuple(json.loads((f.metadata or {}).get(ALIASES, b"[]"))))
+                 for f in schema)
     _COLUMNS[(id(schema), native)] = (schema, made)  # the schema kept: its id stays its own
     return made
 

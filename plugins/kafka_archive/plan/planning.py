@@ -123,6 +123,9 @@ class Plan:
     # a typed table's (formats.schemas), per topic: column -> the schema id that set its
     # type, for the reasons of messages whose schema cannot join it
     column_origins: dict[str, dict[str, str]] = field(default_factory=dict)
+    # a Protobuf typed table's, per topic: column -> the field number it holds (a renamed
+    # field fills the column of its number)
+    column_numbers: dict[str, dict[str, str]] = field(default_factory=dict)
     # the catalog's newest entry when planned: a token that changed under the plan was
     # advanced by another run if that run's commit came after it, else it is an older
     # copy a person put back (None: a plan from before this was recorded)

@@ -113,7 +113,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         finalized=_watermarks(cat, group, topics),
         latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics},
         columns=_columns(group, topics, tables),
-        column_origins=_column_origins(group, topics, tables),
+        column_origins=_typed(group, topics, tables, "column_origins"),
+        column_numbers=_typed(group, topics, tables, "column_numbers"),
         catalog_seq=cat.state.seq, cuts=tuple(cuts))
     if dry_run or not slices:
         return plan
@@ -356,10 +357,11 @@ def _columns(group: Group, topics: list[str], tables) -> dict[str, list]:
     return {t: tables.columns(group.name, t) if tables else declared for t in topics}
 
 
-def _column_origins(group: Group, topics: list[str], tables) -> dict[str, dict[str, str]]:
+def _typed(group: Group, topics: list[str], tables, facts: str) -> dict[str, dict[str, str]]:
+    """Per topic, a typed table's column facts (Tables.column_origins, .column_numbers)."""
     if not group.parsed_table or tables is None:
         return {}
-    return {t: found for t in topics if (found := tables.column_origins(group.name, t))}
+    return {t: found for t in topics if (found := getattr(tables, facts)(group.name, t))}
 
 
 def _watermarks(cat: catalog.Catalog, group: Group, topics: list[str]) -> dict[str, int]:

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kafka_archive import config, layout
@@ -65,34 +66,47 @@ def env(tmp_path):
     return cfg, Storage(), LocalTokenStore(tmp_path / "tokens"), iceberg.Tables(cfg), client
 
 
-def archive(env, run_id: str, topic: str, values: list) -> Plan:
-    """What the job does for a plan of one slice of partition 0 (values, or (key, value)
-    pairs; a value alone has key b"k"): the slice writer's files (its parser reading the
-    test's registry) and the manifest."""
+def archive(env, run_id: str, topic: str, values: list | dict[int, list]) -> Plan:
+    """What the job does for a plan of one slice per partition (values of partition 0, or
+    {partition: values}; a value alone, or a (key, value) pair: a value alone has key
+    b"k"): the slice writer's files (its parser reading the test's registry), made to
+    agree as the job makes them (job._agreeing), and the manifest."""
     cfg, storage, tokens, tables, client = env
+    by_partition = values if isinstance(values, dict) else {0: values}
     current = tokens.read(GROUP, topic)
-    start = current.token.offsets[0] if current.token else 0
-    piece = Slice(topic, 0, start, start + len(values), 1 << 30)
+    starts = {p: current.token.offsets.get(p, 0) if current.token else 0 for p in by_partition}
+    pieces = tuple(Slice(topic, p, starts[p], starts[p] + len(v), 1 << 30)
+                   for p, v in by_partition.items())
     plan = Plan(group=GROUP, run_id=run_id, created_at=NOW.isoformat(), bootstrap="127.0.0.1:1",
-                generation=1, format={"kind": "parquet"}, slices=(piece,),
+                generation=1, format={"kind": "parquet"}, slices=pieces,
                 token_versions={topic: current.version},
                 token_runs={topic: current.token.run_id if current.token else None},
-                base_offsets={topic: {"0": start} if current.token else {}},
+                base_offsets={topic: {str(p): o for p, o in current.token.offsets.items()}
+                              if current.token else {}},
                 columns={topic: tables.columns(GROUP, topic)},
-                column_origins={topic: tables.column_origins(GROUP, topic)})
-    target = job.target(cfg, plan, topic)
-    target.parser.decoder = registry.Decoder(target.parser.kind, {}, client=client)
-    if target.parser.key_decoder is not None:
-        target.parser.key_decoder = registry.Decoder("avro", {}, client=client, part="key")
-    out = slice_writer.OpenSlice(target, 0, piece.start, piece.end, piece.max_bytes)
-    for offset, value in enumerate(values, start):
-        key, value = value if isinstance(value, tuple) else (b"k", value)
-        out.add(Record(offset, key, value, int(AT.timestamp() * 1000), []))
-    row = out.finish(storage)
+                column_origins={topic: tables.column_origins(GROUP, topic)},
+                column_numbers={topic: tables.column_numbers(GROUP, topic)})
+
+    def archived(plan: Plan, slices: list[Slice]) -> list[dict]:
+        target = job.target(cfg, plan, topic)
+        target.parser.decoder = registry.Decoder(target.parser.kind, {}, client=client)
+        if target.parser.key_decoder is not None:
+            target.parser.key_decoder = registry.Decoder("avro", {}, client=client, part="key")
+        made = []
+        for piece in slices:
+            out = slice_writer.OpenSlice(target, piece.partition, piece.start, piece.end,
+                                         piece.max_bytes)
+            for offset, value in enumerate(by_partition[piece.partition], piece.start):
+                key, value = value if isinstance(value, tuple) else (b"k", value)
+                out.add(Record(offset, key, value, int(AT.timestamp() * 1000), []))
+            made.append(out.finish(storage))
+        return made
+
+    rows = job._agreeing(archived, plan, list(pieces), archived(plan, list(pieces)), storage)
     storage.put_bytes(layout.run_file(cfg.archive_root, GROUP, run_id, "plan.json"),
                       plan.to_json())
     storage.put_bytes(layout.run_file(cfg.archive_root, GROUP, run_id, "manifest.json"),
-                      json.dumps({"run_id": run_id, "slices": [row]}).encode())
+                      json.dumps({"run_id": run_id, "slices": rows}).encode())
     return plan
 
 
@@ -295,9 +309,9 @@ def test_a_typed_file_longer_than_a_chunk_keeps_its_rows_through_a_promotion():
     for offset in range(rows):
         version, fields = (v1, {"n": offset}) if offset < rows - 5 else (
             v2, {"n": 2 ** 40 + offset, "s": {"a": str(offset)}})
-        values, types, origins = schemas.fit(fields, version, "1" if version is v1 else "2",
-                                             0, writer.types, writer.origins, native=True)
-        writer.append_fitted(Record(offset, None, b"", 0, []), 0, values, types, origins)
+        fitted = schemas.fit(fields, version, "1" if version is v1 else "2", 0, writer.types,
+                             writer.origins, native=True)
+        writer.append_fitted(Record(offset, None, b"", 0, []), 0, *fitted)
     writer.close()
     read = pq.read_table(pa.BufferReader(out.getvalue()))
     assert read.schema.field("n").type == pa.int64()
@@ -306,3 +320,59 @@ def test_a_typed_file_longer_than_a_chunk_keeps_its_rows_through_a_promotion():
     assert read.column("s").to_pylist() == [None] * (rows - 5) + [
         {"a": str(o)} for o in range(rows - 5, rows)]
     assert writer.columns_written() == [["n", "long"], ["s", {"struct": [["a", "string"]]}]]
+
+
+def proto(env, message_class, at=AT, **fields) -> bytes:
+    message = message_class(**{"id": 7, **fields})
+    message.at.FromDatetime(at)
+    return ProtobufSerializer(message_class, env[4], {"use.deprecated.format": False})(
+        message, registry_topics.value_context("proto"))
+
+
+def test_a_renamed_protobuf_field_keeps_its_column_by_number_and_a_reused_name_is_refused(env):
+    """Protobuf's field numbers are the table's field ids: `items` renamed `lines` (number
+    4) keeps filling column items, in one file or across runs; a later version that gives
+    the name items to another number is a dead letter naming both schema ids."""
+    v1 = registry_topics.order_message_class()
+    v2 = registry_topics.order_message_class(renamed=(("items", "lines"),))
+    v3 = registry_topics.order_message_class(renamed=(("items", "lines"),),
+                                             added=(("items", 9),))
+    commit(env, archive(env, "r1", "proto", [proto(env, v1, items=["a"])]))
+    first = env[4].get_latest_version("proto-value").schema_id
+    commit(env, archive(env, "r2", "proto", [proto(env, v2, lines=["b"]),
+                                             proto(env, v1, items=["c"])]))
+    table = env[3].find(GROUP, "proto")
+    assert "lines" not in table.schema()._name_to_id
+    assert [r["items"] for r in rows(table)] == [["a"], ["b"], ["c"]]
+    assert iceberg.column_numbers(table)["items"] == "4"
+    commit(env, archive(env, "r3", "proto", [proto(env, v3, lines=["d"], items="x")]))
+    (dead,) = letters(env, "proto")
+    assert (f"schema id {first + 2} has field items as number 9, where schema id {first} has "
+            "number 4 under that name: a column holds one field number") in dead["reason"]
+    assert len(rows(env[3].find(GROUP, "proto"))) == 3
+
+
+def test_files_of_one_run_that_name_a_field_two_ways_agree_on_the_first_files_name(env):
+    """A new table's first run: partition 0 holds version 1 (items), partition 1 only the
+    renaming version 2 (lines): partition 1's file is written again into column items,
+    and the table gets one column for number 4."""
+    v1 = registry_topics.order_message_class()
+    v2 = registry_topics.order_message_class(renamed=(("items", "lines"),))
+    commit(env, archive(env, "r1", "proto", {0: [proto(env, v1, items=["a"])],
+                                             1: [proto(env, v2, lines=["b"])]}))
+    table = env[3].find(GROUP, "proto")
+    assert "lines" not in table.schema()._name_to_id
+    got = sorted((r["kafka"]["partition"], r["items"]) for r in table.scan().to_arrow().to_pylist())
+    assert got == [(0, ["a"]), (1, ["b"])]
+
+
+def test_an_avro_field_renamed_with_an_alias_keeps_its_column(env):
+    """Avro's aliases name a field's earlier names: `qty` renamed `quantity` with alias qty
+    keeps filling column qty."""
+    commit(env, archive(env, "r1", TOPIC, [avro(env, avro_version("long"), qty=5)]))
+    renamed = json.loads(avro_version("long"))
+    renamed["fields"][-1] = {**renamed["fields"][-1], "name": "quantity", "aliases": ["qty"]}
+    commit(env, archive(env, "r2", TOPIC, [avro(env, json.dumps(renamed), quantity=6)]))
+    table = env[3].find(GROUP, TOPIC)
+    assert "quantity" not in table.schema()._name_to_id
+    assert [r["qty"] for r in rows(table)] == [5, 6]
