@@ -4,7 +4,8 @@ Schema Registry (Apicurio), become Iceberg tables whose columns are the schemas'
 nested as they nest them, read back by pyiceberg and by Spark SQL (Iceberg's own runtime)
 field by nested field. Two Avro schema evolutions evolve the table in their run's own
 snapshot; an incompatible version's messages are dead letters whose reason names both
-schema ids and the field, and the run goes on."""
+schema ids and the field, and the run goes on; so are a message without the wire format's
+header and one whose schema id is another subject's."""
 
 from __future__ import annotations
 
@@ -106,7 +107,13 @@ def test_registered_topics_become_typed_tables_that_evolve_with_their_schemas(
                                                     "customer": {"name": "Di", "vip": True}},
                                                    context)
     v2_id, v3_id, v4_id = (int.from_bytes(v[1:5], "big") for v in (v2, v3, v4))
-    pipeline.produce([(topics["avro"], 0, None, v, []) for v in (v2, v3, v4)])
+    # a producer that writes another topic's schema: the value decodes, but it is not an order
+    payment = AvroSerializer(client, json.dumps(
+        {"type": "record", "name": "Payment", "namespace": "shop",
+         "fields": [{"name": "id", "type": "long"},
+                    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}))(
+        {"id": 5, "at": now}, registry_topics.value_context(f"{p}-payments"))
+    pipeline.produce([(topics["avro"], 0, None, v, []) for v in (v2, v3, v4, payment)])
     run(pipeline, monkeypatch, "second")
 
     table = tables.find(GROUP, topics["avro"])
@@ -125,11 +132,13 @@ def test_registered_topics_become_typed_tables_that_evolve_with_their_schemas(
     assert (f"schema id {v4_id} has field qty as string, where schema id {v3_id} has it as "
             "long: Iceberg cannot evolve one into the other") in letters[v4]["reason"]
     assert (letters[v4]["kafka"]["topic"], letters[v4]["kafka"]["partition"]) == (topics["avro"], 0)
+    assert (f"schema id {int.from_bytes(payment[1:5], 'big')} is not a version of subject "
+            f"{subject}") in letters[payment]["reason"]
     every = consumed(kafka, list(topics.values()))
     held = sum(len(by_offset(tables.find(GROUP, t, dead_letters=d)))
                for t in topics.values() for d in (False, True)
                if tables.find(GROUP, t, dead_letters=d) is not None)
-    assert held == len(every) == 3 * ORDERS + 4  # each message in one table: none lost
+    assert held == len(every) == 3 * ORDERS + 5  # each message in one table: none lost
 
     # an independent engine, field by nested field
     nested = ("to_json(named_struct('id', id, 'name', customer.name, 'vip', customer.vip, "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from typing import Any, Callable, Mapping
 
 from kafka_archive.errors import TransientError
@@ -90,6 +91,8 @@ class Decoder:
         # (schema id, message indexes) -> (descriptor, deserializer)
         self._protobuf: dict[tuple, Any] = {}
         self._arrow: dict[tuple, Any] = {}  # the same -> the writer's schema as Arrow
+        # (schema id, topic) -> why it is not the topic's (None: a version of its subject)
+        self._foreign: dict[tuple[int, str], str | None] = {}
 
     @property
     def client(self):
@@ -138,6 +141,13 @@ class Decoder:
                                     always_print_fields_with_no_presence=True)
         key = self._key(value)  # the header read once more (the id, for reasons and types)
         schema_id = str(key[0]) if key[0] is not None else self.schema_id(value)
+        if key[0] is not None:
+            foreign = self._foreign.get((key[0], topic), False)
+            if foreign is False:
+                foreign = self._foreign[key[0], topic] = self._not_the_topics(key, topic, field,
+                                                                              context)
+            if foreign:
+                raise ParseError(foreign)
         if self.part == "key":
             return Registered({"key": decoded}, schema_id,
                               lambda: self._writer_schema(key, context), self.kind == "avro")
@@ -147,10 +157,55 @@ class Decoder:
         return Registered(decoded, schema_id, lambda: self._writer_schema(key, context),
                           self.kind == "avro")
 
+    def _not_the_topics(self, key: tuple, topic: str, field, context) -> str | None:
+        """Why schema id key[0] is no version of the subject the topic's strategy names
+        (a producer that wrote another topic's schema: its values decode, but they are
+        not this topic's records), or None: asked once per schema id."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+        from confluent_kafka.serialization import SerializationContext
+
+        schema = self._registered(key, context)
+        subject = _strategy(self.strategy)(SerializationContext(topic, field),
+                                           self._record_name(key, schema))
+        try:
+            self.client.lookup_schema(subject, schema)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code != 404:
+                raise TransientError(f"the Schema Registry at {self.settings['url']} answered "
+                                     f"{exc.http_status_code} for subject {subject}: "
+                                     f"{exc.error_message}") from exc
+            return (f"schema id {key[0]} is not a version of subject {subject} (the "
+                    f"{self.strategy} subject name strategy's for topic {topic}): a "
+                    f"{self.part} of another subject")
+        except Exception as exc:
+            if _unreachable(exc):
+                raise TransientError(f"the Schema Registry at {self.settings['url']} does "
+                                     f"not answer: {exc}") from exc
+            raise
+        return None
+
+    def _record_name(self, key: tuple, schema) -> str | None:
+        """The name a record subject name strategy gives the schema's subject."""
+        if self.strategy == "topic":
+            return None
+        if self.kind == "protobuf":
+            return self._protobuf[key][0].full_name
+        parsed = json.loads(schema.schema_str)
+        if self.kind == "json_schema":
+            return parsed.get("title")
+        name = parsed.get("name", "")
+        return name if "." in name or not parsed.get("namespace") else \
+            f"{parsed['namespace']}.{name}"
+
+    def _registered(self, key: tuple, context):
+        """The registry's Schema of a schema id, asked as the deserializer asked it (the
+        client caches by subject and id: asked otherwise, it would ask the registry again)."""
+        if self.kind == "protobuf":
+            return self.client.get_schema(key[0])
+        return self.client.get_schema(key[0], context and _strategy(self.strategy)(context, None))
+
     def _writer_schema(self, key: tuple, context):
-        """The writer's schema of a (schema id, message indexes) as Arrow, made once; read
-        as the deserializer read it, with the subject its context gives (the client
-        caches by subject and id: asked otherwise, it would ask the registry again)."""
+        """The writer's schema of a (schema id, message indexes) as Arrow, made once."""
         import pyarrow as pa
 
         from kafka_archive.formats import schemas
@@ -159,8 +214,7 @@ class Decoder:
             if self.kind == "protobuf":
                 made = pa.struct(list(schemas.protobuf_arrow(self._protobuf[key][0])))
             else:
-                subject = context and _strategy(self.strategy)(context, None)
-                text = self.client.get_schema(key[0], subject).schema_str
+                text = self._registered(key, context).schema_str
                 made = (schemas.avro_type if self.kind == "avro"
                         else schemas.json_schema_type)(text)
             if self.part == "key":

@@ -89,13 +89,15 @@ def test_a_registry_that_does_not_answer_fails_the_run_not_the_message(client):
 def loopback_registry():
     """A registry on loopback, a real HTTP server, so the real client's own handling of
     each answer is what is tested: it serves the schemas in `schemas` (id -> Avro text) at
-    /schemas/ids/<id>, answers anything else with `status` (a JSON error body, as
-    Confluent's API gives) after `delay_s`, and lists every path asked in `asked`."""
+    /schemas/ids/<id>, finds those `subjects` (subject -> ids) hold by their text at
+    POST /subjects/<subject> (404 for another), answers anything else with `status` (a
+    JSON error body, as Confluent's API gives) after `delay_s`, and lists every path
+    asked in `asked` (a POST's as "POST <path>")."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    answer = {"status": 500, "delay_s": 0.0, "schemas": {}, "asked": []}
+    answer = {"status": 500, "delay_s": 0.0, "schemas": {}, "subjects": {}, "asked": []}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -105,9 +107,21 @@ def loopback_registry():
             answer["asked"].append(self.path.split("?")[0])
             threading.Event().wait(answer["delay_s"])  # a slow registry, not a readiness wait
             found = answer["schemas"].get(self.path.split("?")[0].rsplit("/", 1)[-1])
-            status = 200 if found else answer["status"]
-            body = json.dumps({"schema": found, "schemaType": "AVRO"} if found else
-                              {"error_code": status, "message": "refused"}).encode()
+            self.reply(200 if found else answer["status"],
+                       {"schema": found, "schemaType": "AVRO"} if found else None)
+
+        def do_POST(self):
+            path = self.path.split("?")[0]
+            answer["asked"].append(f"POST {path}")
+            text = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["schema"]
+            subject = path.rsplit("/", 1)[-1]
+            found = [i for i in answer["subjects"].get(subject, ())
+                     if answer["schemas"][str(i)] == text]
+            self.reply(200 if found else 404, {"subject": subject, "id": found[0], "version": 1,
+                                               "schema": text} if found else None)
+
+        def reply(self, status: int, found: dict | None) -> None:
+            body = json.dumps(found or {"error_code": status, "message": "refused"}).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -136,11 +150,32 @@ def test_a_task_asks_the_registry_once_per_schema_id(client, loopback_registry):
                   registry_topics.value_context("orders"))]
     ids = [int.from_bytes(v[1:5], "big") for v in values]
     answer["schemas"] = {str(i): client.get_schema(i).schema_str for i in ids}
+    answer["subjects"] = {"orders-value": ids}
     decoder = registry.Decoder("avro", {"url": url})
     for n in range(400):
         decoded = decoder.decode(values[n % 2], "orders")
         assert decoded.schema.names[-1] == ("qty" if n % 2 else "note")
-    assert sorted(answer["asked"]) == sorted(f"/schemas/ids/{i}" for i in ids)
+    # per schema id: its schema, and whether the topic's subject has it
+    assert sorted(answer["asked"]) == sorted(
+        [f"/schemas/ids/{i}" for i in ids] + ["POST /subjects/orders-value"] * 2)
+
+
+def test_a_schema_id_of_another_subject_is_the_messages_problem_asked_once(
+        client, loopback_registry):
+    """A producer that wrote another topic's schema: the value decodes, but it is not one
+    of the topic's records; a dead letter naming the schema id and the subject."""
+    answer, url = loopback_registry
+    value = written("avro", client, topic="payments")
+    schema_id = int.from_bytes(value[1:5], "big")
+    answer["schemas"] = {str(schema_id): client.get_schema(schema_id).schema_str}
+    answer["subjects"] = {"payments-value": [schema_id]}
+    decoder = registry.Decoder("avro", {"url": url})
+    for _ in range(3):
+        with pytest.raises(ParseError, match=f"schema id {schema_id} is not a version of "
+                                             "subject orders-value .*topic orders"):
+            decoder.decode(value, "orders")
+    assert decoder.decode(value, "payments")["id"] == 7
+    assert answer["asked"].count("POST /subjects/orders-value") == 1
 
 
 @pytest.mark.parametrize("status, delay_s, reason", [
