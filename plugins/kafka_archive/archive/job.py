@@ -160,16 +160,18 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
     give the same files, whoever runs them."""
     agreed: dict[str, dict[str, str]] = {}
     origins: dict[str, dict[str, str]] = {}  # a typed table's: which schema id set each
-    numbers: dict[str, dict[str, str]] = {}  # a Protobuf one's: column -> field number
+    # a typed one's: column -> the identities of the field it holds (schemas.fit)
+    identities: dict[str, dict[str, list[str]]] = {}
     for topic in plan.topics():
         types: dict[str, str] = {}
-        held = numbers.setdefault(topic, dict(plan.column_numbers.get(topic, {})))
+        held = identities.setdefault(topic, {c: list(i) for c, i in
+                                             plan.column_identities.get(topic, {}).items()})
         disagree = False
         for row in sorted((r for r in rows if r["topic"] == topic),
                           key=lambda r: (r["partition"], r["start"])):
             for f in row_files(row):
                 # a field renamed between files: its column keeps the first file's name
-                renamed = _renamed(held, f.get("numbers", {}))
+                renamed = _renamed(held, types, f)
                 disagree = disagree or bool(renamed)
                 for name, kind in f.get("columns", ()):
                     name = renamed.get(name, name)
@@ -187,10 +189,10 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
         return rows
 
     def fits(row: SliceRow) -> bool:
-        want, held = agreed.get(row["topic"]), numbers.get(row["topic"], {})
+        want = agreed.get(row["topic"])
         return want is None or all(
             n in want and columns.promoted(want[n], k) == want[n]
-            and f.get("numbers", {}).get(n) == held.get(n)
+            and not _renamed(dict(identities[row["topic"]]), want, f)
             for f in row_files(row) for n, k in f.get("columns", ()))
 
     again = {(r["topic"], r["partition"], r["start"]) for r in rows if not fits(r)}
@@ -202,7 +204,8 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
         t: [[n, k] for n, k in c.items()] for t, c in agreed.items()}}, column_origins={
         **plan.column_origins, **{t: {**plan.column_origins.get(t, {}), **origins.get(t, {})}
                                   for t in agreed}},
-        column_numbers={**plan.column_numbers, **{t: numbers[t] for t in agreed if numbers[t]}})
+        column_identities={**plan.column_identities,
+                           **{t: identities[t] for t in agreed if identities[t]}})
     rewritten = archived(fixed, [s for s in slices if (s.topic, s.partition, s.start) in again])
     kept = {f["url"] for r in rewritten for f in row_files(r)}
     for row in rows:  # a rewritten slice's file may start elsewhere now: the old one goes
@@ -213,18 +216,28 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
     return [r for r in rows if (r["topic"], r["partition"], r["start"]) not in again] + rewritten
 
 
-def _renamed(held: dict[str, str], numbers: dict[str, str]) -> dict[str, str]:
-    """A file's Protobuf columns whose field number `held` (column -> number, the run's so
-    far, updated with the file's new ones) has under another name: file's name -> held's."""
-    owners = {n: c for c, n in held.items()}
+def _renamed(held: dict[str, list[str]], types: dict, f: dict) -> dict[str, str]:
+    """A typed file's columns whose field another column holds (`held`: column -> field
+    identities, the run's so far; a column without an entry: its name), with the file's
+    identities added to `held`: the file's column -> the one that holds its field (itself
+    for a Protobuf field with the name of another number's column: its rows will be dead
+    letters)."""
+    owners = {i: c for c in {**types, **held} for i in held.get(c, [c])}
     renamed = {}
-    for name, number in numbers.items():
-        owner = owners.setdefault(number, name)
-        if owner != name:
-            renamed[name] = owner
-        elif held.setdefault(name, number) != number:
-            renamed[name] = name  # the name of another number: its rows become dead letters
-    held.update({c: n for n, c in owners.items() if c not in held})
+    for column, kind in f.get("columns", ()):
+        own = f.get("identities", {}).get(column, [column])
+        owner = next((owners[i] for i in own if i in owners), None)
+        if owner is None and column in owners.values() and column in held:
+            renamed[column] = column  # the name of another field's column
+            continue
+        owner = owner or column
+        if owner != column:
+            renamed[column] = owner
+        base = held[owner] if owner in held else [owner] if owner in types else []
+        grown = [*base, *(i for i in own if i not in base)]
+        if grown != [owner]:
+            held[owner] = grown
+        owners.update((i, owner) for i in own)
     return renamed
 
 
@@ -428,4 +441,5 @@ def target(config: Config, plan: Plan, topic: str) -> slice_writer.Target:
         table_run=plan.run_id if group.table else None,
         columns=tuple(tuple(c) for c in plan.columns.get(topic, ())),
         column_origins=tuple(plan.column_origins.get(topic, {}).items()),
-        column_numbers=tuple(plan.column_numbers.get(topic, {}).items()))
+        column_identities=tuple((c, tuple(i)) for c, i in
+                                plan.column_identities.get(topic, {}).items()))

@@ -58,7 +58,8 @@ class Target:
     # an event-time table group's (the parsed shape): the table's columns when planned
     columns: tuple[tuple[str, str], ...] = ()
     column_origins: tuple[tuple[str, str], ...] = ()  # a typed table's (Plan.column_origins)
-    column_numbers: tuple[tuple[str, str], ...] = ()  # a Protobuf one's (Plan.column_numbers)
+    # a typed table's: column -> the identities of the field it holds (Plan.column_identities)
+    column_identities: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def parsed(self) -> bool:
@@ -192,8 +193,8 @@ class OpenSlice:
                 fitted = schemas.fit(fields, fields.schema, fields.schema_id, ms, types,
                                      opened.writer.origins if opened
                                      else dict(t.column_origins), fields.native,
-                                     opened.writer.numbers if opened
-                                     else dict(t.column_numbers))
+                                     opened.writer.identities if opened
+                                     else dict(t.column_identities))
             else:
                 fitted = columns.fit(fields, ms, types, frozenset(dict(t.columns)))
             out = self._open(folder, lambda: url, {**t.format, "shape": "parsed",
@@ -338,12 +339,12 @@ class _OpenFile:
         storage.upload_file(Path(self.tmp_path), self.url, self.file.crc32c)
         written = getattr(self.writer, "columns_written", None)  # the parsed shape's
         origins = getattr(self.writer, "origins", None)  # a typed one's
-        numbers = getattr(self.writer, "numbers", None)  # a Protobuf one's
+        identities = getattr(self.writer, "identities", None)  # a typed one's
         return {"url": self.url, "records": self.count, "bytes": self.file.size,
                 "crc32c": s3_checksum(self.file.crc32c),
                 **({"columns": written()} if written else {}),
                 **({"origins": origins} if origins else {}),
-                **({"numbers": numbers} if numbers else {})}
+                **({"identities": identities} if identities else {})}
 
     def discard(self) -> None:
         self.file.raw.close()  # a failed slice's file is still open

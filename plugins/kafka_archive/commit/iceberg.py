@@ -39,9 +39,10 @@ COMPACTED = "kafka-archive.compacted"  # snapshot summary: a compaction's files,
 # table property of a typed table (formats.schemas): column -> the schema id that set its
 # type ("schema id 7"), for the reasons of messages whose schema cannot join it
 ORIGINS = "kafka-archive.column-origins"
-# table property of a Protobuf typed table: column -> the field number it holds (a field
-# renamed in a later version keeps its column: formats.schemas.fit)
-NUMBERS = "kafka-archive.column-numbers"
+# table property of a typed table: column -> the identities of the field it holds where they
+# are not just its name (a Protobuf number, an Avro field's aliases): a field renamed in a
+# later version keeps its column (formats.schemas.fit)
+IDENTITIES = "kafka-archive.column-identities"
 ATTEMPTS = 5                         # lost compare-and-swap races before giving up
 DEAD_LETTER_SUFFIX = layout.DEAD_LETTER_SUFFIX  # an event-time group's topic's dead letters
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2",
@@ -234,9 +235,9 @@ class Tables:
         """A typed table's columns' schema ids, as the next run is planned with them."""
         return column_origins(self.find(group, topic))
 
-    def column_numbers(self, group: str, topic: str) -> dict[str, str]:
-        """A Protobuf typed table's columns' field numbers, as the next run is planned."""
-        return column_numbers(self.find(group, topic))
+    def column_identities(self, group: str, topic: str) -> dict[str, list[str]]:
+        """A typed table's columns' field identities, as the next run is planned with them."""
+        return column_identities(self.find(group, topic))
 
     def spec(self, group: str) -> TableSpec:
         """The group's table settings; a group without them is refused by name."""
@@ -334,7 +335,7 @@ def commit_tables(tables: Tables, plan: Plan, manifest: dict) -> dict[str, int]:
                 evolve = new_columns(add)
                 snapshot = commit_run(tables.table(plan.group, topic, dead_letters), plan.run_id,
                                       [f["url"] for f in add], remove, offsets, evolve,
-                                      new_origins(add, evolve), new_numbers(add))
+                                      new_origins(add, evolve), new_identities(add))
                 if not dead_letters:
                     done[topic] = snapshot.snapshot_id
     return done
@@ -373,17 +374,19 @@ def new_origins(files: list[dict], wanted: dict) -> dict[str, str]:
     return found
 
 
-def new_numbers(files: list[dict]) -> dict[str, str]:
-    """The Protobuf field number of each column of a run's typed files; a run whose files
-    hold one number in two columns, or two in one, is refused (archive.job makes them
-    agree)."""
-    found: dict[str, str] = {}
+def new_identities(files: list[dict]) -> dict[str, list[str]]:
+    """The field identities of the columns of a run's typed files (formats.schemas.fit),
+    each column's merged; a run whose files hold one identity in two columns is refused
+    (archive.job makes them agree)."""
+    found: dict[str, list[str]] = {}
     for f in files:
-        for column, number in f.get("numbers", {}).items():
-            if found.setdefault(column, number) != number or \
-                    [c for c, n in found.items() if n == number] != [column]:
-                raise TerminalError(f"{f['url']}: column {column} holds field number {number}, "
-                                    "another file of the run has it otherwise")
+        for column, identities in f.get("identities", {}).items():
+            merged = found.setdefault(column, [])
+            merged += [i for i in identities if i not in merged]
+            if twice := [c for c, held in found.items() if c != column
+                         and set(held) & set(identities)]:
+                raise TerminalError(f"{f['url']}: column {column} holds a field that column "
+                                    f"{twice[0]} of another file of the run holds")
     return found
 
 
@@ -413,12 +416,12 @@ def run_snapshot(table, run_id: str):
 
 def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offsets: str = "",
                evolve: dict | None = None, origins: dict[str, str] | None = None,
-               numbers: dict[str, str] | None = None):
+               identities: dict[str, list[str]] | None = None):
     """Add the run's files (Parquet, paths in the table's file IO) and take out the files
     it replaces, in one snapshot whose summary names the run, after the columns of
     `evolve` ({name: kind}) the table lacks or holds narrower are added or evolved in
-    the same commit (with the schema ids `origins` names for them, and the Protobuf field
-    numbers `numbers` names for the columns); the run's
+    the same commit (with the schema ids `origins` names for them, and the field
+    identities `identities` names for the columns); the run's
     snapshot (the existing one when it committed already). A rewind's file to add that the table holds
     already, other than as one this run replaces, is refused: a message would be in it
     twice. (No two runs share a path (layout.table_data_file) and our own catalog refuses
@@ -430,7 +433,7 @@ def commit_run(table, run_id: str, add: list[str], remove: list[str] = (), offse
             raise TerminalError(f"table {name(table)}: run {run_id} would add "
                                 f"{twice[0]}, which the table holds already (and "
                                 f"{len(twice) - 1} more): refused, nothing committed")
-        _add_columns(tx, table, evolve or {}, origins or {}, numbers or {})
+        _add_columns(tx, table, evolve or {}, origins or {}, identities or {})
         properties = {RUN_ID: run_id, **({OFFSETS: offsets} if offsets else {})}
         update = tx.update_snapshot(snapshot_properties=properties)
         # merge_append: small manifests are merged as they accumulate (a fast append adds
@@ -502,12 +505,13 @@ def _replacing(tx, io, properties: dict[str, str]):
 
 
 def _add_columns(tx, table, wanted: dict, origins: dict[str, str],
-                 numbers: dict[str, str]) -> None:
+                 identities: dict[str, list[str]]) -> None:
     """The columns a run's files bring that the table lacks, added in the run's own
     commit (a reader sees the column and its values together), and those a typed table's
     new schema version widens, evolved so (int to long, a struct's new field: Iceberg's
-    union by name), with the schema id that set each (ORIGINS) and a Protobuf column's
-    field number (NUMBERS: a run planned with them named its fields so); a column the table has
+    union by name), with the schema id that set each (ORIGINS) and the identities of the
+    field each holds (IDENTITIES: a run planned with them named its fields so); a column
+    the table has
     with a type Iceberg cannot evolve into the file's is refused (the run was planned
     with the table's columns)."""
     import pyarrow as pa
@@ -533,8 +537,11 @@ def _add_columns(tx, table, wanted: dict, origins: dict[str, str],
     properties = {}
     if set_by := {c: origins[c] for c in evolved if c in origins}:
         properties[ORIGINS] = json.dumps({**column_origins(table), **set_by}, sort_keys=True)
-    if (held := column_numbers(table)) != {**held, **numbers}:
-        properties[NUMBERS] = json.dumps({**held, **numbers}, sort_keys=True)
+    held = column_identities(table)
+    grown = {c: [*held.get(c, []), *(i for i in ids if i not in held.get(c, []))]
+             for c, ids in identities.items()}
+    if {**held, **grown} != held:
+        properties[IDENTITIES] = json.dumps({**held, **grown}, sort_keys=True)
     if properties:
         tx.set_properties(properties)
 
@@ -544,9 +551,9 @@ def column_origins(table) -> dict[str, str]:
     return _json_property(table, ORIGINS)
 
 
-def column_numbers(table) -> dict[str, str]:
-    """A Protobuf typed table's columns' field numbers (NUMBERS); {} for other tables."""
-    return _json_property(table, NUMBERS)
+def column_identities(table) -> dict[str, list[str]]:
+    """A typed table's columns' field identities (IDENTITIES); {} for other tables."""
+    return _json_property(table, IDENTITIES)
 
 
 def _json_property(table, key: str) -> dict[str, str]:

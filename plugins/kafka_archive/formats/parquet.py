@@ -141,15 +141,15 @@ class ParsedWriter:
 
     `typed` in the format: the fields are a registered schema's (formats.schemas.fit),
     their values as Arrow takes them, their columns typed by the schemas and promoted
-    where a later version widens one (`origins` says which schema id set each, `numbers`
-    which Protobuf field number each holds)."""
+    where a later version widens one (`origins` says which schema id set each,
+    `identities` which fields each holds: schemas.fit)."""
 
     def __init__(self, fileobj: BinaryIO, fmt: Mapping, file_name: str):
         self.file, self.topic = fileobj, fmt.get("topic")
         self.partition = int(file_name.split("_")[1])
         self.types: dict = dict(fmt.get("columns", ()))
         self.typed, self.origins = bool(fmt.get("typed")), dict(fmt.get("origins", ()))
-        self.numbers: dict[str, str] = {}
+        self.identities: dict[str, tuple[str, ...]] = {}
         self.known = frozenset(self.types)
         self.values: dict[str, list] = {name: [] for name in self.types}
         self.pending = 0  # rows in `values`
@@ -165,7 +165,7 @@ class ParsedWriter:
 
     def append_fitted(self, r: Record, event_ms: int, values: dict, types: dict,
                       origins: dict[str, str] | None = None,
-                      numbers: dict[str, str] | None = None) -> None:
+                      identities: dict[str, tuple[str, ...]] | None = None) -> None:
         """A message's values as columns.fit (schemas.fit) gave them against this file's
         types."""
         for name in types:
@@ -175,8 +175,8 @@ class ParsedWriter:
         self.types = types
         if origins is not None:
             self.origins = origins
-        if numbers is not None:
-            self.numbers = numbers
+        if identities is not None:
+            self.identities = identities
         self.offsets.append(r.offset)
         self.timestamps.append(r.timestamp_ms)
         self.event_ms.append(event_ms)

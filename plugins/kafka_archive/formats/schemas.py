@@ -55,8 +55,8 @@ _AVRO_LOGICAL = {"date": pa.date32(), "time-millis": pa.time64("us"),
                  "local-timestamp-micros": pa.timestamp("us")}
 
 
-# what identifies a field across a schema's versions besides its name, as Arrow field
-# metadata: a Protobuf field's number, an Avro field's aliases (the names it had before)
+# what identifies a field across a schema's versions, as Arrow field metadata (identities_of):
+# a Protobuf field's number, an Avro field's aliases (the names it had before) besides its name
 NUMBER, ALIASES = b"number", b"aliases"
 
 
@@ -471,38 +471,53 @@ def arrow(column_kind) -> pa.DataType:
 
 
 def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types: dict,
-        origins: dict[str, str], native: bool = False, numbers: dict[str, str] | None = None
-        ) -> tuple[dict, dict, dict[str, str], dict[str, str]]:
+        origins: dict[str, str], native: bool = False,
+        identities: dict[str, tuple[str, ...]] | None = None
+        ) -> tuple[dict, dict, dict[str, str], dict[str, tuple[str, ...]]]:
     """A value decoded by its writer's schema (`schema`, registered as `schema_id`) as
     columns of a parsed table file whose columns have `types` so far, each set by what
-    `origins` names ("schema id 3"; absent: the table's), and a Protobuf field's column
-    found by the field's number (`numbers`: column -> number), an Avro field's by its
-    name or an alias: the values (as Arrow takes them for their schema's types), and the
-    file's types, origins and numbers with the message in it (a field new to them added,
-    a column promoted where Iceberg can: int to long, a struct gaining fields). A renamed
-    field so keeps filling its column, under the column's first name: the table's field
-    id is the field's, whatever a later version calls it. Misfit, and nothing changed,
-    when a field's kind cannot join its column's (the reason names both schema ids and
-    the field) or its value is not what its schema says. `native`: the values are in
-    Arrow's own Python types already (native_converter: Avro's)."""
+    `origins` names ("schema id 3"; absent: the table's): the values (as Arrow takes
+    them for their schema's types), and the file's types, origins and identities with
+    the message in it (a field new to them added, a column promoted where Iceberg can:
+    int to long, a struct gaining fields).
+
+    A field's column is the one that has one of its identities (`identities`: column ->
+    them; a column without an entry: its name, and a field of that name takes it): a
+    Protobuf field's number ("number 4"), an Avro field's name and aliases. A renamed field so keeps filling its column, under
+    the column's first name: the table's field id is the field's, whatever a later
+    version calls it, and in whichever order the versions come. Misfit, and nothing
+    changed, when a field's kind cannot join its column's (the reason names both schema
+    ids and the field), a Protobuf field has the name of another number's column, or a
+    value is not what its schema says. `native`: the values are in Arrow's own Python
+    types already (native_converter: Avro's)."""
     types, origins, values = dict(types), dict(origins), {}
-    numbers = dict(numbers or {})
-    by_number = None
-    for name, mine, convert, number, aliases in _columns_of(schema, native):
+    identities = identities or {}
+    owners = None  # identity -> column, made when a field is not simply its own name's
+    for name, mine, convert, own in _columns_of(schema, native):
         if name in columns.RESERVED:
             if name == columns.EVENT_TIME and columns.same_time(fields.get(name), event_ms):
                 continue  # the parser's own field: the event_time column holds it
             raise Misfit(f"schema id {schema_id} has field {name!r}, the name of the "
                          f"table's own column {name}")
-        column = name
-        if number is not None:
-            if by_number is None:
-                by_number = {n: c for c, n in numbers.items()}
-            column = by_number.get(number) or _numbered(name, number, numbers, origins,
-                                                          schema_id)
-            by_number[number] = numbers[column] = number
-        elif aliases and name not in types:
-            column = next((a for a in aliases if a in types), name)
+        held = identities.get(name)
+        if own[0] == name and name in types and (held is None or name in held):
+            column = name  # the common case: the column of the field's own name
+        else:
+            if owners is None:
+                owners = {i: c for c in types for i in identities.get(c, (c,))}
+            column = next((owners[i] for i in own if i in owners), None)
+            if column is None:
+                if name in types and held is not None:
+                    raise Misfit(f"schema id {schema_id} has field {name} as {own[0]}, where "
+                                 f"{origins.get(name, 'the table')} has "
+                                 f"{' or '.join(identities.get(name, (name,)))} under that "
+                                 "name: a column holds one field")
+                column = name
+            grown = tuple(dict.fromkeys((*identities.get(
+                column, (column,) if column in types else ()), *own)))
+            if grown != identities.get(column, (column,)):
+                identities = {**identities, column: grown}
+                owners.update((i, column) for i in grown)
         current = types.get(column)
         if current is mine:  # this schema set it already: nothing to merge
             values[column] = _converted(convert, fields.get(name), schema_id)
@@ -519,38 +534,32 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
         elif merged == mine:
             types[column] = mine  # the same kind, held as this schema's: found by identity next
         values[column] = _converted(convert, fields.get(name), schema_id)
-    return values, types, origins, numbers
+    return values, types, origins, identities
 
 
-def _numbered(name: str, number: str, numbers: dict[str, str], origins: dict[str, str],
-              schema_id: str) -> str:
-    """The column of a Protobuf field whose number no column has yet: its own name,
-    unless a column of another number holds that name (Misfit: one column, one field)."""
-    if name in numbers:
-        raise Misfit(f"schema id {schema_id} has field {name} as number {number}, where "
-                     f"{origins.get(name, 'the table')} has number {numbers[name]} under "
-                     "that name: a column holds one field number")
-    return name
+def identities_of(field: pa.Field) -> tuple[str, ...]:
+    """What identifies a writer schema's field across versions: a Protobuf field its
+    number, an Avro field its name and its aliases (the names it had), others the name."""
+    meta = field.metadata or {}
+    if NUMBER in meta:
+        return (f"number {meta[NUMBER].decode()}",)
+    return (field.name, *json.loads(meta.get(ALIASES, b"[]")))
 
 
 _COLUMNS: dict[tuple[int, bool], tuple[pa.Schema, tuple]] = {}
 
 
 def _columns_of(schema: pa.Schema, native: bool) -> tuple[tuple, ...]:
-    """(name, kind, converter or None: as it is, Protobuf number or None, Avro aliases)
-    of a writer schema's fields, made once per schema object (a decoder keeps one per
-    schema id). By identity: hashing a nested schema costs more than the rest of a
-    message's fitting."""
+    """(name, kind, converter or None: as it is, identities) of a writer schema's fields,
+    made once per schema object (a decoder keeps one per schema id). By identity:
+    hashing a nested schema costs more than the rest of a message's fitting."""
     found = _COLUMNS.get((id(schema), native))
     if found is not None and found[0] is schema:
         return found[1]
     if len(_COLUMNS) > 256:
         _COLUMNS.clear()
     made = tuple((f.name, kind(f.type), native_converter(f.type, f.name) if native
-                  else converter(f.type, f.name),
-                  (f.metadata or {}).get(NUMBER, b"").decode() or None,
-                  tuple(json.loads((f.metadata or {}).get(ALIASES, b"[]"))))
-                 for f in schema)
+                  else converter(f.type, f.name), identities_of(f)) for f in schema)
     _COLUMNS[(id(schema), native)] = (schema, made)  # the schema kept: its id stays its own
     return made
 

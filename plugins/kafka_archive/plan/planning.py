@@ -123,9 +123,10 @@ class Plan:
     # a typed table's (formats.schemas), per topic: column -> the schema id that set its
     # type, for the reasons of messages whose schema cannot join it
     column_origins: dict[str, dict[str, str]] = field(default_factory=dict)
-    # a Protobuf typed table's, per topic: column -> the field number it holds (a renamed
-    # field fills the column of its number)
-    column_numbers: dict[str, dict[str, str]] = field(default_factory=dict)
+    # a typed table's, per topic: column -> the identities of the field it holds where
+    # they are not just its name (formats.schemas.fit: a Protobuf field's number, an Avro
+    # field's aliases), so a renamed field fills its column
+    column_identities: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # the catalog's newest entry when planned: a token that changed under the plan was
     # advanced by another run if that run's commit came after it, else it is an older
     # copy a person put back (None: a plan from before this was recorded)

@@ -114,7 +114,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         latest={t: {str(s.partition): s.latest for s in states if s.topic == t} for t in topics},
         columns=_columns(group, topics, tables),
         column_origins=_typed(group, topics, tables, "column_origins"),
-        column_numbers=_typed(group, topics, tables, "column_numbers"),
+        column_identities=_typed(group, topics, tables, "column_identities"),
         catalog_seq=cat.state.seq, cuts=tuple(cuts))
     if dry_run or not slices:
         return plan
@@ -358,7 +358,7 @@ def _columns(group: Group, topics: list[str], tables) -> dict[str, list]:
 
 
 def _typed(group: Group, topics: list[str], tables, facts: str) -> dict[str, dict[str, str]]:
-    """Per topic, a typed table's column facts (Tables.column_origins, .column_numbers)."""
+    """Per topic, a typed table's column facts (Tables.column_origins, .column_identities)."""
     if not group.parsed_table or tables is None:
         return {}
     return {t: found for t in topics if (found := getattr(tables, facts)(group.name, t))}

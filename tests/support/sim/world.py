@@ -1411,21 +1411,25 @@ class World:
 
     def _typed_rows_hold_their_messages(self, url: str, topic: str, partition: int) -> None:
         """A registry group's table file: each row's fields are its own message's, as
-        its schema version wrote them (the id; qty an int, text, or none)."""
+        its schema version wrote them (the id; qty an int, text, or none; v4's quantity,
+        qty by its alias, in the same column)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         table = pq.read_table(pa.BufferReader(self.plain.get_bytes(url)))
         if "reason" in table.column_names:
             return  # dead letters: their reasons are checked with their records
-        qty = table.column("qty").to_pylist() if "qty" in table.column_names else None
+        named = [c for c in ("qty", "quantity") if c in table.column_names]  # v4's rename
+        if len(named) > 1:
+            raise Violation("wrong row", f"{url}: columns qty and quantity, one field's")
+        qty = table.column(named[0]).to_pylist() if named else None
         for i, (kafka, made) in enumerate(zip(table.column("kafka").to_pylist(),
                                               table.column("id").to_pylist())):
             offset = kafka["offset"]
             which = sim_registry.version(offset)
-            wanted = {"v2": offset, "v3": str(offset)}.get(which)
+            wanted = {"v2": offset, "v3": str(offset), "v4": offset}.get(which)
             got = qty[i] if qty is not None else None
-            if which in ("not avro", "unknown") or made != f"{topic}/{partition}/{offset}" \
+            if which in ("not avro", "unknown", "foreign") or made != f"{topic}/{partition}/{offset}" \
                     or got != wanted:
                 raise Violation("wrong row", f"{url} offset {offset} ({which}): id {made!r}, "
                                 f"qty {got!r}")

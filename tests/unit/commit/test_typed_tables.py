@@ -85,7 +85,7 @@ def archive(env, run_id: str, topic: str, values: list | dict[int, list]) -> Pla
                               if current.token else {}},
                 columns={topic: tables.columns(GROUP, topic)},
                 column_origins={topic: tables.column_origins(GROUP, topic)},
-                column_numbers={topic: tables.column_numbers(GROUP, topic)})
+                column_identities={topic: tables.column_identities(GROUP, topic)})
 
     def archived(plan: Plan, slices: list[Slice]) -> list[dict]:
         target = job.target(cfg, plan, topic)
@@ -344,11 +344,11 @@ def test_a_renamed_protobuf_field_keeps_its_column_by_number_and_a_reused_name_i
     table = env[3].find(GROUP, "proto")
     assert "lines" not in table.schema()._name_to_id
     assert [r["items"] for r in rows(table)] == [["a"], ["b"], ["c"]]
-    assert iceberg.column_numbers(table)["items"] == "4"
+    assert iceberg.column_identities(table)["items"] == ["number 4"]
     commit(env, archive(env, "r3", "proto", [proto(env, v3, lines=["d"], items="x")]))
     (dead,) = letters(env, "proto")
     assert (f"schema id {first + 2} has field items as number 9, where schema id {first} has "
-            "number 4 under that name: a column holds one field number") in dead["reason"]
+            "number 4 under that name: a column holds one field") in dead["reason"]
     assert len(rows(env[3].find(GROUP, "proto"))) == 3
 
 
@@ -376,3 +376,18 @@ def test_an_avro_field_renamed_with_an_alias_keeps_its_column(env):
     table = env[3].find(GROUP, TOPIC)
     assert "quantity" not in table.schema()._name_to_id
     assert [r["qty"] for r in rows(table)] == [5, 6]
+
+
+def test_an_avro_rename_fills_one_column_in_whichever_order_its_versions_come(env):
+    """The renaming version first (column quantity, its alias qty recorded), then the
+    older one: qty's values fill column quantity, in another partition's file of the same
+    run too, and in the next run."""
+    renamed = json.loads(avro_version("long"))
+    renamed["fields"][-1] = {**renamed["fields"][-1], "name": "quantity", "aliases": ["qty"]}
+    commit(env, archive(env, "r1", TOPIC, {0: [avro(env, json.dumps(renamed), quantity=1)],
+                                           1: [avro(env, avro_version("long"), qty=2)]}))
+    commit(env, archive(env, "r2", TOPIC, [avro(env, avro_version("long"), qty=3)]))
+    table = env[3].find(GROUP, TOPIC)
+    assert "qty" not in table.schema()._name_to_id
+    assert iceberg.column_identities(table)["quantity"] == ["quantity", "qty"]
+    assert sorted(r["quantity"] for r in table.scan().to_arrow().to_pylist()) == [1, 2, 3]
