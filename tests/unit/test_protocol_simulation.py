@@ -928,3 +928,13 @@ def test_the_replay_check_can_fail():
     with patch.object(replay_job, "refused_by", lambda *args: None):
         reports = explore.explore_replays(0, 60)
     assert any("not a prefix" in r.splitlines()[0] for r in reports), reports[:1]
+
+
+def test_each_planted_mutant_still_finds_its_code():
+    """A mutant whose text the library no longer has plants nothing, and its score says
+    nothing: each must be in its file exactly once (mutants.Mutant.old)."""
+    from tests.support.sim import mutants
+
+    for mutant in mutants.MUTANTS:
+        text = (mutants.LIBRARY / "kafka_archive" / mutant.path).read_text()
+        assert text.count(mutant.old) == 1, (mutant.name, mutant.path, text.count(mutant.old))

@@ -195,16 +195,19 @@ MUTANTS = [
            "        except ImportError as unrecorded:  # the events go out all the same"),
     # typed tables (the registry world)
     Mutant("a registered field read as null", "formats/schemas.py",
-           "            values[name] = _typed(fields.get(name), field.type, name)",
-           "            values[name] = _typed(fields.get(name) if name != 'qty' else None, "
-           "field.type, name)"),
+           "            values[column] = _converted(convert, fields.get(name), schema_id)",
+           "            values[column] = _converted(convert, fields.get(name) if name != 'qty' "
+           "else None, schema_id)"),
     Mutant("a schema version that cannot join a column is not refused", "formats/schemas.py",
            "        merged = mine if current is None else columns.promoted(current, mine)",
            "        merged = mine if current is None else (columns.promoted(current, mine) "
            "or mine)"),
     Mutant("a dead letter's reason names the wrong field", "formats/schemas.py",
-           '            raise Misfit(f"schema id {schema_id} has field {where} as',
-           '            raise Misfit(f"schema id {schema_id} has field {name}x as'),
+           '            raise Misfit(f"schema id {schema_id} has field {where}{renamed} as',
+           '            raise Misfit(f"schema id {schema_id} has field {name}x{renamed} as'),
+    Mutant("a renamed field's aliases are not its identities", "formats/schemas.py",
+           '    return (field.name, *json.loads(meta.get(ALIASES, b"[]")))',
+           "    return (field.name,)"),
     # S3's own paths (the s3 world)
     Mutant("an S3 listing reads its first page only", "storage.py",
            "                for page in pages:\n                    for obj in page.get",

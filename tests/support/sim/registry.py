@@ -64,7 +64,7 @@ def version(offset: int) -> str:
     """Which value an offset holds: v1 to v4, `unknown` (an id the registry lacks),
     `foreign` (another subject's schema) or `not avro`."""
     kind = offset % 13
-    return {3: "not avro", 7: "unknown", 5: "v3", 11: "v3", 9: "v4", 1: "foreign"}.get(
+    return {3: "not avro", 7: "unknown", 5: "v3", 11: "v3", 10: "v4", 1: "foreign"}.get(
         kind, "v2" if offset % 2 else "v1")
 
 
