@@ -1,6 +1,7 @@
-"""The simulation's Kafka: partitions that grow, lose their head to retention, gain
-offsets no reader sees (transaction markers, aborted transactions), and topics that come
-and go. The plan and the operators' tools see it through kafka-python's consumer API,
+"""The simulation's Kafka: partitions that grow, lose their head to retention, lose
+messages below their head to the log cleaner (a compacted topic's superseded records),
+gain offsets no reader sees (transaction markers, aborted transactions), and topics that
+come and go. The plan and the operators' tools see it through kafka-python's consumer API,
 the job's slice bodies through librdkafka's (RangeConsumer, read by archive.source).
 """
 
@@ -50,6 +51,16 @@ class Partition:
         """A transaction of count messages aborted: their offsets and its abort marker
         are taken, and no read_committed reader sees any of them."""
         self.end += count + 1
+
+    def compact(self, count: int) -> list[int]:
+        """The log cleaner removes up to count messages below the active segment (every
+        other one from the log's start, as superseded records of a key would be; the last
+        two stay): the message offsets it removed. The log's start offset does not move."""
+        cleanable = sorted(o for o in self.messages if o < self.end - 2)
+        gone = cleanable[::2][:count]
+        for o in gone:
+            del self.messages[o]
+        return gone
 
     def retain_from(self, offset: int) -> list[int]:
         """Retention deletes every offset below offset; the message offsets it deleted."""

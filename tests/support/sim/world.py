@@ -571,6 +571,18 @@ class World:
         if token is None or partition not in token.offsets:
             self.unarchivable.setdefault((topic, partition), set()).update(gone)
 
+    def _compact_log(self, out: Outcome, topic: str, partition: int, count: int):
+        """Log compaction mid-log: messages no reader will see again. Those not archived
+        yet never will be (no one can tell them from a transaction's marker: not a loss
+        to report); those archived stay in the archive, whatever a rewind reads again."""
+        if topic in self.kafka.deleted or partition >= len(self.kafka.topics[topic]):
+            return
+        gone = self.kafka.topics[topic][partition].compact(count)
+        archived = self.ever_archived.get((topic, partition), set())
+        self.unarchivable.setdefault((topic, partition), set()).update(
+            o for o in gone if o not in archived)
+        out.add(f"compacted away: {topic}/{partition} offsets {_ranges(set(gone))}")
+
     def _pending_in(self, topic: str, partition: int) -> int:
         """How many messages partition holds now (0: none, or no such partition)."""
         parts = self.kafka.topics.get(topic, [])
