@@ -483,9 +483,10 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
 
     A field's column is the one that has one of its identities (`identities`: column ->
     them; a column without an entry: its name, and a field of that name takes it): a
-    Protobuf field's number ("number 4"), an Avro field's name and aliases. A renamed field so keeps filling its column, under
-    the column's first name: the table's field id is the field's, whatever a later
-    version calls it, and in whichever order the versions come. Misfit, and nothing
+    Protobuf field's number ("number 4"), an Avro field's name and aliases. A renamed
+    field so keeps filling its column, under the column's first name: the table's field
+    id is the field's, whatever a later version calls it, and in whichever order the
+    versions come. Misfit, and nothing
     changed, when a field's kind cannot join its column's (the reason names both schema
     ids and the field), a Protobuf field has the name of another number's column, or a
     value is not what its schema says. `native`: the values are in Arrow's own Python

@@ -1441,7 +1441,8 @@ class World:
             which = sim_registry.version(offset)
             wanted = {"v2": offset, "v3": str(offset), "v4": offset}.get(which)
             got = qty[i] if qty is not None else None
-            if which in ("not avro", "unknown", "foreign") or made != f"{topic}/{partition}/{offset}" \
+            if which in ("not avro", "unknown", "foreign") \
+                    or made != f"{topic}/{partition}/{offset}" \
                     or got != wanted:
                 raise Violation("wrong row", f"{url} offset {offset} ({which}): id {made!r}, "
                                 f"qty {got!r}")
