@@ -191,9 +191,9 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
     def fits(row: SliceRow) -> bool:
         want = agreed.get(row["topic"])
         return want is None or all(
-            n in want and columns.promoted(want[n], k) == want[n]
-            and not _renamed(dict(identities[row["topic"]]), want, f)
-            for f in row_files(row) for n, k in f.get("columns", ()))
+            all(n in want and columns.promoted(want[n], k) == want[n]
+                for n, k in f.get("columns", ()))
+            and not _renamed(dict(identities[row["topic"]]), want, f) for f in row_files(row))
 
     again = {(r["topic"], r["partition"], r["start"]) for r in rows if not fits(r)}
     log.warning("run %s: files disagree on the type or the field of new columns (%s); %d "

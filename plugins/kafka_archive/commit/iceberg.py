@@ -511,9 +511,8 @@ def _add_columns(tx, table, wanted: dict, origins: dict[str, str],
     new schema version widens, evolved so (int to long, a struct's new field: Iceberg's
     union by name), with the schema id that set each (ORIGINS) and the identities of the
     field each holds (IDENTITIES: a run planned with them named its fields so); a column
-    the table has
-    with a type Iceberg cannot evolve into the file's is refused (the run was planned
-    with the table's columns)."""
+    the table has with a type Iceberg cannot evolve into the file's is refused (the run
+    was planned with the table's columns)."""
     import pyarrow as pa
 
     from kafka_archive.formats import schemas
