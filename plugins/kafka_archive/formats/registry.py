@@ -160,13 +160,16 @@ class Decoder:
     def _not_the_topics(self, key: tuple, topic: str, field, context) -> str | None:
         """Why schema id key[0] is no version of the subject the topic's strategy names
         (a producer that wrote another topic's schema: its values decode, but they are
-        not this topic's records), or None: asked once per schema id."""
+        not this topic's records), or None: asked once per schema id and topic. A record
+        strategy's subject of a schema without a name (a primitive key) is not checked."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
         from confluent_kafka.serialization import SerializationContext
 
         schema = self._registered(key, context)
         subject = _strategy(self.strategy)(SerializationContext(topic, field),
                                            self._record_name(key, schema))
+        if subject is None:
+            return None
         try:
             self.client.lookup_schema(subject, schema)
         except SchemaRegistryError as exc:
@@ -191,6 +194,8 @@ class Decoder:
         if self.kind == "protobuf":
             return self._protobuf[key][0].full_name
         parsed = json.loads(schema.schema_str)
+        if not isinstance(parsed, dict):  # a primitive ("string"): no record name
+            return None
         if self.kind == "json_schema":
             return parsed.get("title")
         name = parsed.get("name", "")

@@ -257,3 +257,25 @@ def test_the_config_takes_the_registry_from_its_connection_and_keeps_it_out_of_i
                                              "{conn_id: registry, url: 'https://r'}"))
     with pytest.raises(ConfigError, match="give url or conn_id"):
         config.load(path)
+
+
+@pytest.mark.parametrize("kind, subject", [("avro", "shop.Order"), ("protobuf", "shop.Order")])
+def test_the_subject_checked_is_the_one_the_strategy_names(client, kind, subject):
+    """A value written under the record name strategy (subject: the record's full name):
+    read with that strategy it is the topic's; read with the topic strategy, it is a
+    value of another subject (`orders-value` holds no version of it)."""
+    import confluent_kafka.schema_registry as sr
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    conf = {"subject.name.strategy": sr.record_subject_name_strategy}
+    serialize = (AvroSerializer(client, registry_topics.ORDER_AVRO, conf=conf)
+                 if kind == "avro" else ProtobufSerializer(
+                     registry_topics.order_message_class(), client,
+                     {**conf, "use.deprecated.format": False}))
+    value = serialize(registry_topics.order(kind, AT), registry_topics.value_context("orders"))
+    assert client.get_subjects() == [subject]
+    read = registry.Decoder(kind, {}, strategy="record", client=client).decode(value, "orders")
+    assert read["id"] in (7, "7")
+    with pytest.raises(ParseError, match="is not a version of subject orders-value"):
+        registry.Decoder(kind, {}, client=client).decode(value, "orders")
