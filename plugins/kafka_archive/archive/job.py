@@ -161,10 +161,10 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
     agreed: dict[str, dict[str, str]] = {}
     origins: dict[str, dict[str, str]] = {}  # a typed table's: which schema id set each
     # a typed one's: column -> the identities of the field it holds (schemas.fit)
-    identities: dict[str, dict[str, list[str]]] = {}
+    identities: dict[str, dict[str, tuple[str, ...]]] = {}
     for topic in plan.topics():
         types: dict[str, str] = {}
-        held = identities.setdefault(topic, {c: list(i) for c, i in
+        held = identities.setdefault(topic, {c: tuple(i) for c, i in
                                              plan.column_identities.get(topic, {}).items()})
         disagree = False
         for row in sorted((r for r in rows if r["topic"] == topic),
@@ -216,15 +216,17 @@ def _agreeing(archived: Callable[[Plan, list[Slice]], list[SliceRow]], plan: Pla
     return [r for r in rows if (r["topic"], r["partition"], r["start"]) not in again] + rewritten
 
 
-def _renamed(held: dict[str, list[str]], types: dict, f: dict) -> dict[str, str]:
+def _renamed(held: dict[str, tuple[str, ...]], types: dict, f: dict) -> dict[str, str]:
     """A typed file's columns whose field another column holds (`held`: column -> field
     identities, the run's so far; a column without an entry: its name), with the file's
     identities added to `held`: the file's column -> the one that holds its field (itself
     for a Protobuf field with the name of another number's column: its rows will be dead
     letters)."""
-    owners = {i: c for c in {**types, **held} for i in held.get(c, [c])}
+    from kafka_archive.formats import schemas  # pyarrow: the job's, as the writer
+
+    owners = schemas.owners_of(held, {**types, **held})
     renamed = {}
-    for column, kind in f.get("columns", ()):
+    for column, _ in f.get("columns", ()):
         own = f.get("identities", {}).get(column, [column])
         owner = next((owners[i] for i in own if i in owners), None)
         if owner is None and column in owners.values() and column in held:
@@ -233,9 +235,7 @@ def _renamed(held: dict[str, list[str]], types: dict, f: dict) -> dict[str, str]
         owner = owner or column
         if owner != column:
             renamed[column] = owner
-        base = held[owner] if owner in held else [owner] if owner in types else []
-        grown = [*base, *(i for i in own if i not in base)]
-        if grown != [owner]:
+        if (grown := schemas.grown_identities(held, owner, owner in types, own)) != (owner,):
             held[owner] = grown
         owners.update((i, owner) for i in own)
     return renamed

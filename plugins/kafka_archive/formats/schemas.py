@@ -37,7 +37,7 @@ import functools
 import json
 import uuid
 from datetime import date, datetime, time, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -505,7 +505,7 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
             column = name  # the common case: the column of the field's own name
         else:
             if owners is None:
-                owners = {i: c for c in types for i in identities.get(c, (c,))}
+                owners = owners_of(identities, types)
             column = next((owners[i] for i in own if i in owners), None)
             if column is None:
                 if name in types and held is not None:
@@ -514,8 +514,7 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
                                  f"{' or '.join(identities.get(name, (name,)))} under that "
                                  "name: a column holds one field")
                 column = name
-            grown = tuple(dict.fromkeys((*identities.get(
-                column, (column,) if column in types else ()), *own)))
+            grown = grown_identities(identities, column, column in types, own)
             if grown != identities.get(column, (column,)):
                 identities = {**identities, column: grown}
                 owners.update((i, column) for i in grown)
@@ -536,6 +535,19 @@ def fit(fields: Mapping, schema: pa.Schema, schema_id: str, event_ms: int, types
             types[column] = mine  # the same kind, held as this schema's: found by identity next
         values[column] = _converted(convert, fields.get(name), schema_id)
     return values, types, origins, identities
+
+
+def owners_of(identities: Mapping[str, Sequence[str]], known: Iterable[str]) -> dict[str, str]:
+    """identity -> column, of the `known` columns (`identities`: column -> them; a column
+    without an entry: its name)."""
+    return {i: c for c in known for i in identities.get(c, (c,))}
+
+
+def grown_identities(identities: Mapping[str, Sequence[str]], column: str, known: bool,
+                     own: Sequence[str]) -> tuple[str, ...]:
+    """A column's identities with a field's `own` added; a column new to the file (not
+    `known`) starts from none (a Protobuf column is its number, never its name)."""
+    return tuple(dict.fromkeys((*identities.get(column, (column,) if known else ()), *own)))
 
 
 def identities_of(field: pa.Field) -> tuple[str, ...]:
