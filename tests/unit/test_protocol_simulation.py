@@ -438,6 +438,13 @@ REWIND_TO_A_FILELESS_ROW_RACING_A_COMPACTION = [
     ("clear_run", "scheduled__2026-01-01T00:00:00+00:00", 0),
     ("run", "scheduled__2026-01-01T02:14:00+00:00", 0, 0, 0), ("retention", "u", 0, 1),
     ("race", "scheduled__2026-01-01T02:24:00+00:00", "plan", 2, "compact", "u", True, 0)]
+# issue 56, the 60-minute soak (seed 501747): a commit killed after committed.json and
+# before the catalog, whose catalog the next plan rebuilt from the run folders (so it holds
+# the run), and the mark deleted by hand: nobody was to finish the commit's record, and
+# maintenance waited on the table for good (it asked the record, not the catalog)
+COMMIT_REACHED_THE_CATALOG_BY_A_REBUILD_ONLY = [
+    ("produce", "u", 0, 5, False, 0), ("run", "scheduled__2026-01-02T03:11:00+00:00", 0, 0, 3),
+    ("clear_run", "scheduled__2026-01-02T03:11:00+00:00", 12), ("remove_inflight",)]
 FOUND_IN_TABLES = {"damaged snapshot under compactions": DAMAGED_SNAPSHOT_UNDER_COMPACTIONS,
                    "rewind to a fileless row racing a compaction":
                    REWIND_TO_A_FILELESS_ROW_RACING_A_COMPACTION,
@@ -460,7 +467,9 @@ FOUND_IN_TABLES = {"damaged snapshot under compactions": DAMAGED_SNAPSHOT_UNDER_
                    "compacted table never maintained": COMPACTED_TABLE_NEVER_MAINTAINED,
                    "plan racing a compaction": PLAN_RACING_A_COMPACTION,
                    "compaction with nothing to merge": COMPACTION_WITH_NOTHING_TO_MERGE,
-                   "release after a takeover": RELEASE_AFTER_A_TAKEOVER}
+                   "release after a takeover": RELEASE_AFTER_A_TAKEOVER,
+                   "commit reached the catalog by a rebuild only":
+                   COMMIT_REACHED_THE_CATALOG_BY_A_REBUILD_ONLY}
 
 
 # in an event-time group's world (--shape events), each red before its fix
@@ -783,10 +792,11 @@ def test_the_liveness_check_finds_maintenance_that_never_settles_a_compaction(tm
     from kafka_archive.commit.iceberg import RUN_ID
     from kafka_archive.plan import runs
 
-    def old_rule(table, storage, root, group):
+    def old_rule(table, storage, config, group, topic):
         table.refresh()
         run_id = table.current_snapshot().summary.get(RUN_ID)
-        return run_id is None or runs.is_final(runs.stored_outcome(storage, root, group, run_id))
+        return run_id is None or runs.is_final(runs.stored_outcome(
+            storage, config.archive_root, group, run_id))
 
     _sticks_the_table_group(patch.object(table_maintenance, "settled", old_rule),
                             COMPACTED_TABLE_NEVER_MAINTAINED,

@@ -179,7 +179,7 @@ def expire_snapshots(group: str) -> dict[str, dict[str, int]]:
             table = tables.find(group, topic, dead_letters)
             if table is None:
                 continue
-            if not table_maintenance.settled(table, storage, cfg.archive_root, group):
+            if not table_maintenance.settled(table, storage, cfg, group, topic):
                 log.warning("table %s: its current snapshot is of a run not committed yet (or "
                             "given up): its maintenance waits for the next run", iceberg.name(table))
                 done[iceberg.name(table)] = {"waiting": 1}

@@ -8,9 +8,10 @@ import json
 import logging
 from datetime import datetime
 
-from kafka_archive import layout
+from kafka_archive import catalog, layout
 from kafka_archive.commit.compaction import PREFIX as COMPACTION_PREFIX
 from kafka_archive.commit.iceberg import RUN_ID, WITHDRAWN, name, set_properties
+from kafka_archive.config import Config
 from kafka_archive.plan import inflight, runs
 from kafka_archive.storage import Storage
 
@@ -20,23 +21,32 @@ ORPHANS_SWEPT = "kafka-archive.orphans-swept-at"  # table property: ms of the la
 SWEEP_EVERY_MS = 86_400_000
 
 
-def settled(table, storage: Storage, root: str, group: str) -> bool:
+def settled(table, storage: Storage, config: Config, group: str, topic: str) -> bool:
     """Whether the table's current snapshot is of a run whose commit reached the catalog
     (or a withdrawal, or no run's). If not, a commit is under way or its run was given
     up, and the table changes again soon (the commit finishing, or the next plan
     withdrawing it): expiring now would delete the files that snapshot took out while the
     catalog still lists them, and the orphan sweep could take what it put back. The
     group's maintenance waits for it (one small read per table). A compaction's snapshot
-    is settled once the compaction's done record says its catalog entry went in."""
+    is settled once the compaction's done record says its catalog entry went in. A run
+    whose record says nothing of the catalog is asked of the catalog itself (topic: the
+    table's): a commit killed before the catalog, whose rows a rebuild from the run
+    folders put there, and whose mark a person deleted, is never finished by anyone."""
     table.refresh()
     current = table.current_snapshot()
     run_id = current.summary.get(RUN_ID) if current and current.summary else None
     if run_id is None or run_id.endswith(WITHDRAWN):
         return True
+    root = config.archive_root
     if run_id.startswith(COMPACTION_PREFIX):  # a compaction writes no committed.json
         return storage.get_or_none(layout.run_file(root, group, run_id,
                                                    layout.COMPACTION_DONE)) is not None
-    return runs.is_final(runs.stored_outcome(storage, root, group, run_id))
+    if runs.is_final(runs.stored_outcome(storage, root, group, run_id)):
+        return True
+    try:  # a reader: the next plan rebuilds a damaged catalog, this waits for it
+        return runs.in_catalog(catalog.open_catalog(storage, config, group), run_id, topic)
+    except catalog.CatalogUnreadable:
+        return False
 
 
 def expire(table, keep_ms: int, now_ms: int) -> dict[str, int]:

@@ -303,12 +303,8 @@ def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Ve
             named.setdefault(read.token.run_id, []).append(topic)
     resume, stale = None, []
     for run_id, topics in sorted(named.items()):
-        topic = topics[0]
-        held = cat.state.topics.get(topic)
-        folder = layout.run_folder_name(run_id)
-        if cat.state.has_run(run_id) or (held and any(
-                s.last_run == folder for s in held.summaries.values())):
-            continue  # in the catalog: no storage read for the tokens of idle topics
+        if in_catalog(cat, run_id, topics[0]):
+            continue  # no storage read for the tokens of idle topics
         stored = storage.get_or_none(layout.run_file(root, group, run_id, "plan.json"))
         if stored is None or manifests.read(storage, root, group, run_id) is None:
             continue  # not a run of this group's folders (a token edited by hand)
@@ -323,6 +319,17 @@ def _cut_short(storage: Storage, config: Config, group: str, reads: dict[str, Ve
         elif resume is None:
             resume = plan
     return resume, stale
+
+
+def in_catalog(cat: catalog.Catalog, run_id: str, topic: str) -> bool:
+    """Whether the run's rows of the topic reached the catalog (by its commit or by a
+    rebuild from the run folders): a recent run, or the last of one of the topic's
+    partitions. Asks the catalog, not the run's record, which a commit cut short after
+    the rebuild never finished."""
+    held = cat.state.topics.get(topic)
+    folder = layout.run_folder_name(run_id)
+    return cat.state.has_run(run_id) or (
+        held is not None and any(s.last_run == folder for s in held.summaries.values()))
 
 
 def _held_since(cat: catalog.Catalog, config: Config, plan: Plan, s: planning.Slice) -> bool:

@@ -193,6 +193,10 @@ MUTANTS = [
     Mutant("a failed announcement record fails the commit task", "airflow/tasks.py",
            "        except ArchiveError as unrecorded:  # the events go out all the same",
            "        except ImportError as unrecorded:  # the events go out all the same"),
+    Mutant("maintenance asks a run's record only, never the catalog",
+           "commit/table_maintenance.py",
+           "        return runs.in_catalog(catalog.open_catalog(storage, config, group), run_id, topic)",
+           "        return False"),
     # typed tables (the registry world)
     Mutant("a registered field read as null", "formats/schemas.py",
            "            values[column] = _converted(convert, fields.get(name), schema_id)",

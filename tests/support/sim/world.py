@@ -898,7 +898,7 @@ class World:
                                         for d in self.tables.kinds(self.group)):
                 table = self.tables.find(self.group, topic, dead_letters)
                 if table is not None and not table_maintenance.settled(
-                        table, self.storage, self.config.archive_root, self.group):
+                        table, self.storage, self.config, self.group, topic):
                     out.add(f"maintenance of {topic}: waits (a run not committed yet)")
                 elif table is not None:
                     # snapshots carry the wall clock's time, the plans the simulated one
@@ -1554,7 +1554,7 @@ class World:
                                     for d in self.tables.kinds(self.group)):
             table = self.tables.find(self.group, topic, dead_letters)
             if table is not None and not table_maintenance.settled(
-                    table, self.storage, self.config.archive_root, self.group):
+                    table, self.storage, self.config, self.group, topic):
                 raise Violation("stuck", f"maintenance with nothing in flight waits for table "
                                          f"of {topic} ({len(table.metadata.snapshots)} snapshots): "
                                          + " | ".join(out.lines))
