@@ -11,7 +11,7 @@ from test_backup_archive import consumed, varied_messages
 from kafka_archive import layout
 from kafka_archive.airflow import connections
 from kafka_archive.plan.planning import HeldTopicsError
-from tests.support.pipeline import Pipeline, lose_to_retention
+from tests.support.pipeline import Pipeline, compact_log, lose_to_retention
 
 
 @pytest.fixture
@@ -57,6 +57,27 @@ def test_rewind_of_one_partition_by_deleting_its_line(pipeline, kafka):
     archived = pipeline.archived_records()
     assert len(archived) == len(set(archived)) == 40
     assert [k.rsplit("/", 2)[-2] for k in superseded_keys(pipeline)] == ["partition=1"]
+
+
+def test_a_rewind_over_a_compacted_log_keeps_what_the_archive_held(pipeline, kafka):
+    """The log cleaner removes a key's older messages after they were archived; a rewind
+    archives the partition again from Kafka and keeps them from the file it replaces."""
+    topic = pipeline.create_topic("cleaned", 1)
+    pipeline.produce((topic, 0, f"key-{i % 4}".encode(), f"value {i}".encode(),
+                      [("n", str(i).encode())]) for i in range(24))
+    pipeline.run_dag()
+    first = set(pipeline.archived_records())
+    assert len(first) == 24
+    assert compact_log(kafka, topic, below=24) < 24  # Kafka no longer holds them all
+
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()
+    pipeline.run_dag()
+
+    archived = pipeline.archived_records()
+    assert len(archived) == len(set(archived))
+    assert first <= set(archived)  # every message archived before, key, value and headers
+    assert consumed(kafka, [topic]) <= set(archived)  # and the ones that rolled segments
+    assert len(superseded_keys(pipeline)) == 1  # the first run's file, moved aside
 
 
 def test_retention_gap_fails_naming_the_lost_range(pipeline, kafka, smtp_maildir):

@@ -25,7 +25,7 @@ from kafka_archive import spark
 from kafka_archive.airflow import connections
 from kafka_archive.commit import iceberg
 from tests.support import localservices
-from tests.support.pipeline import GROUP, Pipeline
+from tests.support.pipeline import GROUP, Pipeline, compact_log
 
 PARTITIONS = 3
 ICEBERG_JARS = Path(__file__).resolve().parents[2] / ".cache" / "jars" / "spark-iceberg"
@@ -257,3 +257,49 @@ def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_besi
     assert read[topic]["snapshots"][:2] == [["append", "first"], ["overwrite", "second"]]
     assert sorted(map(tuple, read[topic + "_dlq"]["rows"])) == sorted(
         (p, o, r["reason"]) for (p, o), r in by_offset(dead).items())
+
+
+@pytest.mark.parametrize("shape", ["key_value", "parsed"])
+def test_a_rewind_over_a_compacted_log_keeps_every_row_the_table_held(
+        shape, airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+    """Kafka's log cleaner removes a key's older messages after they were archived; a
+    rewind then archives the partition again from Kafka. A key_value table's rewind takes
+    the removed messages from the files it replaces; a parsed table's (no message bytes to
+    parse again) copies their rows; the dead letters likewise."""
+    catalog_db = tmp_path / "catalog.db"
+    table_spec = "namespace: archive"
+    pipeline = Pipeline(
+        airflow_env, kafka, s3, f"cleaned{unique}", tmp_path,
+        group_extra=(parsed_group(table_spec) if shape == "parsed"
+                     else f"format: {{kind: parquet}}\ntable: {{{table_spec}}}\n"),
+        extra=f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{catalog_db}'}}}}\n")
+    topic = pipeline.create_topic("cleaned", 1)
+    start_ms = (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS
+    pipeline.produce((topic, 0, f"k{i % 4}".encode(), b"\xffnot json" if i % 7 == 3 else
+                      json.dumps({"ts": start_ms + (i % 3) * HOUR_MS, "i": i}).encode(),
+                      [("n", str(i).encode())]) for i in range(24))
+    run(pipeline, monkeypatch, "first")
+    tables = connections.iceberg_tables(pipeline_config(pipeline))
+    held = {kind: tables.find(GROUP, topic, dead_letters=kind == "dlq")
+            for kind in (("rows", "dlq") if shape == "parsed" else ("rows",))}
+
+    def contents() -> dict[str, dict]:
+        for table in held.values():
+            table.refresh()
+        return {kind: by_offset(table) for kind, table in held.items()}
+
+    first = contents()
+    assert sum(map(len, first.values())) == 24
+    assert compact_log(kafka, topic, below=24) < 24  # Kafka no longer holds them all
+
+    pipeline.tokens.delete(GROUP, topic)
+    run(pipeline, monkeypatch, "second")
+    after = contents()
+    for kind, rows in first.items():  # each row as the first run wrote it
+        assert {at: after[kind].get(at) for at in rows} == rows
+    archived = {o for rows in after.values() for _, o in rows}
+    in_kafka = {o for _, _, o, *_ in consumed(kafka, [topic])}  # with what rolled segments
+    assert archived == in_kafka | {o for rows in first.values() for _, o in rows}
+    assert sum(map(len, after.values())) == len(archived)  # each message once
+    checked = cli(pipeline, "verify", "--group", GROUP, "--full")
+    assert checked.returncode == 0 and " 0 errors" in checked.stdout, checked.stdout[-3000:]

@@ -252,6 +252,8 @@ def _kafka_properties(env: dict[str, str], home: Path) -> Path:
         # retention tests shrink retention per topic; let the cleaner notice within seconds
         "log.retention.check.interval.ms=1000",
         "log.segment.delete.delay.ms=0",
+        # and the log cleaner of a compacted topic (tests/support/pipeline.compact_log)
+        "log.cleaner.backoff.ms=500",
     ]) + "\n")
     (home / "log4j2.properties").write_text("\n".join([
         "status = warn",

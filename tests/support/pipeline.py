@@ -258,3 +258,39 @@ def run_dag(pipeline: Pipeline) -> subprocess.CompletedProcess:
                             text=True, timeout=900)
     pipeline.dag_output = result.stdout + result.stderr
     return result
+
+
+def compact_log(kafka: str, topic: str, below: int) -> int:
+    """The log cleaner compacts partition 0 of a topic whose messages below offset `below`
+    repeat keys: the topic turns compacted, and each new message (of a key seen before)
+    rolls a segment, until the cleaner has removed some offset below `below`. Returns how
+    many of those offsets Kafka still holds."""
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0"})])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    deadline = time.monotonic() + 120
+    while (held := _offsets_held(kafka, topic, below)) >= below:
+        assert time.monotonic() < deadline, "the log cleaner removed nothing in 120 s"
+        producer.send(topic, key=b"roll", value=b"rolls a segment", partition=0).get()
+        time.sleep(0.2)  # pacing the producer, not waiting for readiness
+    producer.close()
+    return held
+
+
+def _offsets_held(kafka: str, topic: str, below: int) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False,
+                             consumer_timeout_ms=1000)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    held = 0
+    for r in consumer:
+        if r.offset >= below:
+            break
+        held += 1
+    consumer.close()
+    return held
+

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 # kafka-python (brokers) only where the driver asks Kafka: the Python workers that write
 # the files import this module and should not pay for it
 from kafka_archive import catalog, layout, spark
-from kafka_archive.archive import slice_writer, source, table_files
+from kafka_archive.archive import earlier, slice_writer, source, table_files
 from kafka_archive.catalog.pieces import merged
 from kafka_archive.config import Config, load as load_config
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError
@@ -128,13 +128,15 @@ def kept_of_cuts(config: Config, plan: Plan, storage: Storage,
     archived: each row's rows below the cut, written again (a copy of its files without the
     rest: copy-on-write) into this run's folder, as one row of the pieces kept. The
     driver's work: a rewind is rare, and a compacted file is at most a target size."""
+    from kafka_archive.formats import parquet  # pyarrow: the driver's, for a rare rewind
+
     kept = []
     for cut in plan.cuts:
         if (cut["topic"], cut["partition"]) not in archived:
             continue  # not archived again: the compacted row stays as it is
         row, below = cut["row"], cut["below"]
         files = [f for out in table_files.outputs(config, plan.group, plan.run_id, [row])
-                 if (f := table_files.rewrite(storage, out, below)) is not None]
+                 if (f := table_files.rewrite(storage, out, parquet.below(below))) is not None]
         pieces = [{**p, "topic": row["topic"], "partition": row["partition"],
                    "_generation": row["_generation"]} for p in row["pieces"] if p["end"] <= below]
         made = merged(pieces, files, "")
@@ -300,11 +302,12 @@ def _existing_partitions(kafka: Callable[[], object], topics: set[str]) -> set[t
 
 def retention_losses(kafka: Callable[[], object], slices, rows: list[dict]) -> list[Anomaly]:
     """Slices whose first records retention deleted after the plan was made: lost data,
-    one anomaly each, from the planned start to Kafka's earliest offset now. Gaps elsewhere
-    are Kafka's own (compaction, transaction markers)."""
+    one anomaly each, from the first offset only Kafka could give (kafka_from) to Kafka's
+    earliest offset now. Gaps elsewhere are Kafka's own (compaction, transaction markers)."""
     planned = {(s.topic, s.partition): s for s in slices}
+    first_of = {tp: kafka_from(s) for tp, s in planned.items()}
     leading = {(r["topic"], r["partition"]) for r in rows
-               if r["gaps"] and r["gaps"][0][0] == r["start"]}
+               if any(a <= first_of[(r["topic"], r["partition"])] < b for a, b in r["gaps"])}
     suspects = leading | (set(planned) - {(r["topic"], r["partition"]) for r in rows})
     if not suspects:
         return []
@@ -315,11 +318,19 @@ def retention_losses(kafka: Callable[[], object], slices, rows: list[dict]) -> l
         earliest = consumer.beginning_offsets([TopicPartition(t, p) for t, p in suspects])
     finally:
         consumer.close()
-    return sorted((Anomaly("retention_gap", tp.topic, tp.partition, s.start, first, "failed",
+    return sorted((Anomaly("retention_gap", tp.topic, tp.partition, start, first, "failed",
                            "deleted after the run was planned")
                    for tp, first in earliest.items()
-                   if first > (s := planned[(tp.topic, tp.partition)]).start),
+                   if first > (start := first_of[(tp.topic, tp.partition)])),
                   key=lambda a: (a.topic, a.partition))
+
+
+def kafka_from(s: Slice) -> int:
+    """The first offset of the slice that only Kafka can give: past the rows a rewind
+    archives again, when their files give what Kafka no longer has (archive.earlier)."""
+    if s.archived_before and earlier.usable(s.earlier):
+        return max(s.start, s.archived_before[-1][0])
+    return s.start
 
 
 def _drop_slices(storage: Storage, rows: list[SliceRow], lost: set[tuple[str, int]]
@@ -368,6 +379,8 @@ class ArchiveTask:
         self.config = config
         self.targets = {t: target(config, plan, t) for t in plan.topics()}
         self.tasks = tasks
+        group = config.group(plan.group)
+        self.group, self.run_id, self.generation = group, plan.run_id, plan.generation
 
     def __call__(self, i: int) -> Iterator[dict]:
         storage = Storage.from_environment()
@@ -378,12 +391,23 @@ class ArchiveTask:
         gc.freeze()
         try:
             for s in self.tasks[i]:
-                yield self.archive(s, source.read(consumer, s.topic, s.partition, s.start, s.end),
-                                   storage)
+                yield self.archive(s, self.messages(consumer, s, storage), storage)
         except BaseException:  # a consumer in an unknown state is not handed to the next task
             _WORKER_CONSUMERS.pop(_consumer_key(self.config), None)
             consumer.close()
             raise
+
+    def messages(self, consumer, s: Slice, storage: Storage) -> Iterator:
+        """The slice's messages from Kafka; a rewind's with what only its earlier files
+        still hold (archive.earlier)."""
+        batches = source.read(consumer, s.topic, s.partition, s.start, s.end)
+        if self.group.parsed_table or not earlier.usable(s.earlier):
+            return batches  # (a parsed table's: copied after, `archive`)
+        # where the plan moved them aside, or (a table group's) still in place
+        urls = [layout.superseded(self.config.archive_root, self.run_id, url)
+                if self.group.table is None else url for url in s.earlier]
+        return earlier.with_earlier(
+            batches, lambda: earlier.records_of(storage, urls, s.start, s.end), s.start, s.end)
 
     def archive(self, s: Slice, batches: Iterator, storage: Storage) -> dict:
         """Write one slice from its messages (formats.batch.Batch, in offset order); its
@@ -402,7 +426,11 @@ class ArchiveTask:
             close = getattr(batches, "close", None)
             if close:  # ends the read (the consumer moves on to the next slice)
                 close()
-        return out.finish(storage)
+        row = out.finish(storage)
+        if self.group.parsed_table and row["gaps"] and earlier.usable(s.earlier):
+            return earlier.kept_in_table(storage, self.config.archive_root, self.group.name,
+                                         self.group.layout, self.run_id, self.generation, s, row)
+        return row
 
 
 # One librdkafka consumer per Python worker and Kafka settings, reused by the worker's tasks

@@ -48,17 +48,18 @@ def outputs(config: Config, group: str, writer: str, rows: list[dict]) -> list[O
     return made
 
 
-def rewrite(storage: Storage, output: Output, below: int | None = None) -> dict | None:
-    """The inputs concatenated, in order, into one Parquet file, of the rows with an offset
-    below `below` (all: None); its file entry, or None when no row is (nothing written).
-    Same inputs, same bytes."""
+def rewrite(storage: Storage, output: Output, keep=None, ordered: bool = False) -> dict | None:
+    """The inputs concatenated, in order, into one Parquet file, of the rows whose offsets
+    `keep` keeps (formats.parquet.below, among; all: None); its file entry, or None when
+    no row is (nothing written). ordered: the inputs' offsets interleave, the rows are
+    written in offset order (formats.parquet.concatenate). Same inputs, same bytes."""
     from kafka_archive.formats import parquet
 
     fd, tmp = tempfile.mkstemp(prefix="kafka-archive-rewrite-", suffix=".parquet")
     try:
         with os.fdopen(fd, "wb") as out:
             rows, columns = parquet.concatenate((storage.get_bytes(url) for url in output.inputs),
-                                                out, below)
+                                                out, keep, ordered)
         if not rows:
             return None
         crc = 0

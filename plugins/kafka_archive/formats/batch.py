@@ -49,6 +49,24 @@ class Batch:
         return cls(_int64(column("offset")), _binary(column("key")), _binary(column("value")),
                    _int64(column("timestamp_ms")), headers)
 
+    @classmethod
+    def of_records(cls, records: list[Record]) -> Batch:
+        """Records read back from an archived file, as a batch."""
+        return cls(np.array([r.offset for r in records], np.int64),
+                   binary_array([r.key for r in records]), binary_array([r.value for r in records]),
+                   np.array([r.timestamp_ms for r in records], np.int64),
+                   headers_array([r.headers for r in records]))
+
+    def merged(self, other: Batch) -> Batch:
+        """Both batches' records in one, in offset order (their offsets are distinct)."""
+        offsets = np.concatenate([self.offset, other.offset])
+        order = np.argsort(offsets, kind="stable")
+        take = pa.array(order)
+        return Batch(offsets[order], pa.concat_arrays([self.key, other.key]).take(take),
+                     pa.concat_arrays([self.value, other.value]).take(take),
+                     np.concatenate([self.timestamp_ms, other.timestamp_ms])[order],
+                     pa.concat_arrays([self.headers, other.headers]).take(take))
+
     def __len__(self) -> int:
         return len(self.offset)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, Mapping
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -233,12 +233,35 @@ def _micros(ms: list[int | None]) -> pa.Array:
 ROW_GROUP_BYTES = 64 << 20
 
 
-def concatenate(files: Iterable[bytes], out: BinaryIO, below: int | None = None
-                ) -> tuple[int, list[list[str]]]:
+Keep = Callable[[pa.ChunkedArray], pa.ChunkedArray]  # Kafka offsets -> which rows to keep
+
+
+def below(offset: int) -> Keep:
+    """The rows below an offset (what a rewind keeps of a compacted file)."""
+    return lambda offsets: pc.less(offsets, offset)
+
+
+def among(offsets: Iterable[int]) -> Keep:
+    """The rows at these offsets (what a rewind keeps of the files it replaces)."""
+    wanted = pa.array(sorted(offsets), pa.int64())
+    return lambda found: pc.is_in(found, value_set=wanted)
+
+
+def offsets(data: bytes) -> list[int]:
+    """The Kafka offsets of a table file's rows, read from that column alone."""
+    table = pq.read_table(pa.BufferReader(data), columns=[columns.KAFKA])
+    return table.column(columns.KAFKA).combine_chunks().field("offset").to_pylist()
+
+
+def concatenate(files: Iterable[bytes], out: BinaryIO, keep: Keep | list[Keep | None] | None = None,
+                ordered: bool = False) -> tuple[int, list[list[str]]]:
     """Files of one table's shape (key_value, dead letters or parsed), in order, written
-    as one to `out`: their rows with a Kafka offset below `below` (all: None). A column a
+    as one to `out`: their rows whose Kafka offsets `keep` keeps (below, among; all:
+    None; or one per input). A column a
     later file brings is null in the earlier rows. Returns the rows written and the
-    parsed shape's field columns ([name, type], in order of appearance).
+    parsed shape's field columns ([name, type], in order of appearance). ordered: the
+    inputs' rows interleave (a rewind's own file and the rows it keeps of the files it
+    replaces): written in offset order, read whole (one slice's files, not a bin).
 
     Streamed: the inputs are spooled to a temporary folder (their footers give the one
     schema first), then read a row group at a time and written in row groups of about
@@ -259,22 +282,29 @@ def concatenate(files: Iterable[bytes], out: BinaryIO, below: int | None = None
                                        row_group_size=1 << 30)
                     pending.clear()
 
-            for path in paths:
+            keeps = keep if isinstance(keep, list) else [keep] * len(paths)
+            for path, keep in zip(paths, keeps):
                 source = pq.ParquetFile(path)
                 for group in range(source.num_row_groups):
                     table = _conformed(source.read_row_group(group), schema)
-                    if below is not None:
-                        table = table.filter(pc.less(pc.struct_field(
-                            table.column(columns.KAFKA), "offset"), below))
+                    if keep is not None:
+                        table = table.filter(keep(_offsets(table)))
                     pending.extend(table.to_batches())
                     rows += table.num_rows
-                    if sum(b.nbytes for b in pending) >= ROW_GROUP_BYTES:
+                    if not ordered and sum(b.nbytes for b in pending) >= ROW_GROUP_BYTES:
                         flush()
+            if ordered and pending:
+                whole = pa.Table.from_batches(pending, schema)
+                pending[:] = whole.take(pc.sort_indices(_offsets(whole))).to_batches()
             flush()
     if columns.EVENT_TIME not in schema.names:  # not the parsed shape: no field columns
         return rows, []
     return rows, [[f.name, schemas.kind(f.type)] for f in schema
                   if f.name not in columns.RESERVED]
+
+
+def _offsets(table: pa.Table) -> pa.ChunkedArray:
+    return pc.struct_field(table.column(columns.KAFKA), "offset")
 
 
 def _unified(found: list[pa.Schema]) -> pa.Schema:

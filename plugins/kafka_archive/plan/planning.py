@@ -50,6 +50,11 @@ class Slice:
     # so a rewind never empties what folder readers see; and no size cut falls before
     # the last end (the rows are archived again whole)
     archived_before: tuple[tuple[int, int | None], ...] = ()
+    # after a rewind: the files of the rows archived again (their URLs when the plan was
+    # made); what Kafka no longer returns of the slice's offsets (its log cleaner removed
+    # it, retention deleted it, an unclean election truncated it) is kept from them
+    # (archive.earlier), so a rewind never drops what the archive held
+    earlier: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,8 @@ class Plan:
     def from_json(cls, data: bytes) -> Plan:
         raw = json.loads(data)
         raw["slices"] = tuple(Slice(**{**s, "archived_before": tuple(
-            tuple(step) for step in s.get("archived_before", ()))}) for s in raw["slices"])
+            tuple(step) for step in s.get("archived_before", ())),
+            "earlier": tuple(s.get("earlier", ()))}) for s in raw["slices"])
         raw["anomalies"] = tuple(Anomaly(**a) for a in raw["anomalies"])
         raw["superseded"] = tuple(raw["superseded"])
         raw["cuts"] = tuple(raw.get("cuts", ()))

@@ -238,15 +238,17 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
                 owners[row["start"]] = row
                 # a compacted row's file is one: what is not kept of it is archived again
                 end = max(end, row["end"] if row.get("pieces") else p["end"])
+        earlier = [f["url"] for row in owners.values() for f in row_files(row)]
+        superseded += earlier
         for row in owners.values():
-            superseded += [f["url"] for f in row_files(row)]
             if row["start"] < start:  # a compacted row: the job keeps its rows below start
                 cuts.append({"topic": s.topic, "partition": s.partition,
                              "generation": row["_generation"], "row": row, "below": start})
         before = tuple(step for r in replaced
                        for step in (_placed_by(cat, r, watermarks) if event_time
                                     else [(r["end"], None)]))
-        adjusted.append(replace(s, start=start, end=end, archived_before=before))
+        adjusted.append(replace(s, start=start, end=end, archived_before=before,
+                                earlier=tuple(earlier)))
     return adjusted, superseded, cuts
 
 

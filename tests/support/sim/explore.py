@@ -157,9 +157,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
         return ("produce", topic, partition, rng.randint(1, 9), rng.random() < 0.2, late)
     if r < 0.34:
-        # (not yet "compact_log", a compacted topic's log cleaner: a rewind over what it
-        # removed drops archived messages, test_protocol_simulation's
-        # REWIND_OVER_A_COMPACTED_LOG, an open defect of issue 56)
+        # (not yet "compact_log", a compacted topic's log cleaner: a job retried after it
+        # leaves an event-time file behind, an open defect of issue 56)
         return ("retention", topic, partition, rng.randint(1, 6))
     if r < 0.355:
         return ("add_partition", topic)

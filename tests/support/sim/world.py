@@ -25,7 +25,7 @@ from unittest.mock import patch
 from kafka_archive import brokers, catalog, layout, manifest as manifests
 from kafka_archive.airflow import alerting, connections, tasks
 from kafka_archive.catalog import lease
-from kafka_archive.archive import job, source
+from kafka_archive.archive import job
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.commit import compaction, finalizing, iceberg, mirror, table_maintenance
 from kafka_archive.errors import ArchiveError, TerminalError, TransientError, VersionConflict
@@ -1084,8 +1084,8 @@ class World:
 
             def archived(plan, slices):
                 writer = job.ArchiveTask(self.config, plan) if plan.columns else task
-                return [writer.archive(s, source.read(self.kafka.range_consumer(), s.topic,
-                                                      s.partition, s.start, s.end), self.storage)
+                return [writer.archive(s, writer.messages(self.kafka.range_consumer(), s,
+                                                          self.storage), self.storage)
                         for s in slices]
             try:
                 done.append(job.archive_plan(self.config, run.plan_url, self.storage,
@@ -1592,7 +1592,7 @@ class World:
         return True
 
 
-def _bounded_concatenate(files, out, below=None):
+def _bounded_concatenate(files, out, keep=None, ordered=False):
     """parquet.concatenate (a compaction's rewrite, a rewind's copy-on-write) with the
     cost invariant of its memory: it holds at most one row group's worth of rows beyond
     ROW_GROUP_BYTES (issue 56, defect 5: a bin read whole peaked at 10x). With the bound
@@ -1618,7 +1618,7 @@ def _bounded_concatenate(files, out, below=None):
     with patch.object(parquet, "ROW_GROUP_BYTES", 1), \
             patch.object(pq.ParquetFile, "read_row_group", read), \
             patch.object(pq.ParquetWriter, "write_table", write):
-        return _CONCATENATE(files, out, below)
+        return _CONCATENATE(files, out, keep, ordered)
 
 
 _CONCATENATE = parquet.concatenate

@@ -37,7 +37,7 @@ def test_a_concatenation_streams_row_groups_and_keeps_rows_order_and_bytes(tmp_p
     inputs = [_kv_file(tmp_path, i * 50, 50, bytes([i]) * 300) for i in range(6)]
     outs = [io.BytesIO(), io.BytesIO()]
     for out in outs:
-        rows, _ = parquet.concatenate(iter(inputs), out, below=280)
+        rows, _ = parquet.concatenate(iter(inputs), out, parquet.below(280))
         assert rows == 280
     assert outs[0].getvalue() == outs[1].getvalue()
     written = pq.ParquetFile(io.BytesIO(outs[0].getvalue()))

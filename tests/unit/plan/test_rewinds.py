@@ -92,7 +92,9 @@ def test_plan_moves_aside_files_beyond_a_rewound_token_line_of_its_generation(ar
     slices = [Slice("t", 0, 10, 40, 1000), Slice("t", 1, 5, 9, 1000)]  # partition 1: no file
     adjusted, superseded = supersede(archive, slices)
     assert superseded == urls[1:]
-    assert adjusted == [Slice("t", 0, 10, 40, 1000, ((20, None), (30, None))), slices[1]]
+    # the slice names the files it replaces: what Kafka no longer has is kept from them
+    assert adjusted == [Slice("t", 0, 10, 40, 1000, ((20, None), (30, None)), tuple(urls[1:])),
+                        slices[1]]
 
 
 def test_plan_touches_nothing_when_the_token_is_where_the_files_end(archive):
@@ -105,7 +107,8 @@ def test_plan_starts_after_a_file_straddling_the_start(archive):
     urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
     # no token line (deleted), start_from earliest = 15 after retention: file 10..19 stays
     adjusted, superseded = supersede(archive, [Slice("t", 0, 15, 40, 1000)])
-    assert adjusted == [Slice("t", 0, 20, 40, 1000, ((30, None),))] and superseded == [urls[2]]
+    assert adjusted == [Slice("t", 0, 20, 40, 1000, ((30, None),), (urls[2],))]
+    assert superseded == [urls[2]]
     # a slice capped below the straddler's end: no offsets, the token moves past the file
     adjusted, _ = supersede(archive, [Slice("t", 0, 15, 17, 1000)])
     assert adjusted == [Slice("t", 0, 20, 20, 1000)]
@@ -118,9 +121,10 @@ def test_a_capped_rewind_moves_aside_only_the_rows_it_archives_again(archive):
     and leaves the later rows current for a later run."""
     urls = [write_file(archive, 0, range(a, a + 10)) for a in (0, 10, 20)]
     adjusted, superseded = supersede(archive, [Slice("t", 0, 0, 5, 1000)])
-    assert adjusted == [Slice("t", 0, 0, 10, 1000, ((10, None),))] and superseded == urls[:1]
+    assert adjusted == [Slice("t", 0, 0, 10, 1000, ((10, None),), tuple(urls[:1]))]
+    assert superseded == urls[:1]
     adjusted, superseded = supersede(archive, [Slice("t", 0, 0, 15, 1000)])
-    assert adjusted == [Slice("t", 0, 0, 20, 1000, ((10, None), (20, None)))]
+    assert adjusted == [Slice("t", 0, 0, 20, 1000, ((10, None), (20, None)), tuple(urls[:2]))]
     assert superseded == urls[:2]
 
 
@@ -140,11 +144,13 @@ def test_an_event_time_rewind_moves_aside_every_file_of_each_later_slice(archive
     # the token deleted: start_from earliest = 0 -> every file of both slices moves aside
     # (each slice's offsets archived again where its run put them: no watermark then)
     adjusted, superseded = supersede(archive, [Slice("t", 0, 0, 25, 1000)], "partitioned")
-    assert adjusted == [Slice("t", 0, 0, 25, 1000, ((10, None), (20, None)))]
+    assert adjusted == [Slice("t", 0, 0, 25, 1000, ((10, None), (20, None)),
+                              tuple(first + second))]
     assert superseded == first + second
     # earliest 4 (retention): the straddling slice keeps its messages, the next moves
     adjusted, superseded = supersede(archive, [Slice("t", 0, 4, 25, 1000)], "partitioned")
-    assert adjusted == [Slice("t", 0, 10, 25, 1000, ((20, None),))] and superseded == second
+    assert adjusted == [Slice("t", 0, 10, 25, 1000, ((20, None),), tuple(second))]
+    assert superseded == second
 
 
 class FakeConsumer:

@@ -1,0 +1,115 @@
+"""A rewind's slice keeps what only the files it replaces hold (archive.earlier): the
+offsets Kafka's log cleaner, retention or a truncation removed since they were archived."""
+import numpy as np
+import pytest
+
+from kafka_archive import formats, layout
+from kafka_archive.archive import earlier, job
+from kafka_archive.formats.batch import Batch
+from kafka_archive.formats.records import Record
+from kafka_archive.plan.planning import Slice
+from kafka_archive.storage import Storage
+
+from tests.unit.archive.test_job import _batch, _task
+
+
+def _records(offsets) -> list[Record]:
+    return [Record(o, b"k%d" % o, b"old%d" % o, 1_795_300_000_000 + o, [("h", b"%d" % o)])
+            for o in offsets]
+
+
+def _merged(kafka: list[list[int]], held: list[int], start: int, end: int):
+    opened = []
+
+    def earlier_records():
+        opened.append(True)
+        return iter(_records(held))
+    out = list(earlier.with_earlier(iter([_batch(b) for b in kafka]), earlier_records, start, end))
+    return out, bool(opened)
+
+
+def test_the_offsets_kafka_skips_come_from_the_earlier_files_in_their_place():
+    out, opened = _merged([[1, 3], [5, 6, 7, 8]], held=list(range(0, 6)), start=0, end=9)
+    assert opened
+    assert [int(o) for b in out for o in b.offset] == list(range(9))
+    values = [v for b in out for v in b.value.to_pylist()]
+    assert values == [b"old0", b"v1", b"old2", b"v3", b"old4", b"v5", b"v6", b"v7", b"v8"]
+    keys = [k for b in out for k in b.key.to_pylist()]
+    assert keys[0] == b"k0" and keys[1] is None  # each record whole, from where it came
+    headers = [h for b in out for h in b.headers.to_pylist()]
+    assert headers[2] == [{"key": "h", "value": b"2"}] and not headers[1]
+
+
+def test_a_read_without_a_skipped_offset_never_opens_the_earlier_files():
+    batches = [[0, 1, 2], [3, 4]]
+    out, opened = _merged(batches, held=list(range(5)), start=0, end=5)
+    assert not opened
+    assert [list(b.offset) for b in out] == batches
+
+
+def test_a_head_retention_deleted_and_a_tail_kafka_lost_come_from_the_earlier_files():
+    out, _ = _merged([[3, 4]], held=list(range(0, 7)), start=0, end=7)
+    assert [int(o) for b in out for o in b.offset] == list(range(7))
+    out, _ = _merged([], held=[0, 1], start=0, end=4)  # Kafka holds none of it any more
+    assert [int(o) for b in out for o in b.offset] == [0, 1]
+
+
+def test_an_offset_neither_holds_stays_a_gap():
+    # 2: a transaction marker (never a message); 9-10: beyond what was archived
+    out, _ = _merged([[1, 3], [11]], held=[0, 1, 3, 4, 5, 6, 7, 8], start=0, end=12)
+    assert [int(o) for b in out for o in b.offset] == [0, 1, 3, 4, 5, 6, 7, 8, 11]
+
+
+def test_earlier_records_outside_the_slice_are_not_taken():
+    out, _ = _merged([[12]], held=list(range(5, 15)), start=10, end=13)
+    assert [int(o) for b in out for o in b.offset] == [10, 11, 12]
+
+
+def test_merged_batches_keep_offset_order_and_every_column():
+    a = _batch(range(0, 6, 2))
+    b = Batch.of_records(_records([1, 5]))
+    m = a.merged(b)
+    assert list(m.offset) == [0, 1, 2, 4, 5]
+    assert m.value.to_pylist() == [b"v0", b"old1", b"v2", b"v4", b"old5"]
+    assert list(m.timestamp_ms) == [1_795_300_000_000 + o for o in [0, 1, 2, 4, 5]]
+    assert isinstance(m.offset, np.ndarray) and len(m) == 5
+
+
+def test_records_of_reads_files_whose_offsets_interleave_in_offset_order(tmp_path):
+    """An event-time row's files (one per hour) hold interleaved offsets; a file that
+    cannot be read is passed over (what only it held is lost already)."""
+    storage = Storage.from_environment()
+    fmt = {"kind": "sequencefile", "key": "msgpack", "compression": "default"}
+    urls = []
+    for name, offsets in (("a", [0, 2, 4]), ("b", [1, 3, 5])):
+        url = f"file://{tmp_path}/{name}.seq"
+        with open(tmp_path / f"{name}.seq", "wb") as f:
+            w = formats.open_writer(f, fmt, url)
+            for r in _records(offsets):
+                w.append(r)
+            w.close()
+        urls.append(url)
+    (tmp_path / "damaged.seq").write_bytes(b"not a sequence file")
+    urls.append(f"file://{tmp_path}/damaged.seq")
+    found = list(earlier.records_of(storage, urls, 1, 5))
+    assert [r.offset for r in found] == [1, 2, 3, 4]
+    assert found[0].value == b"old1"
+
+
+def test_a_rewind_slice_of_a_file_group_reads_the_files_the_plan_moved_aside(tmp_path):
+    task, plan = _task(tmp_path)
+    root = task.config.archive_root
+    moved = f"{root}/backup/t/0/1_0_00000000000000000000.seq"
+    s = Slice("t", 0, 0, 3, 1 << 20, archived_before=((3, None),), earlier=(moved,))
+    assert job.kafka_from(s) == 3
+    assert job.kafka_from(Slice("t", 0, 0, 3, 1 << 20)) == 0
+    text = Slice("t", 0, 0, 3, 1 << 20, archived_before=((3, None),),
+                 earlier=(moved.replace(".seq", ".txt.gz"),))
+    assert job.kafka_from(text) == 0  # values only: no offsets to keep by
+
+    wanted = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(earlier, "records_of", lambda storage, urls, a, b: wanted.append(urls) or iter(()))
+        m.setattr(job.source, "read", lambda *args, **kwargs: iter(()))  # Kafka has none
+        assert list(task.messages(None, s, Storage.from_environment())) == []
+    assert wanted == [[layout.superseded(root, plan.run_id, moved)]]
