@@ -532,7 +532,15 @@ FINAL_HOUR_REWOUND_NEVER_ANNOUNCED_AGAIN = [
     ("run", "scheduled__2026-01-01T00:13:00+00:00", 0, 0, 0), ("delete_token", "t"),
     ("run", "scheduled__2026-01-01T00:15:00+00:00", 0, 4, 0), ("produce", "t", 0, 8, False, 0),
     ("run", "scheduled__2026-01-01T00:17:00+00:00", 0, 0, 0), ("delete_topic", "t")]
+# issue 56, Kafka's log cleaner in an event-time world (seed 160): a job killed after its
+# files, then the cleaner removed the first message of an hour's file, and the job's retry
+# named that hour's file by its new first message: the first attempt's file stayed in the
+# tree beside it, read by the folders' readers
+RETRIED_JOB_AFTER_THE_LOG_CLEANER = [
+    ("produce", "t", 0, 5, False, 0), ("produce", "t", 1, 3, False, 90),
+    ("run", "scheduled__2026-01-01T00:22:00+00:00", 0, 7, 0), ("compact_log", "t", 1, 2)]
 FOUND_IN_EVENTS = {"rewind of a topic listed per partition": REWIND_OF_A_TOPIC_LISTED_PER_PARTITION,
+                   "retried job after the log cleaner": RETRIED_JOB_AFTER_THE_LOG_CLEANER,
                    "final hour rewound, never announced again":
                    FINAL_HOUR_REWOUND_NEVER_ANNOUNCED_AGAIN,
                    "given-up run's rows back by a rebuild": GIVEN_UP_RUNS_ROWS_BACK_BY_A_REBUILD,

@@ -98,6 +98,12 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
             f"run {plan.run_id} of group {plan.group} is not the plan in flight "
             f"({'run ' + holder + ' is' if holder else 'none is'}): its job writes nothing; "
             "the group's next run plans what is left to archive")
+    # an earlier attempt of this job may have written files under names this one does not
+    # write again (an event-time file is named by its first message in its hour, and
+    # Kafka's log cleaner or retention may have removed that message since)
+    retried = storage.size(attempt_url(plan_url)) is not None
+    if not retried:
+        storage.put_bytes(attempt_url(plan_url), b"{}")
     to_read = [s for s in plan.slices if s.end > s.start]
     # a topic deleted since the plan was made cannot be read; without this the in-flight
     # plan would fail on every re-run and block the group for good
@@ -111,8 +117,10 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
     lost = retention_losses(kafka, to_read, rows)
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)
-    _drop_earlier_attempts(config, plan, storage, gone + [s for s in to_read
-                                                          if (s.topic, s.partition) in lost_at])
+    _drop_earlier_attempts(config, plan, storage, gone + [
+        s for s in to_read if (s.topic, s.partition) in lost_at
+        or (retried and config.group(plan.group).layout.kind == "event_time")],
+        {f["url"] for r in rows for f in row_files(r)})
     archived = {(s.topic, s.partition) for s in to_read} - lost_at
     manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
                           "vanished": vanished, "retention_lost": [dataclasses.asdict(a) for a in lost],
@@ -243,6 +251,11 @@ def _renamed(held: dict[str, tuple[str, ...]], types: dict, f: dict) -> dict[str
     return renamed
 
 
+def attempt_url(plan_url: str) -> str:
+    """Beside the plan: an attempt of the job has begun (job._drop_earlier_attempts)."""
+    return plan_url.rsplit("/", 1)[0] + "/job_attempt.json"
+
+
 def failure_url(plan_url: str) -> str:
     """Where the driver records the classified error that ended the job (beside the plan):
     spark-submit's exit code alone cannot say whether Airflow should retry."""
@@ -350,23 +363,25 @@ def _drop_slices(storage: Storage, rows: list[SliceRow], lost: set[tuple[str, in
 
 
 def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
-                           lost: list[Slice]) -> None:
-    """The files an earlier attempt of the job wrote for slices retention has since
-    eaten into, or of a topic deleted since: this attempt, starting at Kafka's earliest
-    offset, wrote (and dropped) other names, or none, so theirs would stay beside the
-    catalog, read by the folders' readers (the slice's messages are the run's loss,
-    recorded; a deleted topic's slice is not archived, its token stays). Only files no
-    current row of the catalog names go (runs.unlisted): a committed run's file of the same
-    name (its commit cut short, then found again by a rebuild) stays. A table group's files
-    are under the run's folder (orphans, swept later)."""
+                           slices: list[Slice], written: set[str]) -> None:
+    """The files an earlier attempt of the job wrote for the slices that this attempt
+    did not write again (`written`): slices retention has since eaten into, or of a topic
+    deleted since (this attempt, starting at Kafka's earliest offset, wrote and dropped
+    other names, or none: the slice's messages are the run's loss, recorded; a deleted
+    topic's slice is not archived, its token stays); an event-time file whose first
+    message Kafka removed since. Theirs would stay beside the catalog, read by the
+    folders' readers. Only files no current row of the catalog names go (runs.unlisted):
+    a committed run's file of the same name (its commit cut short, then found again by a
+    rebuild) stays. A table group's files are under the run's folder (orphans, swept
+    later)."""
     from kafka_archive.plan import runs  # the driver's, rarely: not in every Python worker
 
     group = config.group(plan.group)
-    if group.table is not None or not lost:
+    if group.table is not None or not slices:
         return
     cat, listings = catalog.open_catalog(storage, config, plan.group), {}
-    for s in lost:
-        for url in runs.unlisted(storage, config, group, cat, s, set(), end=s.end,
+    for s in slices:
+        for url in runs.unlisted(storage, config, group, cat, s, written, end=s.end,
                                  listings=listings):
             storage.delete(url)
 

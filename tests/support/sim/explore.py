@@ -156,10 +156,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
             return ("abort", topic, partition, rng.randint(1, 9))
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
         return ("produce", topic, partition, rng.randint(1, 9), rng.random() < 0.2, late)
-    if r < 0.34:
-        # (not yet "compact_log", a compacted topic's log cleaner: a job retried after it
-        # leaves an event-time file behind, an open defect of issue 56)
+    if r < 0.32:
         return ("retention", topic, partition, rng.randint(1, 6))
+    if r < 0.34:  # a compacted topic's log cleaner
+        return ("compact_log", topic, partition, rng.randint(1, 6))
     if r < 0.355:
         return ("add_partition", topic)
     if r < 0.36:

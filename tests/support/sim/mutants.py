@@ -204,6 +204,9 @@ MUTANTS = [
            "archive/job.py",
            "        if self.group.parsed_table and row[\"gaps\"] and earlier.usable(s.earlier):",
            "        if False:"),
+    Mutant("a retried job leaves the files it names otherwise now", "archive/job.py",
+           '        or (retried and config.group(plan.group).layout.kind == "event_time")],',
+           "        or False],"),
     # typed tables (the registry world)
     Mutant("a registered field read as null", "formats/schemas.py",
            "            values[column] = _converted(convert, fields.get(name), schema_id)",
