@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 
 from kafka_archive import formats, layout
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
-from kafka_archive.errors import MissingObject
+from kafka_archive.errors import MissingObject, TerminalError
 from kafka_archive.formats.batch import Batch
 from kafka_archive.formats.records import Record
 from kafka_archive.plan.planning import Slice
@@ -38,29 +38,87 @@ from kafka_archive.storage import Storage
 log = logging.getLogger(__name__)
 
 
+class OffsetsReused(TerminalError):
+    """Kafka holds another message at an offset than the archive does: the topic was
+    deleted and re-created, or an unclean leader election truncated it and new messages
+    took the offsets. A rewind would mix the two."""
+
+
 def with_earlier(batches: Iterator[Batch], earlier: Callable[[], Iterator[Record]],
-                 start: int, end: int) -> Iterator[Batch]:
+                 start: int, end: int, where: str = "") -> Iterator[Batch]:
     """Kafka's batches of [start, end), with the records of `earlier()` (in offset order)
     at the offsets Kafka skipped. Batches Kafka returned without a skipped offset pass
-    through untouched."""
+    through untouched. Where both hold an offset (in a batch with a skipped offset, and
+    Kafka's last one before the earlier files' tail), they must hold the same message.
+    If the first such look finds another (OffsetsReused: where names the topic and
+    partition), the earlier files are of other data and nothing is taken from them, as
+    before rewinds kept anything (logged); found later, after some were taken, it fails."""
     position = start  # every offset below it has been handed on (or is a gap for good)
     found: _Ahead | None = None
+    last: Batch | None = None  # Kafka's last batch
+    taken = False  # whether a batch with earlier records went out
     for batch in batches:
-        first, last = int(batch.offset[0]), int(batch.offset[-1])
-        if first == position and last - first + 1 == len(batch):
-            position = last + 1
+        first, final = int(batch.offset[0]), int(batch.offset[-1])
+        last = batch
+        if found is False or (first == position and final - first + 1 == len(batch)):
+            position = final + 1
             yield batch
             continue
         found = found or _Ahead(earlier())
-        kept = found.between(position, last + 1, skip=batch.offset)
-        position = last + 1
+        kept, both = found.between(position, final + 1, skip=batch.offset)
+        if not _agrees(both, batch, where, taken):
+            found.close()
+            found = False
+            yield batch
+            continue
+        position = final + 1
+        taken = taken or bool(kept)
         yield batch.merged(Batch.of_records(kept)) if kept else batch
-    if position < end:  # Kafka's read ended early: the tail is the earlier files' alone
+    if found is not False and position < end:  # the tail is the earlier files' alone
         found = found or _Ahead(earlier())
-        if kept := found.between(position, end):
+        if last is not None:  # the offset before the tail: the same message in both?
+            if not _agrees(found.between(position - 1, position, skip=last.offset[-1:])[1],
+                           last, where, taken):
+                found.close()
+                return
+        kept, _ = found.between(position, end)
+        if kept:
             yield Batch.of_records(kept)
-    if found is not None:
+    if found:
         found.close()
+
+
+def _agrees(earlier: list[Record], batch: Batch, where: str, taken: bool) -> bool:
+    """Whether the earlier records are Kafka's messages at their offsets (_same); if
+    not, logged when nothing was taken from them yet, OffsetsReused when it was."""
+    try:
+        _same(earlier, batch, where)
+        return True
+    except OffsetsReused as reused:
+        if taken:
+            raise
+        log.warning("%s; nothing is kept of the files the rewind replaces", reused)
+        return False
+
+
+def _same(earlier: list[Record], batch: Batch, where: str) -> None:
+    """The earlier records equal Kafka's at their offsets (the value, and the key and
+    time where the earlier file kept them)."""
+    if not earlier:
+        return
+    import numpy as np
+
+    at = np.searchsorted(batch.offset, [r.offset for r in earlier])
+    for r, i in zip(earlier, at):
+        kafka = (batch.value[int(i)].as_py(), batch.key[int(i)].as_py(), int(batch.timestamp_ms[i]))
+        if r.value != kafka[0] or (r.key is not None and r.key != kafka[1]) or (
+                r.timestamp_ms is not None and r.timestamp_ms != kafka[2]):
+            raise OffsetsReused(
+                f"{where} offset {r.offset}: Kafka holds another message than the archived "
+                "one (the topic deleted and re-created, or truncated by an unclean leader "
+                "election and written again): a rewind would mix the two. Keep both: set "
+                "a new `generation` in the config (new file names; the archived files stay "
+                "as they are), then delete the token line again")
 
 
 def usable(urls) -> bool:
@@ -92,18 +150,16 @@ class _Ahead:
     def __init__(self, records: Iterator[Record]):
         self.records, self.next = records, None
 
-    def between(self, low: int, high: int, skip=()) -> list[Record]:
-        """Its records with offsets in [low, high) other than `skip`'s (sorted offsets);
-        those below `low` are passed over."""
+    def between(self, low: int, high: int, skip=()) -> tuple[list[Record], list[Record]]:
+        """Its records with offsets in [low, high): those other than `skip`'s (sorted
+        offsets), and those at them; the ones below `low` are passed over."""
         out = []
         while True:
             r = self.next if self.next is not None else next(self.records, None)
             self.next = None
-            if r is None:
-                return _not_in(out, skip)
-            if r.offset >= high:
+            if r is None or r.offset >= high:
                 self.next = r
-                return _not_in(out, skip)
+                return _split(out, skip)
             if r.offset >= low:
                 out.append(r)
 
@@ -113,13 +169,14 @@ class _Ahead:
             close()
 
 
-def _not_in(records: list[Record], offsets) -> list[Record]:
+def _split(records: list[Record], offsets) -> tuple[list[Record], list[Record]]:
+    """(the records at none of the offsets, the records at them)."""
     if not records or not len(offsets):
-        return records
+        return records, []
     import numpy as np
 
     held = np.isin(np.fromiter((r.offset for r in records), np.int64, len(records)), offsets)
-    return [r for r, h in zip(records, held) if not h]
+    return ([r for r, h in zip(records, held) if not h], [r for r, h in zip(records, held) if h])
 
 
 def kept_in_table(storage: Storage, root: str, group: str, spec, run_id: str,

@@ -422,7 +422,8 @@ class ArchiveTask:
         urls = [layout.superseded(self.config.archive_root, self.run_id, url)
                 if self.group.table is None else url for url in s.earlier]
         return earlier.with_earlier(
-            batches, lambda: earlier.records_of(storage, urls, s.start, s.end), s.start, s.end)
+            batches, lambda: earlier.records_of(storage, urls, s.start, s.end), s.start, s.end,
+            f"{s.topic} partition {s.partition}")
 
     def archive(self, s: Slice, batches: Iterator, storage: Storage) -> dict:
         """Write one slice from its messages (formats.batch.Batch, in offset order); its

@@ -13,18 +13,21 @@ from kafka_archive.storage import Storage
 from tests.unit.archive.test_job import _batch, _task
 
 
-def _records(offsets) -> list[Record]:
-    return [Record(o, b"k%d" % o, b"old%d" % o, 1_795_300_000_000 + o, [("h", b"%d" % o)])
+def _records(offsets, value=b"v%d") -> list[Record]:
+    """The messages _batch makes, as an earlier file keeps them (with a header, to tell
+    where each came from)."""
+    return [Record(o, None, value % o, 1_795_300_000_000 + o, [("h", b"%d" % o)])
             for o in offsets]
 
 
-def _merged(kafka: list[list[int]], held: list[int], start: int, end: int):
+def _merged(kafka: list[list[int]], held: list[int], start: int, end: int, value=b"v%d"):
     opened = []
 
     def earlier_records():
         opened.append(True)
-        return iter(_records(held))
-    out = list(earlier.with_earlier(iter([_batch(b) for b in kafka]), earlier_records, start, end))
+        return iter(_records(held, value))
+    out = list(earlier.with_earlier(iter([_batch(b) for b in kafka]), earlier_records, start, end,
+                                    "t partition 0"))
     return out, bool(opened)
 
 
@@ -32,12 +35,10 @@ def test_the_offsets_kafka_skips_come_from_the_earlier_files_in_their_place():
     out, opened = _merged([[1, 3], [5, 6, 7, 8]], held=list(range(0, 6)), start=0, end=9)
     assert opened
     assert [int(o) for b in out for o in b.offset] == list(range(9))
-    values = [v for b in out for v in b.value.to_pylist()]
-    assert values == [b"old0", b"v1", b"old2", b"v3", b"old4", b"v5", b"v6", b"v7", b"v8"]
-    keys = [k for b in out for k in b.key.to_pylist()]
-    assert keys[0] == b"k0" and keys[1] is None  # each record whole, from where it came
-    headers = [h for b in out for h in b.headers.to_pylist()]
-    assert headers[2] == [{"key": "h", "value": b"2"}] and not headers[1]
+    assert [v for b in out for v in b.value.to_pylist()] == [b"v%d" % o for o in range(9)]
+    headers = [h for b in out for h in b.headers.to_pylist()]  # each whole, from its source
+    assert [bool(h) for h in headers] == [True, False, True, False, True] + [False] * 4
+    assert headers[2] == [{"key": "h", "value": b"2"}]
 
 
 def test_a_read_without_a_skipped_offset_never_opens_the_earlier_files():
@@ -60,6 +61,24 @@ def test_an_offset_neither_holds_stays_a_gap():
     assert [int(o) for b in out for o in b.offset] == [0, 1, 3, 4, 5, 6, 7, 8, 11]
 
 
+def test_another_message_at_an_archived_offset_is_not_mixed_with_the_archive(caplog):
+    """A topic deleted and re-created (or truncated and written again): Kafka's offsets
+    0-3 are other messages than the archived 0-9. Mixing them would be neither: the
+    rewind keeps only Kafka's, as before rewinds kept anything, and says why."""
+    out, _ = _merged([[0, 1, 2, 3]], held=list(range(10)), start=0, end=10, value=b"old%d")
+    assert [int(o) for b in out for o in b.offset] == [0, 1, 2, 3]
+    assert "t partition 0 offset 3: Kafka holds another message" in caplog.text
+    assert "generation" in caplog.text
+    out, _ = _merged([[0, 2], [3]], held=list(range(10)), start=0, end=10, value=b"old%d")
+    assert [int(o) for b in out for o in b.offset] == [0, 2, 3]  # found in a gap's batch
+    # found only after earlier records went out: too late to undo, the job fails
+    held = [Record(o, None, b"v%d" % o if o < 4 else b"old", 1_795_300_000_000 + o, [])
+            for o in range(10)]
+    batches = iter([_batch([1, 2, 3]), _batch([5, 6])])
+    with pytest.raises(earlier.OffsetsReused, match="offset 5"):
+        list(earlier.with_earlier(batches, lambda: iter(held), 0, 10, "t partition 0"))
+
+
 def test_earlier_records_outside_the_slice_are_not_taken():
     out, _ = _merged([[12]], held=list(range(5, 15)), start=10, end=13)
     assert [int(o) for b in out for o in b.offset] == [10, 11, 12]
@@ -67,7 +86,7 @@ def test_earlier_records_outside_the_slice_are_not_taken():
 
 def test_merged_batches_keep_offset_order_and_every_column():
     a = _batch(range(0, 6, 2))
-    b = Batch.of_records(_records([1, 5]))
+    b = Batch.of_records(_records([1, 5], b"old%d"))
     m = a.merged(b)
     assert list(m.offset) == [0, 1, 2, 4, 5]
     assert m.value.to_pylist() == [b"v0", b"old1", b"v2", b"v4", b"old5"]
@@ -93,7 +112,7 @@ def test_records_of_reads_files_whose_offsets_interleave_in_offset_order(tmp_pat
     urls.append(f"file://{tmp_path}/damaged.seq")
     found = list(earlier.records_of(storage, urls, 1, 5))
     assert [r.offset for r in found] == [1, 2, 3, 4]
-    assert found[0].value == b"old1"
+    assert found[0].value == b"v1" and found[0].headers == [("h", b"1")]
 
 
 def test_a_rewind_slice_of_a_file_group_reads_the_files_the_plan_moved_aside(tmp_path):
