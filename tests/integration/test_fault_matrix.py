@@ -292,9 +292,10 @@ def test_a_spark_task_s_failure_reaches_the_driver_as_the_class_it_raised(faults
     plan_url = faults.pipeline.plan("task-failure")
     assert plan_url is not None
     statuses = bench["statuses"]
-    # requests 1-4 are the driver's: clearing an earlier try's failure record, reading
-    # plan.json, looking for a manifest (none: the job runs), reading the in-flight mark
-    statuses.arm(503, 5, 100_000)
+    # requests 1-6 are the driver's: clearing an earlier try's failure record, reading
+    # plan.json, looking for a manifest (none: the job runs), reading the in-flight mark,
+    # looking for an earlier attempt's record (none) and writing this attempt's
+    statuses.arm(503, 7, 100_000)
     faults.through(statuses.endpoint)
     cfg = config_module.load(faults.pipeline.config_path)
     try:
