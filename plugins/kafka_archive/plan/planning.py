@@ -95,6 +95,10 @@ class Anomaly:
                     "or archive it in a group of its own")
         if self.kind == "vanished":
             return f"delete the token {group}/{self.topic} if the topic was deleted on purpose"
+        if self.kind == "token_ahead":  # a re-created topic's offsets are other messages
+            return (f"fix or delete the token {group}/{self.topic}; if the topic was "
+                    "re-created, set a new `generation` in the config first, so that the "
+                    "new topic's files get new names and the archived ones stay as they are")
         return f"fix or delete the token {group}/{self.topic}"
 
 

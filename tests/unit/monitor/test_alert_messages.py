@@ -87,6 +87,7 @@ def test_topics_held_names_each_problem_and_its_remedy():
     assert "clicks: malformed token /t/backup/clicks.token, line 3: bad offset" in message.html
     assert "orders partition 1: token says 80 but Kafka&#x27;s latest offset is 50" in message.html
     assert "fix or delete the token backup/orders" in message.html
+    assert "re-created, set a new `generation` in the config first" in message.html
 
 
 def test_each_anomaly_is_mailed_once_until_it_is_gone():
