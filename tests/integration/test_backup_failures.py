@@ -4,14 +4,18 @@ or duplicated."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from test_backup_archive import consumed, varied_messages
 
 from kafka_archive import layout
 from kafka_archive.airflow import connections
 from kafka_archive.plan.planning import HeldTopicsError
-from tests.support.pipeline import Pipeline, compact_log, lose_to_retention
+from tests.support.pipeline import Pipeline, compact_log, lose_to_retention, run_dag
 
 
 @pytest.fixture
@@ -78,6 +82,42 @@ def test_a_rewind_over_a_compacted_log_keeps_what_the_archive_held(pipeline, kaf
     assert first <= set(archived)  # every message archived before, key, value and headers
     assert consumed(kafka, [topic]) <= set(archived)  # and the ones that rolled segments
     assert len(superseded_keys(pipeline)) == 1  # the first run's file, moved aside
+
+
+def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pipeline, kafka):
+    """The remedy a token ahead of Kafka names: a topic deleted and re-created holds other
+    messages at the archived offsets; with a new generation set before its token is
+    deleted, the new topic's files get new names and the archived ones stay current."""
+    topic = pipeline.create_topic("recreated", 1)
+    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
+    pipeline.run_dag()
+    old = set(pipeline.archived_records())
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    admin.delete_topics([topic])
+    deadline = time.monotonic() + 120
+    while True:  # the broker deletes a topic asynchronously: create it once it is gone
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])
+            break
+        except (TopicAlreadyExistsError, UnknownTopicOrPartitionError):
+            assert time.monotonic() < deadline, f"{topic} was not deleted in 120 s"
+            time.sleep(0.5)  # polling the broker, not waiting for readiness blindly
+    admin.close()
+    pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(4))
+    assert run_dag(pipeline).returncode != 0  # held (its mail names the generation)
+    assert pipeline.token_offsets()[topic] == {0: 10}  # token 10, Kafka's latest 4
+
+    with open(pipeline.config_path, "a") as config:
+        config.write("generation: 2\n")
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()
+    pipeline.run_dag()
+
+    archived = pipeline.archived_records()
+    assert old <= set(archived) and len(archived) == 14  # each message of both, once
+    assert sorted(v for *_, v, _, _ in archived if v.startswith(b"new")) == [
+        f"new {i}".encode() for i in range(4)]
+    assert superseded_keys(pipeline) == []  # nothing of the old topic moved aside
+    assert pipeline.token_offsets()[topic] == {0: 4}
 
 
 def test_retention_gap_fails_naming_the_lost_range(pipeline, kafka, smtp_maildir):
