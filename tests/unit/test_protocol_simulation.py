@@ -284,8 +284,18 @@ GIVEN_UP_RUNS_TOKEN_COPY_PUT_BACK_UNDER_A_PLAN = [
 REWIND_OVER_A_COMPACTED_LOG = [
     ("produce", "t", 0, 9, False), ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
     ("compact_log", "t", 0, 6), ("delete_line", "t", 0)]
+# found while building the above (seed 1134): a rewind planned as retention deleted the
+# whole log; the earlier file gave the slice its head, so the job's retention check (a
+# gap at the slice's start) saw none, and offsets [2, 4), never archived, were committed
+# as a hole; the check now starts where only Kafka could give the offsets (job.kafka_from)
+REWINDS_EARLIER_RECORDS_HID_A_LOSS = [
+    ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0), ("produce", "u", 0, 2, False, 0),
+    ("clear_run", "scheduled__2026-01-01T00:02:00+00:00", 3), ("produce", "u", 0, 2, False, 0),
+    ("run", "scheduled__2026-01-01T00:11:00+00:00", 0, 0, 0),
+    ("race", "scheduled__2026-01-01T00:14:00+00:00", "plan", 1, "retention", "u", True, 0)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
          "rewind over a compacted log": REWIND_OVER_A_COMPACTED_LOG,
+         "rewind's earlier records hid a retention loss": REWINDS_EARLIER_RECORDS_HID_A_LOSS,
          "given-up run's token copy put back under a plan":
          GIVEN_UP_RUNS_TOKEN_COPY_PUT_BACK_UNDER_A_PLAN,
          "stale job mailed again": STALE_JOB_MAILED_AGAIN,

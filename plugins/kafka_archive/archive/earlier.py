@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import heapq
 import logging
+from functools import reduce
 from typing import Callable, Iterator
 
 from kafka_archive import formats, layout
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
-from kafka_archive.errors import MissingObject, TerminalError
+from kafka_archive.catalog.state import minus
+from kafka_archive.errors import TerminalError
 from kafka_archive.formats.batch import Batch
 from kafka_archive.formats.records import Record
 from kafka_archive.plan.planning import Slice
@@ -54,37 +56,32 @@ def with_earlier(batches: Iterator[Batch], earlier: Callable[[], Iterator[Record
     partition), the earlier files are of other data and nothing is taken from them, as
     before rewinds kept anything (logged); found later, after some were taken, it fails."""
     position = start  # every offset below it has been handed on (or is a gap for good)
-    found: _Ahead | None = None
-    last: Batch | None = None  # Kafka's last batch
+    found: _Ahead | None = None  # opened at the first skipped offset
+    other_data = False  # the earlier files hold other messages: nothing is taken
     taken = False  # whether a batch with earlier records went out
+    last: Batch | None = None  # Kafka's last batch
     for batch in batches:
         first, final = int(batch.offset[0]), int(batch.offset[-1])
         last = batch
-        if found is False or (first == position and final - first + 1 == len(batch)):
+        if other_data or (first == position and final - first + 1 == len(batch)):
             position = final + 1
             yield batch
             continue
         found = found or _Ahead(earlier())
         kept, both = found.between(position, final + 1, skip=batch.offset)
-        if not _agrees(both, batch, where, taken):
-            found.close()
-            found = False
-            yield batch
-            continue
+        other_data = not _agrees(both, batch, where, taken)
         position = final + 1
-        taken = taken or bool(kept)
-        yield batch.merged(Batch.of_records(kept)) if kept else batch
-    if found is not False and position < end:  # the tail is the earlier files' alone
+        taken = taken or bool(kept and not other_data)
+        yield batch if other_data or not kept else batch.merged(Batch.of_records(kept))
+    if not other_data and position < end:  # the tail is the earlier files' alone
         found = found or _Ahead(earlier())
-        if last is not None:  # the offset before the tail: the same message in both?
-            if not _agrees(found.between(position - 1, position, skip=last.offset[-1:])[1],
-                           last, where, taken):
-                found.close()
-                return
-        kept, _ = found.between(position, end)
+        # the offset before the tail: the same message in both?
+        other_data = last is not None and not _agrees(
+            found.between(position - 1, position, skip=last.offset[-1:])[1], last, where, taken)
+        kept = [] if other_data else found.between(position, end)[0]
         if kept:
             yield Batch.of_records(kept)
-    if found:
+    if found is not None:
         found.close()
 
 
@@ -195,12 +192,8 @@ def kept_in_table(storage: Storage, root: str, group: str, spec, run_id: str,
     holes = row["gaps"]
     found: dict[tuple, list[tuple[str, list[int]]]] = {}  # place -> (earlier file, offsets)
     for url in s.earlier:
-        try:
-            inside = [o for o in parquet.offsets(storage.get_bytes(url)) if _within(o, holes)]
-        except MissingObject:
-            log.warning("cannot read archived file %s: it is not there; what Kafka no longer "
-                        "holds of offsets [%d, %d) cannot be kept from it", url, s.start, s.end)
-            continue
+        inside = [r.offset for r in records_of(storage, [url], s.start, s.end)
+                  if _within(r.offset, holes)]
         if inside:
             found.setdefault(place(url), []).append((url, inside))
     if not found:
@@ -229,24 +222,8 @@ def kept_in_table(storage: Storage, root: str, group: str, spec, run_id: str,
     written = sorted(files.values(), key=lambda f: f["url"])
     return {**row, "records": row["records"] + len(kept), "files": written,
             "bytes": sum(f["bytes"] for f in written), "url": None, "crc32c": None,
-            "gaps": _without(holes, sorted(kept))}
+            "gaps": reduce(lambda gaps, o: minus(gaps, o, o + 1), sorted(kept), holes)}
 
 
 def _within(offset: int, ranges: list[list[int]]) -> bool:
     return any(a <= offset < b for a, b in ranges)
-
-
-def _without(ranges: list[list[int]], offsets: list[int]) -> list[list[int]]:
-    """The [start, end) ranges less the offsets (sorted)."""
-    out = []
-    for a, b in ranges:
-        at = a
-        for o in offsets:
-            if a <= o < b:
-                if at < o:
-                    out.append([at, o])
-                at = o + 1
-        if at < b:
-            out.append([at, b])
-    return out
-

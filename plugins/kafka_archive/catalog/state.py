@@ -71,7 +71,7 @@ class Summary:
         self.rows += sign
         furthest = row["end"] >= (self.end or 0)
         if row["end"] > row["start"]:
-            self.covered = (_union if sign > 0 else _minus)(self.covered, row["start"], row["end"])
+            self.covered = (_union if sign > 0 else minus)(self.covered, row["start"], row["end"])
         if sign > 0 and furthest:
             self.last_run = row["_run"].rsplit("/", 1)[-1]
         if sign > 0 and (row.get("caught_up_at") or "") > (self.caught_up_at or ""):
@@ -101,7 +101,7 @@ def _union(ranges: list[list[int]], start: int, end: int) -> list[list[int]]:
     return sorted(out)
 
 
-def _minus(ranges: list[list[int]], start: int, end: int) -> list[list[int]]:
+def minus(ranges: list[list[int]], start: int, end: int) -> list[list[int]]:
     out = []
     for a, b in ranges:
         if b <= start or a >= end:

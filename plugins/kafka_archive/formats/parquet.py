@@ -247,12 +247,6 @@ def among(offsets: Iterable[int]) -> Keep:
     return lambda found: pc.is_in(found, value_set=wanted)
 
 
-def offsets(data: bytes) -> list[int]:
-    """The Kafka offsets of a table file's rows, read from that column alone."""
-    table = pq.read_table(pa.BufferReader(data), columns=[columns.KAFKA])
-    return table.column(columns.KAFKA).combine_chunks().field("offset").to_pylist()
-
-
 def concatenate(files: Iterable[bytes], out: BinaryIO, keep: Keep | list[Keep | None] | None = None,
                 ordered: bool = False) -> tuple[int, list[list[str]]]:
     """Files of one table's shape (key_value, dead letters or parsed), in order, written
