@@ -12,6 +12,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,10 +247,22 @@ def explore(seed: int, root: Path, length: int = STEPS, shape: str = "files") ->
     return run_steps([], root, seed, random.Random(seed), length, shape)
 
 
+@contextmanager
+def _quiet():
+    """The library's warnings are the steps' outcomes here; restored after, so a test
+    run in the same process later still sees its logs."""
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
+@_quiet()
 def explore_many(first: int, count: int, shape: str = "files") -> list[str]:
     """Explore seeds first..first+count-1 in a scratch folder
     of this process; the report of each failing one, shrunk."""
-    logging.disable(logging.WARNING)
     root = scratch()
     failed = []
     try:
@@ -262,10 +275,10 @@ def explore_many(first: int, count: int, shape: str = "files") -> list[str]:
     return failed
 
 
+@_quiet()
 def explore_replays(first: int, count: int) -> list[str]:
     """Replay sequences (sim.replay) of seeds first..first+count-1; the trace of each
     that broke an invariant (not shrunk: a replay's sequence is a handful of steps)."""
-    logging.disable(logging.WARNING)
     root = scratch()
     failed = []
     try:
