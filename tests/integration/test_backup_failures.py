@@ -4,7 +4,10 @@ or duplicated."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient
@@ -109,10 +112,22 @@ def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pi
         pipeline.plan("held")
     assert "if the topic was re-created, set a new `generation`" in str(held.value)
     assert pipeline.token_offsets()[topic] == {0: 10}
+    # a rewind instead would replace the archived messages with the new topic's: refused
+    rewind = subprocess.run([str(Path(sys.executable).parent / "kafka-archive"), "rewind",
+                             "--group", "backup", "--topic", topic, "--to-offset", "0"],
+                            env=pipeline.env, capture_output=True, text=True, timeout=120)
+    assert rewind.returncode != 0 and "archive holds offsets up to 9 but Kafka's latest " \
+        "offset is 4" in rewind.stderr, rewind.stderr
+    assert pipeline.token_offsets()[topic] == {0: 10}
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()  # so does a deleted token
+    with pytest.raises(HeldTopicsError) as held:
+        pipeline.plan("held-without-token")
+    assert f"{topic} partition 0: the archive holds offsets up to 9" in str(held.value)
+    assert "set a new `generation`" in str(held.value)
+    assert superseded_keys(pipeline) == [] and set(pipeline.archived_records()) == old
 
     with open(pipeline.config_path, "a") as config:
         config.write("generation: 2\n")
-    (pipeline.token_root / "backup" / f"{topic}.token").unlink()
     pipeline.run_dag()
 
     archived = pipeline.archived_records()

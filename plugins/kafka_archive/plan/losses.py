@@ -24,7 +24,7 @@ from kafka_archive.catalog.state import key_part
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.plan import inflight
-from kafka_archive.plan.rewinds import token_to_move
+from kafka_archive.plan.rewinds import rows_through, token_to_move
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import Token, TokenConflictError, TokenStore
 
@@ -41,11 +41,8 @@ def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[
     losses recorded. A partition whose token line is gone (deleted by a
     person, to archive it again) is checked against this: what Kafka deleted above it
     was never archived, and is a loss like any retention gap, not a silent skip."""
-    found: dict[int, int] = {}
+    found = rows_through(cat, topic, generation)
     held = cat.state.topics.get(topic)
-    for summary in (held.summaries.values() if held else ()):
-        if summary.generation == generation and summary.end is not None:
-            found[summary.partition] = max(found.get(summary.partition, 0), summary.end)
     for key, offset in (held.spots.items() if held else ()):
         partition, spot_generation = key_part(key)
         if spot_generation == generation:

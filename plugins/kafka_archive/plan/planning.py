@@ -62,10 +62,12 @@ class Anomaly:
     """Something wrong with one topic. Unless its action is `skipped` (loss accepted by
     `on_retention_gap: skip`), the topic is `held`: left out of the run, while the group's
     other topics are archived; the run then ends failed, naming it."""
-    kind: str       # retention_gap | token_ahead | vanished | malformed_token | name_taken
+    kind: str       # retention_gap | token_ahead | archive_ahead | vanished | malformed_token
+    #                 | name_taken
     topic: str
     partition: int  # -1: the whole topic
-    lost_from: int  # retention_gap: the lost range; token_ahead: token and Kafka's latest
+    lost_from: int  # retention_gap: the lost range; token_ahead: token and Kafka's latest;
+    #                 archive_ahead: the archive's end and Kafka's latest
     lost_to: int    # exclusive
     action: str     # failed (the topic is held) | skipped
     detail: str = ""
@@ -79,7 +81,13 @@ class Anomaly:
         if self.kind == "token_ahead":
             return (f"{where}: token says {self.lost_from} but Kafka's latest offset is "
                     f"{self.lost_to}; the token belongs to other data (another cluster, or a "
-                    "topic deleted and re-created). Delete or fix the token line to go on.")
+                    "topic deleted and re-created).")
+        if self.kind == "archive_ahead":
+            return (f"{where}: the archive holds offsets up to {self.lost_from - 1} but Kafka's "
+                    f"latest offset is {self.lost_to}: the topic was deleted and re-created, or "
+                    "an unclean leader election truncated it, so Kafka's offsets name other "
+                    "messages than the archived ones. Archiving them again would replace "
+                    "archived messages with others.")
         return f"{where}: {self.detail}"
 
     def key(self) -> str:
@@ -99,6 +107,10 @@ class Anomaly:
             return (f"fix or delete the token {group}/{self.topic}; if the topic was "
                     "re-created, set a new `generation` in the config first, so that the "
                     "new topic's files get new names and the archived ones stay as they are")
+        if self.kind == "archive_ahead":
+            return ("set a new `generation` in the config (the topic's files get new names "
+                    f"and the archived ones stay as they are), and delete the token "
+                    f"{group}/{self.topic} if it is there")
         return f"fix or delete the token {group}/{self.topic}"
 
 
@@ -188,7 +200,8 @@ def held(anomalies) -> list[Anomaly]:
 
 def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[int, int]],
            now_ms: int, oldest_pending_ms: Callable[[str, int, int], int | None],
-           caps: Caps = Caps()) -> tuple[list[Slice], list[Anomaly], dict[str, str]]:
+           caps: Caps = Caps(), archived: dict[str, dict[int, int]] | None = None
+           ) -> tuple[list[Slice], list[Anomaly], dict[str, str]]:
     """Slices to archive, anomalies found, and partitions left waiting (with the reason).
     A topic with an anomaly that is not a skipped (accepted) retention gap gets no slice.
 
@@ -196,16 +209,22 @@ def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[in
     oldest_pending_ms(topic, partition, offset): timestamp of the message at offset, asked
     only when a partition has fewer pending messages than min_records.
     caps: a manual run's max_records / max_bytes, replacing the policy's.
+    archived: per topic, partition -> one past the last offset the archive holds. Beyond
+    Kafka's latest offset, Kafka's offsets are other messages (archive_ahead), and a
+    rewind or a deleted token would replace archived messages with them.
     """
     slices, anomalies, waiting = [], [], {}
     for s in states:
         policy = caps.apply(group.policy_for(s.topic))
         token = tokens.get(s.topic, {}).get(s.partition)
-        if token is None:
-            start = s.earliest if group.start_from == "earliest" else s.latest
-        elif token > s.latest:
+        if token is not None and token > s.latest:
             anomalies.append(Anomaly("token_ahead", s.topic, s.partition, token, s.latest, "failed"))
             continue
+        if (end := (archived or {}).get(s.topic, {}).get(s.partition, 0)) > s.latest:
+            anomalies.append(Anomaly("archive_ahead", s.topic, s.partition, end, s.latest, "failed"))
+            continue
+        if token is None:
+            start = s.earliest if group.start_from == "earliest" else s.latest
         elif token < s.earliest:
             action = "skipped" if group.on_retention_gap == "skip" else "failed"
             anomalies.append(Anomaly("retention_gap", s.topic, s.partition, token, s.earliest, action))

@@ -120,9 +120,18 @@ def rewind(config: Config, tokens: TokenStore, consumer, group: str, topic: str,
     missing = [p for p in chosen if p not in (consumer.partitions_for_topic(topic) or ())]
     if missing:
         raise RewindError(f"Kafka has no partition {', '.join(map(str, missing))} of topic {topic}")
-    earliest = consumer.beginning_offsets(tps)
+    earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+    archived = rows_through(cat, topic, config.generation)
+    if ahead := [p for p in chosen if archived.get(p, 0) > ends[TopicPartition(topic, p)]]:
+        p = ahead[0]
+        raise RewindError(
+            f"{group}/{topic} partition {p}: the archive holds offsets up to {archived[p] - 1} "
+            f"but Kafka's latest offset is {ends[TopicPartition(topic, p)]}: the topic was "
+            "deleted and re-created, or an unclean leader election truncated it, so Kafka's "
+            "offsets name other messages; a rewind would replace archived messages with "
+            "them. To archive the topic as it is now beside the archived one, set a new "
+            "`generation` in the config and delete the token")
     if to_time_ms is not None:
-        ends = consumer.end_offsets(tps)
         found = consumer.offsets_for_times({tp: to_time_ms for tp in tps})
         requested = {tp.partition: found[tp].offset if found.get(tp) else ends[tp] for tp in tps}
         why_offset = {tp.partition: (f"the first message at or after {format_ms(to_time_ms)} "
@@ -179,6 +188,16 @@ def _beyond(cat: catalog.Catalog, config: Config, topic: str, partition: int,
     if not summary or summary.end is None or summary.end <= offset:
         return []
     return cat.rows(topic, partition, config.generation, end_after=offset)
+
+
+def rows_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[int, int]:
+    """Per partition, one past the highest offset a current row of the generation holds."""
+    found: dict[int, int] = {}
+    held = cat.state.topics.get(topic)
+    for summary in (held.summaries.values() if held else ()):
+        if summary.generation == generation and summary.end is not None:
+            found[summary.partition] = max(found.get(summary.partition, 0), summary.end)
+    return found
 
 
 def _straddler(cat: catalog.Catalog, config: Config, topic: str, partition: int,

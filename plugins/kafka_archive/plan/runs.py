@@ -81,7 +81,8 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     judged, lost_spans = _judged(cat, config, states, offsets)
     slices, anomalies, waiting = planning.decide(
         group, states, judged, int(now.timestamp() * 1000),
-        planning.oldest_pending_reader(consumer), caps)
+        planning.oldest_pending_reader(consumer), caps,
+        {t: rewinds.rows_through(cat, t, config.generation) for t in {s.topic for s in states}})
     anomalies = [split for a in anomalies for split in _split_by_archive(a, lost_spans)]
     slices += _lines_caught_up(group, offsets, judged, slices, anomalies)
     anomalies = (unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states})

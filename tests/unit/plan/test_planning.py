@@ -76,6 +76,26 @@ def test_token_beyond_latest_offset_holds_the_topic_naming_the_partition():
                                               "offset is 50")
 
 
+def test_an_archive_beyond_kafkas_latest_offset_holds_the_topic_whatever_its_token():
+    """A topic re-created (or truncated) holds other messages at the archived offsets:
+    archiving them again (a deleted token, a token moved back) would replace the archived
+    ones. Where the archive ends at or below Kafka's latest, a rewind goes on."""
+    states = [PartitionState("t", 0, 0, 4), PartitionState("t", 1, 0, 50),
+              PartitionState("u", 0, 0, 5)]
+    archived = {"t": {0: 10, 1: 50}, "u": {0: 5}}
+    for tokens in ({}, {"t": {0: 0, 1: 50}}):  # deleted, moved back by hand
+        slices, anomalies, _ = decide(GROUP, states, tokens, NOW_MS, never_asked,
+                                      archived=archived)
+        assert [(a.kind, a.topic, a.partition, a.lost_from, a.lost_to)
+                for a in held(anomalies)] == [("archive_ahead", "t", 0, 10, 4)]
+        assert {s.topic for s in slices} <= {"u"}  # t held whole: not even partition 1
+        assert "the archive holds offsets up to 9 but Kafka's latest offset is 4" in \
+            anomalies[0].describe()
+        assert "set a new `generation`" in anomalies[0].remedy("backup")
+    slices, anomalies, _ = decide(GROUP, states[2:], {}, NOW_MS, never_asked, archived=archived)
+    assert anomalies == [] and slices == [Slice("u", 0, 0, 5, 10_000)]  # a rewind goes on
+
+
 def test_min_records_waits_until_max_delay():
     few = replace(GROUP, policy=replace(GROUP.policy, min_records=10))
     state = [PartitionState("t", 0, 0, 3)]
