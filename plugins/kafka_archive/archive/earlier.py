@@ -99,23 +99,68 @@ def _agrees(earlier: list[Record], batch: Batch, where: str, taken: bool) -> boo
 
 
 def _same(earlier: list[Record], batch: Batch, where: str) -> None:
-    """The earlier records equal Kafka's at their offsets (the value, and the key and
-    time where the earlier file kept them)."""
+    """The earlier records equal Kafka's at their offsets."""
     if not earlier:
         return
     import numpy as np
 
     at = np.searchsorted(batch.offset, [r.offset for r in earlier])
     for r, i in zip(earlier, at):
-        kafka = (batch.value[int(i)].as_py(), batch.key[int(i)].as_py(), int(batch.timestamp_ms[i]))
-        if r.value != kafka[0] or (r.key is not None and r.key != kafka[1]) or (
-                r.timestamp_ms is not None and r.timestamp_ms != kafka[2]):
+        if not _is(r, batch.value[int(i)].as_py(), batch.key[int(i)].as_py(),
+                   int(batch.timestamp_ms[i])):
             raise OffsetsReused(
                 f"{where} offset {r.offset}: Kafka holds another message than the archived "
                 "one (the topic deleted and re-created, or truncated by an unclean leader "
                 "election and written again): a rewind would mix the two. Keep both: set "
                 "a new `generation` in the config (new file names; the archived files stay "
                 "as they are), then delete the token line again")
+
+
+def _is(record: Record, value: bytes | None, key: bytes | None, timestamp_ms: int) -> bool:
+    """Whether an archived record is this message of Kafka's: the value, key and time
+    where the archived file kept them (a parsed table's row keeps fields, neither key
+    nor value: only its time tells)."""
+    fields_only = record.value is None and record.key is None
+    return (fields_only or record.value == value) and (record.key is None or record.key == key) and (
+        record.timestamp_ms is None or record.timestamp_ms == timestamp_ms)
+
+
+TAIL = 1000  # records of the last replaced file the plan compares with Kafka
+
+
+def first_reused(storage: Storage, consumer, s: Slice) -> int | None:
+    """The first offset at which Kafka holds another message than the tail of the last
+    file a rewind's slice replaces, if any: the plan's look before it moves anything
+    aside. A topic re-created, or truncated by an unclean election and written again,
+    differs there: an election cuts the log's tail, which new messages take first. Reads
+    that one file (its last TAIL records kept) and Kafka's messages at their offsets
+    (kafka-python's consumer), in step; None where they agree, or where the file keeps no
+    offsets or cannot be read (the job's look, with_earlier, stays the last word)."""
+    from collections import deque
+
+    from kafka import TopicPartition
+
+    from kafka_archive import brokers
+
+    last = s.earlier[-1:]
+    if not usable(last):
+        return None
+    archived = iter(deque(records_of(storage, list(last), s.start, s.end), maxlen=TAIL))
+    a = next(archived, None)
+    if a is None:
+        return None
+    kafka = brokers.read_range(consumer, TopicPartition(s.topic, s.partition), a.offset, s.end)
+    k = next(kafka, None)
+    while a is not None and k is not None:
+        if a.offset < k.offset:
+            a = next(archived, None)
+        elif k.offset < a.offset:
+            k = next(kafka, None)
+        elif not _is(a, k.value, k.key, k.timestamp):
+            return a.offset
+        else:
+            a, k = next(archived, None), next(kafka, None)
+    return None
 
 
 def usable(urls) -> bool:

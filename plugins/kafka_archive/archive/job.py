@@ -100,7 +100,8 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
             "the group's next run plans what is left to archive")
     # an earlier attempt of this job may have written files under names this one does not
     # write again (an event-time file is named by its first message in its hour, and
-    # Kafka's log cleaner or retention may have removed that message since)
+    # Kafka's log cleaner or retention may have removed that message since), or files this
+    # one does not write at all (an unclean election cut what the slice held)
     retried = storage.size(attempt_url(plan_url)) is not None
     if not retried:
         storage.put_bytes(attempt_url(plan_url), b"{}")
@@ -118,8 +119,7 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
     lost_at = {(a.topic, a.partition) for a in lost}
     rows = _drop_slices(storage, rows, lost_at)
     _drop_earlier_attempts(config, plan, storage, gone + [
-        s for s in to_read if (s.topic, s.partition) in lost_at
-        or (retried and config.group(plan.group).layout.kind == "event_time")],
+        s for s in to_read if (s.topic, s.partition) in lost_at or retried],
         {f["url"] for r in rows for f in row_files(r)})
     archived = {(s.topic, s.partition) for s in to_read} - lost_at
     manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
@@ -368,8 +368,9 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
     did not write again (`written`): slices retention has since eaten into, or of a topic
     deleted since (this attempt, starting at Kafka's earliest offset, wrote and dropped
     other names, or none: the slice's messages are the run's loss, recorded; a deleted
-    topic's slice is not archived, its token stays); an event-time file whose first
-    message Kafka removed since. Theirs would stay beside the catalog, read by the
+    topic's slice is not archived, its token stays); any slice of a retried job (an
+    event-time file whose first message Kafka removed since; a slice whose messages an
+    unclean election cut, so none is written). Theirs would stay beside the catalog, read by the
     folders' readers. Only files no current row of the catalog names go (runs.unlisted):
     a committed run's file of the same name (its commit cut short, then found again by a
     rebuild) stays. A table group's files are under the run's folder (orphans, swept
@@ -381,8 +382,8 @@ def _drop_earlier_attempts(config: Config, plan: Plan, storage: Storage,
         return
     cat, listings = catalog.open_catalog(storage, config, plan.group), {}
     for s in slices:
-        for url in runs.unlisted(storage, config, group, cat, s, written, end=s.end,
-                                 listings=listings):
+        for url in runs.unlisted(storage, config, group, cat, s, plan.generation, written,
+                                 end=s.end, listings=listings):
             storage.delete(url)
 
 

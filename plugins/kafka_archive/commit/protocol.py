@@ -227,8 +227,8 @@ def really_lost(config: Config, plan: Plan, manifest: dict, storage: Storage) ->
         return []
     cat = catalog.open_catalog(storage, config, plan.group, may_rebuild=True)
     return [{**a, "lost_from": start, "lost_to": end} for a in late
-            for start, end in losses.lost_spans(cat, a["topic"], a["partition"],
-                                                plan.generation, a["lost_from"], a["lost_to"])]
+            for start, end in losses.lost_spans(cat, a["topic"], a["partition"], a["lost_from"],
+                                                a["lost_to"])]
 
 
 def _advance_tokens(config: Config, plan: Plan, storage: Storage, tokens: TokenStore,

@@ -35,17 +35,20 @@ class AcceptLossError(TerminalError):
     """Nothing to accept, or not now; nothing was written."""
 
 
-def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[int, int]:
-    """Per partition, one past the highest offset the archive accounts for: its current
-    rows, the spot a plan began it at without archiving (catalog.plan_marks) and the
-    losses recorded. A partition whose token line is gone (deleted by a
-    person, to archive it again) is checked against this: what Kafka deleted above it
-    was never archived, and is a loss like any retention gap, not a silent skip."""
+def archived_through(cat: catalog.Catalog, topic: str, generation: int | None = None
+                     ) -> dict[int, int]:
+    """Per partition, one past the highest offset the archive accounts for (in any
+    generation, or one): its current rows, the spot a plan began it at without archiving
+    (catalog.plan_marks) and the losses recorded. A partition whose token line is gone
+    (deleted by a person, to archive it again) is checked against this: what Kafka
+    deleted above it was never archived, and is a loss like any retention gap, not a
+    silent skip (a new generation begun since included: what an older one holds is not
+    lost)."""
     found = rows_through(cat, topic, generation)
     held = cat.state.topics.get(topic)
     for key, offset in (held.spots.items() if held else ()):
         partition, spot_generation = key_part(key)
-        if spot_generation == generation:
+        if generation is None or spot_generation == generation:
             found[partition] = max(found.get(partition, 0), offset)
     for (name, partition), ranges in catalog.lost_ranges(cat.state).items():
         if name == topic and ranges:
@@ -53,15 +56,14 @@ def archived_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[
     return found
 
 
-def lost_spans(cat: catalog.Catalog, topic: str, partition: int, generation: int,
-               token: int, earliest: int) -> list[tuple[int, int]]:
+def lost_spans(cat: catalog.Catalog, topic: str, partition: int, token: int, earliest: int
+               ) -> list[tuple[int, int]]:
     """The ranges between a token line and Kafka's earliest offset that are in neither
-    Kafka nor the archive: the line's gap less what the archive still holds (current rows:
-    after a rewind, or a line edited down). None when it holds them all: then nothing is
+    Kafka nor the archive: the line's gap less what the archive still holds (current rows
+    of any generation: after a rewind, or a line edited down). None when it holds them all: then nothing is
     lost. (A range recorded as lost before is lost still: reported again, it is mailed
     once by its key, and a plan that gave way after recording it mails it on its retry.)"""
-    spans = [(r["start"], r["end"]) for r in cat.rows(topic, partition, generation,
-                                                       end_after=token)]
+    spans = [(r["start"], r["end"]) for r in cat.rows(topic, partition, end_after=token)]
     lost, at = [], token
     for start, end in sorted(spans):
         if at >= earliest:
@@ -103,7 +105,7 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
                               "let it commit, then accept the loss")
     # a partition whose line a person deleted is judged from where the archive ends
     cat = catalog.open_catalog(storage, config, group, may_rebuild=True)
-    lines = {**archived_through(cat, topic, config.generation), **token.offsets}
+    lines = {**archived_through(cat, topic), **token.offsets}
     if not lines:
         raise AcceptLossError(f"no token for {group}/{topic} and nothing of it archived: "
                               "nothing is lost; its next run starts from start_from")
@@ -112,7 +114,7 @@ def accept(config: Config, tokens: TokenStore, consumer, storage: Storage, group
     kafka_from = {tp.partition: o for tp, o in earliest.items()}
     found = {p: spans for p, line in sorted(lines.items()) if p in kafka_from
              and line < kafka_from[p] and (spans := lost_spans(
-                 cat, topic, p, config.generation, line, kafka_from[p]))}
+                 cat, topic, p, line, kafka_from[p]))}
     if not found:
         where = f"partition {partition}" if partition is not None else "any partition"
         raise AcceptLossError(

@@ -62,8 +62,8 @@ class Anomaly:
     """Something wrong with one topic. Unless its action is `skipped` (loss accepted by
     `on_retention_gap: skip`), the topic is `held`: left out of the run, while the group's
     other topics are archived; the run then ends failed, naming it."""
-    kind: str       # retention_gap | token_ahead | archive_ahead | vanished | malformed_token
-    #                 | name_taken
+    kind: str       # retention_gap | token_ahead | archive_ahead | offsets_reused | vanished
+    #                 | malformed_token | name_taken
     topic: str
     partition: int  # -1: the whole topic
     lost_from: int  # retention_gap: the lost range; token_ahead: token and Kafka's latest;
@@ -82,12 +82,17 @@ class Anomaly:
             return (f"{where}: token says {self.lost_from} but Kafka's latest offset is "
                     f"{self.lost_to}; the token belongs to other data (another cluster, or a "
                     "topic deleted and re-created).")
-        if self.kind == "archive_ahead":
+        if self.kind in ("archive_ahead", "offsets_reused"):
             return (f"{where}: the archive holds offsets up to {self.lost_from - 1} but Kafka's "
                     f"latest offset is {self.lost_to}: the topic was deleted and re-created, or "
                     "an unclean leader election truncated it, so Kafka's offsets name other "
                     "messages than the archived ones. Archiving them again would replace "
                     "archived messages with others.")
+        if self.kind == "offsets_reused":
+            return (f"{where}: Kafka holds another message at offset {self.lost_from} than "
+                    "the archive does: the topic was deleted and re-created, or an unclean "
+                    "leader election truncated it and new messages took its offsets. "
+                    "Archiving it again would replace archived messages with others.")
         return f"{where}: {self.detail}"
 
     def key(self) -> str:
@@ -107,7 +112,7 @@ class Anomaly:
             return (f"fix or delete the token {group}/{self.topic}; if the topic was "
                     "re-created, set a new `generation` in the config first, so that the "
                     "new topic's files get new names and the archived ones stay as they are")
-        if self.kind == "archive_ahead":
+        if self.kind in ("archive_ahead", "offsets_reused"):
             return ("set a new `generation` in the config (the topic's files get new names "
                     f"and the archived ones stay as they are), and delete the token "
                     f"{group}/{self.topic} if it is there")

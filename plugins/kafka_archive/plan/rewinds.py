@@ -32,7 +32,7 @@ from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.manifest import row_files
 from kafka_archive.plan import inflight
-from kafka_archive.plan.planning import Slice
+from kafka_archive.plan.planning import Anomaly, Slice
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import TokenConflictError, TokenStore, Versioned
 
@@ -190,12 +190,14 @@ def _beyond(cat: catalog.Catalog, config: Config, topic: str, partition: int,
     return cat.rows(topic, partition, config.generation, end_after=offset)
 
 
-def rows_through(cat: catalog.Catalog, topic: str, generation: int) -> dict[int, int]:
-    """Per partition, one past the highest offset a current row of the generation holds."""
+def rows_through(cat: catalog.Catalog, topic: str, generation: int | None = None
+                 ) -> dict[int, int]:
+    """Per partition, one past the highest offset a current row of the generation (None:
+    any) holds."""
     found: dict[int, int] = {}
     held = cat.state.topics.get(topic)
     for summary in (held.summaries.values() if held else ()):
-        if summary.generation == generation and summary.end is not None:
+        if generation in (None, summary.generation) and summary.end is not None:
             found[summary.partition] = max(found.get(summary.partition, 0), summary.end)
     return found
 
@@ -269,6 +271,17 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
         adjusted.append(replace(s, start=start, end=end, archived_before=before,
                                 earlier=tuple(earlier)))
     return adjusted, superseded, cuts
+
+
+def offsets_reused(storage: Storage, consumer, s: Slice) -> Anomaly | None:
+    """A rewind's slice whose replaced files hold other messages than Kafka does at the
+    same offsets (archive.earlier.first_reused): the topic is held, as a rewind would
+    replace archived messages with others."""
+    from kafka_archive.archive import earlier
+
+    offset = earlier.first_reused(storage, consumer, s)
+    return None if offset is None else Anomaly(
+        "offsets_reused", s.topic, s.partition, offset, offset + 1, "failed")
 
 
 def _placed_by(cat: catalog.Catalog, row: dict, known: dict[str, dict]

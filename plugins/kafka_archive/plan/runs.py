@@ -87,6 +87,14 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     slices += _lines_caught_up(group, offsets, judged, slices, anomalies)
     anomalies = (unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states})
                  + anomalies)
+    slices, superseded, cuts = rewinds.supersede(cat, config, slices)
+    if reused := [a for s in slices if s.earlier
+                  if (a := rewinds.offsets_reused(storage, consumer, s)) is not None]:
+        anomalies += reused  # held: nothing of the topic moves aside
+        out = {a.topic for a in reused}
+        slices = [s for s in slices if s.topic not in out]
+        superseded = [url for s in slices for url in s.earlier]
+        cuts = [c for c in cuts if c["topic"] not in out]
     if anomalies and not dry_run:
         # recorded even when every topic is held: the lost range must not be forgotten
         storage.put_bytes(layout.run_file(config.archive_root, group.name, run_id, "anomalies.json"),
@@ -98,7 +106,6 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
                     "on_retention_gap: skip", now.isoformat(timespec="seconds"),
                     f"group {group.name} is configured to skip retention gaps (run {run_id})"))
 
-    slices, superseded, cuts = rewinds.supersede(cat, config, slices)
     superseded += _strays(storage, config, group, cat, slices, superseded, listings)
     topics = sorted({s.topic for s in slices})
     plan = Plan(
@@ -210,13 +217,12 @@ def _judged(cat: catalog.Catalog, config: Config, states: list[planning.Partitio
     for s in states:
         if (line := judged.get(s.topic, {}).get(s.partition)) is not None:
             if line < s.earliest:  # what the archive holds of the gap is no loss
-                lost = losses.lost_spans(cat, s.topic, s.partition, config.generation, line,
-                                         s.earliest)
+                lost = losses.lost_spans(cat, s.topic, s.partition, line, s.earliest)
                 spans[(s.topic, s.partition)] = lost
                 judged[s.topic][s.partition] = lost[0][0] if lost else s.earliest
             continue
         if s.topic not in ends:
-            ends[s.topic] = losses.archived_through(cat, s.topic, config.generation)
+            ends[s.topic] = losses.archived_through(cat, s.topic)
         end = ends[s.topic].get(s.partition)
         if end is not None and end < s.earliest:
             judged.setdefault(s.topic, {})[s.partition] = end
@@ -457,8 +463,8 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
         summary = topic and topic.summaries.get(part_key(s.partition, config.generation))
         if not summary or summary.end is None or s.start >= summary.end:
             continue  # not a rewind: the plan's files take the names an earlier attempt's had
-        for url in unlisted(storage, config, group, cat, s, set(superseded) | set(found),
-                            listings=listings):
+        for url in unlisted(storage, config, group, cat, s, config.generation,
+                            set(superseded) | set(found), listings=listings):
             log.warning("%s is in no current row of the catalog (a plan given up before its "
                         "commit wrote it): moved aside with what the rewind replaces", url)
             found.append(url)
@@ -466,26 +472,26 @@ def _strays(storage: Storage, config: Config, group: Group, cat: catalog.Catalog
 
 
 def unlisted(storage: Storage, config: Config, group: Group, cat: catalog.Catalog,
-             s: planning.Slice, known: set[str], end: float = float("inf"),
+             s: planning.Slice, generation: int, known: set[str], end: float = float("inf"),
              listings: dict | None = None) -> list[str]:
-    """The files of the slice's Kafka partition whose first offset is in [slice start,
-    end), that no current row of the catalog names (and not in known): strays, never a
-    committed file. One listing: the partition's folder, or an event-time group's topic
+    """The files of the slice's Kafka partition and generation (its plan's: the config's
+    may have changed since) whose first offset is in [slice start, end), that no current
+    row of the catalog names (and not in known): strays, never a committed file. One listing: the partition's folder, or an event-time group's topic
     tree (only a rewind's, a given-up plan's or a lost slice's cost), kept in `listings`
     for the caller's other slices (a rewind of a topic's 8 partitions lists its tree once,
     not 8 times); a table's reader reads its snapshot."""
     if group.table is not None:
         return []
-    current = {f["url"] for r in cat.rows(s.topic, s.partition, config.generation,
+    current = {f["url"] for r in cat.rows(s.topic, s.partition, generation,
                                           end_after=s.start) for f in row_files(r)}
     where = layout.slice_listing(config.archive_root, group.name,
                                  group.layout.kind == "event_time", s.topic, s.partition,
-                                 config.generation, s.start)
+                                 generation, s.start)
     listings = {} if listings is None else listings
     if where not in listings:
         listings[where] = [url for url, _ in storage.list(where[0], start_after=where[1])]
     return [url for url in listings[where]
-            if layout.of_slice(url, config.generation, s.partition, s.start, end)
+            if layout.of_slice(url, generation, s.partition, s.start, end)
             and url not in current and url not in known]
 
 
@@ -576,7 +582,8 @@ def _undo_given_up(storage: Storage, config: Config, group: Group, cat: catalog.
     leftovers = {f["url"] for e in (written or {}).get("slices", ()) for f in row_files(e)
                  if f["url"] not in current and storage.size(f["url"]) is not None}
     for s in plan.slices:
-        leftovers.update(unlisted(storage, config, group, cat, s, leftovers, listings=listings))
+        leftovers.update(unlisted(storage, config, group, cat, s, plan.generation, leftovers,
+                                  listings=listings))
     for url in sorted(leftovers):
         storage.move(url, layout.superseded(root, plan.run_id, url))
     for where in [w for w in listings if any(url.startswith(w[0].rstrip("/") + "/")

@@ -50,13 +50,14 @@ def summarize(url: str, name_offset: int, offsets: Iterable[int]) -> FileSummary
 
 
 def check_partition(files: list[FileSummary], token_offset: int | None,
-                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = ()
-                    ) -> list[Finding]:
+                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = (),
+                    elsewhere: Iterable[Range] = ()) -> list[Finding]:
     """Findings for the files of one Kafka partition in one generation.
 
     token_offset: the next offset to archive, None when not checked against a token.
     known_gaps: offsets Kafka lacks, from the manifests. retention_skipped: offsets a plan
-    skipped because retention had deleted them.
+    skipped because retention had deleted them. elsewhere: offsets the partition's other
+    generations hold (a generation rewound below where it began fills in up to them).
     """
     findings = [Finding(ERROR, f"{f.url}: {f.problem}") for f in files if f.problem]
     usable = sorted((f for f in files if not f.problem), key=lambda f: (f.first_offset, f.url))
@@ -82,14 +83,15 @@ def check_partition(files: list[FileSummary], token_offset: int | None,
                                            f"{reach.url} and {f.url}"))
         else:
             findings += _missing(reach.last_offset + 1, f.first_offset,
-                                 f"between {reach.url} and {f.url}", known_gaps, retention_skipped)
+                                 f"between {reach.url} and {f.url}", known_gaps, retention_skipped,
+                                 elsewhere)
         if f.last_offset > reach.last_offset:
             reach = f
     end = reach.last_offset + 1
     if token_offset is not None and token_offset > end:
         findings += _missing(end, token_offset,
                              f"after {reach.url}, below the token {token_offset}",
-                             known_gaps, retention_skipped)
+                             known_gaps, retention_skipped, elsewhere)
     elif token_offset is not None and token_offset < end:
         findings.append(Finding(INFO, f"offsets [{token_offset}, {end}) are archived beyond the "
                                       "token: a run wrote them but has not committed yet"))
@@ -97,8 +99,8 @@ def check_partition(files: list[FileSummary], token_offset: int | None,
 
 
 def check_scattered(files: list[tuple[FileSummary, list[int]]], token_offset: int | None,
-                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = ()
-                    ) -> list[Finding]:
+                    known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = (),
+                    elsewhere: Iterable[Range] = ()) -> list[Finding]:
     """The event-time layout's check of one Kafka partition: its offsets are spread over
     many files (per slice and time partition, quarantine, late), none consecutive. Every
     offset must be in one file only; the runs of consecutive offsets are then checked
@@ -126,7 +128,8 @@ def check_scattered(files: list[tuple[FileSummary, list[int]]], token_offset: in
                                    last.first_offset, offset, last.records + 1)
         else:
             runs.append(FileSummary(f"offsets [{offset}, {offset}]", offset, offset, offset, 1))
-    return findings + check_partition(runs, token_offset, known_gaps, retention_skipped)
+    return findings + check_partition(runs, token_offset, known_gaps, retention_skipped,
+                                      elsewhere)
 
 
 def _few(offsets: list[int]) -> str:
@@ -135,20 +138,30 @@ def _few(offsets: list[int]) -> str:
 
 
 def _missing(start: int, end: int, where: str, known_gaps: Iterable[Range],
-             retention_skipped: Iterable[Range]) -> list[Finding]:
-    """Findings for offsets [start, end) that no file holds: each part is a Kafka gap, a
-    recorded retention loss or a hole."""
+             retention_skipped: Iterable[Range], elsewhere: Iterable[Range] = ()
+             ) -> list[Finding]:
+    """Findings for offsets [start, end) that no file holds: each part is a Kafka gap,
+    held by another generation, a recorded retention loss or a hole."""
     gaps, rest = _split(start, end, known_gaps)
-    lost, holes = [], []
-    for a, b in rest:
-        covered, uncovered = _split(a, b, retention_skipped)
-        lost += covered
-        holes += uncovered
+    held, rest = _split_all(rest, elsewhere)
+    lost, holes = _split_all(rest, retention_skipped)
     return ([Finding(GAP, f"offsets {_show(r)} {where}: gap (Kafka has no such offsets)")
              for r in gaps]
+            + [Finding(INFO, f"offsets {_show(r)} {where}: held by another generation's files")
+               for r in held]
             + [Finding(LOST, f"known loss: offsets {_show(r)} {where}: deleted by retention "
                              "before they were archived, loss accepted") for r in lost]
             + [Finding(ERROR, f"hole: offsets {_show(r)} {where} are in no file") for r in holes])
+
+
+def _split_all(parts: list[Range], ranges: Iterable[Range]) -> tuple[list[Range], list[Range]]:
+    """_split of each part."""
+    ranges = list(ranges)
+    covered, uncovered = [], []
+    for a, b in parts:
+        c, u = _split(a, b, ranges)
+        covered, uncovered = covered + c, uncovered + u
+    return covered, uncovered
 
 
 def _split(start: int, end: int, ranges: Iterable[Range]) -> tuple[list[Range], list[Range]]:

@@ -199,7 +199,8 @@ def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenSto
                                                      "checked against the token"))
             if unfinished and token_offset is not None:
                 report.findings.append(_as_found(unfinished, report.files, token_offset))
-            recorded = (token_offset, gaps[(name, partition)], skipped[(name, partition)])
+            recorded = (token_offset, gaps[(name, partition)], skipped[(name, partition)],
+                        _elsewhere(cat, name, partition, generation))
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
             partitions.append(report)
@@ -287,10 +288,19 @@ def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenS
                                                      f"configured {config.generation}: not "
                                                      "checked against the token"))
             report.findings += check_partition(covered, token_offset, (),
-                                               lost.get((name, partition), ()))
+                                               lost.get((name, partition), ()),
+                                               _elsewhere(cat, name, partition, generation))
             partitions.append(report)
     return Report(group, partitions, [], tuple(catalog.AcceptedLoss(**a)
                                                for a in cat.state.accepted), unreadable)
+
+
+def _elsewhere(cat: catalog.Catalog, topic: str, partition: int, generation: int
+               ) -> list[tuple[int, int]]:
+    """The offsets of a partition that its other generations' current rows hold."""
+    known = cat.state.topics.get(topic)
+    return [r for s in (known.summaries.values() if known else ())
+            if s.partition == partition and s.generation != generation for r in s.covered]
 
 
 def _read_token(tokens: TokenStore, group: str, topic: str, unreadable: list[Finding]

@@ -132,3 +132,57 @@ def test_a_rewind_slice_of_a_file_group_reads_the_files_the_plan_moved_aside(tmp
         m.setattr(job.source, "read", lambda *args, **kwargs: iter(()))  # Kafka has none
         assert list(task.messages(None, s, Storage.from_environment())) == []
     assert wanted == [[layout.superseded(root, plan.run_id, moved)]]
+
+
+class _Kafka:
+    """kafka-python's consumer as brokers.read_range drives it, over messages by offset."""
+
+    def __init__(self, messages: dict[int, bytes]):
+        self.messages, self.at, self.tp = messages, 0, None
+
+    def assign(self, tps):
+        [self.tp] = tps
+
+    def seek(self, tp, offset):
+        self.at = offset
+
+    def position(self, tp):
+        return self.at
+
+    def poll(self, timeout_ms=0):
+        held = sorted(o for o in self.messages if o >= self.at)
+        if not held:
+            self.at = 1 << 30
+            return {}
+        o = held[0]
+        self.at = o + 1
+        from types import SimpleNamespace
+        return {self.tp: [SimpleNamespace(offset=o, key=None, value=self.messages[o],
+                                       timestamp=1_795_300_000_000 + o)]}
+
+
+def test_the_plan_finds_other_messages_at_the_offsets_a_rewind_would_replace(tmp_path):
+    """The plan's look before a rewind moves anything aside (first_reused): the last file
+    it replaces against Kafka over the same offsets, matched offset by offset."""
+    storage = Storage.from_environment()
+    fmt = {"kind": "sequencefile", "key": "msgpack", "compression": "default"}
+    url = f"file://{tmp_path}/1_0_00000000000000000004.seq"
+    with open(tmp_path / "1_0_00000000000000000004.seq", "wb") as f:
+        w = formats.open_writer(f, fmt, url)
+        for r in _records(range(4, 10)):
+            w.append(r)
+        w.close()
+    s = Slice("t", 0, 0, 10, 1 << 20, earlier=(f"file://{tmp_path}/first.seq", url))
+    same = {o: b"v%d" % o for o in range(10)}
+    assert earlier.first_reused(storage, _Kafka(same), s) is None
+    # the log cleaner removed some since: what is left still agrees
+    assert earlier.first_reused(storage, _Kafka({o: same[o] for o in (5, 9)}), s) is None
+    # truncated at 7 by an unclean election, and written again
+    assert earlier.first_reused(storage, _Kafka({**same, 7: b"x", 8: b"y"}), s) == 7
+    assert earlier.first_reused(storage, _Kafka({o: b"new" for o in range(12)}), s) == 4
+    with pytest.MonkeyPatch.context() as m:  # the tail of a long file: where a cut falls
+        m.setattr(earlier, "TAIL", 3)
+        assert earlier.first_reused(storage, _Kafka({**same, 4: b"x"}), s) is None
+        assert earlier.first_reused(storage, _Kafka({**same, 8: b"x"}), s) == 8
+    text = Slice("t", 0, 0, 10, 1 << 20, earlier=(url.replace(".seq", ".txt.gz"),))
+    assert earlier.first_reused(storage, _Kafka({}), text) is None  # no offsets to match

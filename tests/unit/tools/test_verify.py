@@ -71,6 +71,17 @@ def test_a_range_skipped_after_retention_is_reported_as_lost_not_as_a_hole():
     assert len(_levels(findings, LOST)) == 1 and "[10, 50)" in _levels(findings, LOST)[0]
 
 
+def test_offsets_another_generation_holds_are_no_hole():
+    """A generation rewound below where it began (a line deleted after a new generation
+    was set) fills in up to its first file; the older generation holds what lies between."""
+    findings = check_partition([_file(0, 5), _file(9, 10)], 11, [], [], [(0, 9), (12, 20)])
+    assert _levels(findings, ERROR) == []
+    assert any("[6, 9)" in f and "another generation" in f for f in _levels(findings, INFO))
+    findings = check_partition([_file(0, 5), _file(9, 10)], 11, [], [], [(0, 7)])
+    assert _levels(findings, ERROR) == [  # the part no generation holds
+        f"hole: offsets [7, 9) between {_file(0, 5).url} and {_file(9, 10).url} are in no file"]
+
+
 def test_missing_tail_below_the_token_is_a_hole():
     last = _file(10, 19)
     errors = _levels(check_partition([_file(0, 9), last], 25, []), ERROR)
