@@ -293,7 +293,45 @@ REWINDS_EARLIER_RECORDS_HID_A_LOSS = [
     ("clear_run", "scheduled__2026-01-01T00:02:00+00:00", 3), ("produce", "u", 0, 2, False, 0),
     ("run", "scheduled__2026-01-01T00:11:00+00:00", 0, 0, 0),
     ("race", "scheduled__2026-01-01T00:14:00+00:00", "plan", 1, "retention", "u", True, 0)]
+# issue 56, offsets reused (an unclean election as a step, seed 200): 0-2 archived, the
+# tail cut to 0 and written again, the token deleted, the cleaner removed the new 0 and 2:
+# the rewind moved the archived file aside and kept Kafka's other messages (the job's look
+# came too late); now the plan compares the last replaced file with Kafka and holds it
+REWIND_OVER_OFFSETS_REUSED = [
+    ("produce", "u", 0, 3, False, 0), ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 0),
+    ("truncate", "u", 0, 5), ("produce", "u", 0, 7, False, 0), ("delete_token", "u"),
+    ("compact_log", "u", 0, 2)]
+# a new generation, then (seed 392) a line deleted after retention took 0-4: offset 4,
+# archived by no generation, was lost unsaid (losses judged by the new generation only)
+LINE_DELETED_UNDER_A_NEW_GENERATION = [
+    ("produce", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
+    ("produce", "u", 0, 5, False, 0), ("retention", "u", 0, 5), ("delete_line", "u", 0),
+    ("setting", "generation", 1)]
+# (seed 635) the new generation begun at 9, then rewound to 0: verify called [6, 9) a hole,
+# which the older generation holds
+NEW_GENERATION_REWOUND_BELOW_ITS_START = [
+    ("produce", "u", 0, 9, False, 0), ("run", "scheduled__2026-01-01T00:02:00+00:00", 0, 0, 0),
+    ("run", "scheduled__2026-01-01T00:03:00+00:00", 0, 0, 0), ("setting", "generation", 1),
+    ("produce", "u", 0, 2, False, 0), ("run", "scheduled__2026-01-01T00:20:00+00:00", 0, 0, 0),
+    ("delete_line", "u", 0), ("run", "scheduled__2026-01-01T00:27:00+00:00", 0, 0, 0)]
+# (seed 704) a job killed after its file, a new generation, retention took the slice: the
+# retry's clean-up looked for the new generation's names and left the file a stray
+KILLED_JOBS_FILE_LEFT_UNDER_A_NEW_GENERATION = [
+    ("produce", "u", 0, 2, False, 0), ("run", "manual__x_1", 0, 5, 0),
+    ("setting", "generation", 1), ("retention", "u", 0, 6)]
+# (seed 3804) a job killed after its files, then an unclean election cut all the slice
+# held: the retry wrote no file of it, and the first attempt's stayed, a stray
+KILLED_JOBS_FILE_LEFT_AFTER_AN_UNCLEAN_ELECTION = [
+    ("produce", "u", 0, 2, True, 0), ("produce", "t", 0, 3, False, 0),
+    ("run", "scheduled__2026-01-01T00:20:00+00:00", 0, 6, 12), ("truncate", "t", 0, 8)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
+         "killed job's file left after an unclean election":
+             KILLED_JOBS_FILE_LEFT_AFTER_AN_UNCLEAN_ELECTION,
+         "rewind over offsets reused": REWIND_OVER_OFFSETS_REUSED,
+         "line deleted under a new generation": LINE_DELETED_UNDER_A_NEW_GENERATION,
+         "new generation rewound below its start": NEW_GENERATION_REWOUND_BELOW_ITS_START,
+         "killed job's file left under a new generation":
+             KILLED_JOBS_FILE_LEFT_UNDER_A_NEW_GENERATION,
          "rewind over a compacted log": REWIND_OVER_A_COMPACTED_LOG,
          "rewind's earlier records hid a retention loss": REWINDS_EARLIER_RECORDS_HID_A_LOSS,
          "given-up run's token copy put back under a plan":

@@ -71,12 +71,16 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # natural answer)
         return ("compaction_setting", None if world.compaction_killed else rng.choice(
             (None, 0, 0, 3600)))
+    offsets_reused = world.shape in ("files", "s3")  # (file names by generation)
     if rng.random() < 0.02:  # a person changes a setting between runs
         name = rng.choice(("on_retention_gap", "min_records")
-                          + (("compression",) if world.tables is None else ()))
+                          + (("compression",) if world.tables is None else ())
+                          + (("generation",) if offsets_reused else ()))
         return ("setting", name, rng.choice(("fail", "skip")) if name == "on_retention_gap"
                 else rng.choice(("none", "gzip")) if name == "compression"
-                else rng.choice((1, 3)))
+                else 1 if name == "generation" else rng.choice((1, 3)))
+    if offsets_reused and rng.random() < 0.015:  # an unclean leader election
+        return ("truncate", topic, partition, rng.randint(1, 8))
     if rng.random() < 0.03:  # a task killed in the middle of one of its local writes
         task = rng.choice(("plan", "job", "commit"))
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
@@ -341,6 +345,8 @@ _SAID = {
     "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",
     "compact_log": lambda t, p, n: f"the log cleaner removes {n} superseded messages of "
                                    f"{t}/{p} below its head",
+    "truncate": lambda t, p, n: f"an unclean leader election cuts the last {n} offsets of "
+                                f"{t}/{p} (the next messages take them again)",
     "add_partition": lambda t: f"a partition is added to {t}",
     "create_topic": lambda t, n: f"topic {t} is created with {n} partition(s)",
     "time": lambda minutes: f"{minutes} minutes pass",

@@ -31,11 +31,18 @@ class Partition:
     # the whole value (a monitoring event)
     sources: dict[int, str] = field(default_factory=dict)
     values: dict[int, bytes] = field(default_factory=dict)
+    # offset -> how many messages held it before the current one (an unclean leader
+    # election cut it, and a later message took it again)
+    epochs: dict[int, int] = field(default_factory=dict)
+    cut: set[int] = field(default_factory=set)  # offsets cut, not taken again yet
 
     def append(self, count: int, now_ms: int, marker: bool, late_ms: int = 0,
                source: str | None = None, value: bytes | None = None) -> None:
         """late_ms: the messages' events happened this long before they are produced."""
         for _ in range(count):
+            if self.end in self.cut:  # another message at an offset once held
+                self.cut.discard(self.end)
+                self.epochs[self.end] = self.epochs.get(self.end, 0) + 1
             self.messages[self.end] = self.created_ms[self.end] = now_ms
             self.event_ms[self.end] = now_ms - late_ms
             if source is not None:
@@ -60,6 +67,19 @@ class Partition:
         gone = cleanable[::2][:count]
         for o in gone:
             del self.messages[o]
+        return gone
+
+    def truncate(self, count: int) -> list[int]:
+        """An unclean leader election: the new leader lacks the log's last `count`
+        offsets, which the next messages take again (other messages at offsets a reader
+        may have seen). The message offsets it cut."""
+        end = max(self.earliest, self.end - count)
+        gone = sorted(o for o in self.messages if o >= end)
+        for o in gone:  # lost with the old leader: no longer a message to archive
+            del self.messages[o]
+            self.produced.discard(o)
+        self.cut.update(range(end, self.end))
+        self.end = end
         return gone
 
     def retain_from(self, offset: int) -> list[int]:
@@ -110,7 +130,13 @@ class Kafka:
         source = self.partitions(topic)[partition].sources.get(offset)
         return None if source is None else [(AUDIT_HEADER, source.encode())]
 
-    def value(self, topic: str, partition: int, offset: int) -> bytes:
+    def values_ever(self, topic: str, partition: int, offset: int) -> set[bytes]:
+        """The values of every message that has held the offset (see Partition.epochs)."""
+        return {self.value(topic, partition, offset, epoch) for epoch in range(
+            self.partitions(topic)[partition].epochs.get(offset, 0) + 1)}
+
+    def value(self, topic: str, partition: int, offset: int, epoch: int | None = None) -> bytes:
+        """epoch: of the offset's messages, which (default: the one Kafka holds now)."""
         if (stored := self.partitions(topic)[partition].values.get(offset)) is not None:
             return stored
         if self.registry:
@@ -123,8 +149,11 @@ class Kafka:
         if self.event_time:
             return json.dumps({"ts": self.topics[topic][partition].event_ms[offset],
                                "id": f"{topic}/{partition}/{offset}"}).encode()
+        if epoch is None:
+            epoch = self.partitions(topic)[partition].epochs.get(offset, 0)
         return f"{topic}/{partition}/{offset}".encode() + (
-            b"." * (offset % 3 * 10) if self.keyless else b"")
+            b"." * (offset % 3 * 10) if self.keyless else b"") + (
+            f"~{epoch}".encode() if epoch else b"")
 
     def consumer_topics(self) -> set[str]:
         """The topics a client sees (whether Kafka is reachable or not)."""
@@ -277,6 +306,7 @@ class Consumer:
             if held:
                 first = min(held)
                 polled[tp] = [SimpleNamespace(offset=first, timestamp=p.messages[first],
+                                              key=self.kafka.key(first),
                                               value=self.kafka.value(tp.topic, tp.partition,
                                                                      first))]
                 self.positions[tp] = first + 1

@@ -419,7 +419,8 @@ class World:
         self.changed_under: dict[str, PersonsChange] = {}
         self.token_copies: dict[str, list[bytes]] = {t: [] for t in TOPICS}  # (new ones too)
         # the truth the invariants are checked against
-        self.ever_archived: dict[tuple[str, int], set[int]] = {}
+        # (topic, partition, generation) -> offsets a current row has held
+        self.ever_archived: dict[tuple[str, int, int], set[int]] = {}
         self.unarchivable: dict[tuple[str, int], set[int]] = {}  # deleted with no token line
         # the mails, as the library decides them (its records on a storage no kill stops:
         # a callback's bookkeeping is not what the simulation explores), and the model of
@@ -578,10 +579,40 @@ class World:
         if topic in self.kafka.deleted or partition >= len(self.kafka.topics[topic]):
             return
         gone = self.kafka.topics[topic][partition].compact(count)
-        archived = self.ever_archived.get((topic, partition), set())
+        archived = self._ever_archived(topic, partition)
         self.unarchivable.setdefault((topic, partition), set()).update(
             o for o in gone if o not in archived)
         out.add(f"compacted away: {topic}/{partition} offsets {_ranges(set(gone))}")
+
+    def _truncate(self, out: Outcome, topic: str, partition: int, count: int):
+        """An unclean leader election cuts the partition's tail; the next messages take
+        its offsets again. What was archived of the tail stays in the archive (a token
+        or an archive beyond Kafka's latest offset holds the topic until a person sets a
+        new generation); what was not is lost with the old leader, not a loss to report."""
+        if topic in self.kafka.deleted or partition >= len(self.kafka.topics[topic]):
+            return
+        p = self.kafka.topics[topic][partition]
+        gone = p.truncate(count)
+        # The archive's offsets passed the new end (its token, its rows, a plan in
+        # flight): the next messages there are other ones at offsets it has passed. Held
+        # while it is ahead of Kafka's latest; once Kafka is written past it, nothing in
+        # the offsets tells them apart (only Kafka's leader epochs would): a limitation of
+        # archiving by offsets, not checked.
+        token = self._token(topic)
+        plan = self.plan_in_flight()
+        rows = rewinds.rows_through(catalog.open_catalog(self.plain, self.config, self.group,
+                                                         may_rebuild=True), topic)
+        passed = max([token.offsets.get(partition, 0) if token else 0,
+                      rows.get(partition, 0)] + [
+            s.end for s in (plan.slices if plan else ()) if (s.topic, s.partition) == (
+                topic, partition)])
+        self.unarchivable.setdefault((topic, partition), set()).update(range(p.end, passed))
+        out.add(f"unclean election: {topic}/{partition} cut to "
+                f"{self.kafka.topics[topic][partition].end} (messages {_ranges(set(gone))})")
+
+    def _ever_archived(self, topic: str, partition: int) -> set[int]:
+        return {o for (t, p, _), offsets in self.ever_archived.items() if (t, p) == (topic, partition)
+                for o in offsets}
 
     def _pending_in(self, topic: str, partition: int) -> int:
         """How many messages partition holds now (0: none, or no such partition)."""
@@ -940,6 +971,10 @@ class World:
         skip: a retention gap held for a person, or recorded as a loss and skipped), the
         policy's `min_records` (fewer pending wait until the oldest is max_delay old) or a
         SequenceFile group's `compression`."""
+        if name == "generation":  # new file names from the next plan on (DESIGN)
+            self.config = replace(self.config, generation=self.config.generation + 1)
+            out.add(f"generation: {self.config.generation}")
+            return
         group = self.config.group(self.group)
         if name == "min_records":
             group = replace(group, policy=replace(group.policy, min_records=value))
@@ -1277,6 +1312,7 @@ class World:
             said = set(range(a.lost_from, a.lost_to))
             in_kafka = {o for o in said if kafka is not None and o in kafka.messages}
             archived = {o for row in rows if (row["topic"], row["partition"]) == (a.topic, a.partition)
+                        and row["_generation"] == self.config.generation
                         for o in range(row["start"], row["end"])} & said
             if in_kafka or archived:
                 raise Violation("false loss", f"{by} reports {a.topic}/{a.partition} "
@@ -1304,15 +1340,16 @@ class World:
         # and while a compaction is under way (its lease held: a killed one's tables may
         # be ahead of the catalog until the next compaction or plan finishes it)
         quiet = final or not (self.in_flight() or self.abandoned or self.compacting())
-        held_now: dict[tuple[str, int], set[int]] = {}
+        # (topic, partition, generation) -> offsets: generations are archives side by side
+        held_now: dict[tuple[str, int, int], set[int]] = {}
         for row in rows:
             where = (row["topic"], row["partition"])
             claimed = set(range(row["start"], row["end"])) - {
                 o for a, b in row.get("gaps", ()) for o in range(a, b)}
-            mine = held_now.setdefault(where, set())
+            mine = held_now.setdefault((*where, row["_generation"]), set())
             if twice := mine & claimed:
                 raise Violation("duplicate", f"{where[0]}/{where[1]} offsets {_ranges(twice)} "
-                                f"are in two current rows")
+                                f"are in two current rows of generation {row['_generation']}")
             mine |= claimed
             if not quiet:
                 continue
@@ -1324,7 +1361,7 @@ class World:
                     for record in read_archived(self.plain, f["url"]):
                         # (a parsed table's rows keep typed fields, not the value's bytes)
                         if (record.value is not None or self.shape not in PARSED_SHAPES) and \
-                                record.value != self.kafka.value(*where, record.offset):
+                                record.value not in self.kafka.values_ever(*where, record.offset):
                             raise Violation("wrong bytes", f"{f['url']} offset {record.offset}")
                         if self.shape == "registry" and record.error is not None and \
                                 not sim_registry.justified(record.error, record.offset):
@@ -1360,8 +1397,10 @@ class World:
             for partition, next_offset in (token.offsets.items() if token else ()):
                 where = (topic, partition)
                 p = self.kafka.topics[topic][partition]
+                held = {o for (t, q, _), offsets in held_now.items() if (t, q) == where
+                        for o in offsets}
                 needed = ({o for o in p.produced if o < next_offset}
-                          - held_now.get(where, set()) - accepted.get(where, set())
+                          - held - accepted.get(where, set())
                           - self.unarchivable.get(where, set()))
                 if needed:
                     raise Violation("hole", f"{topic}/{partition}: token at {next_offset} but "
@@ -1385,7 +1424,8 @@ class World:
             for where, offsets in self.ever_archived.items():
                 if gone := offsets - held_now.get(where, set()):
                     raise Violation("lost", f"{where[0]}/{where[1]} offsets {_ranges(gone)} "
-                                    "were archived and are in no current row now")
+                                    f"were archived (generation {where[2]}) and are in no "
+                                    "current row now")
             for where, offsets in held_now.items():
                 self.ever_archived.setdefault(where, set()).update(offsets)
             # invariant 5: verify finds no error where the invariants hold (the full walk,
@@ -1484,7 +1524,7 @@ class World:
         owns the name; neither archived yet, `X` does."""
         if self.shape not in PARSED_SHAPES:
             return True
-        known = self.kafka.consumer_topics() | (archived := {t for t, _ in self.ever_archived}
+        known = self.kafka.consumer_topics() | (archived := {t for t, *_ in self.ever_archived}
                                                 | self._topics_in_catalog())
         named, base = (topic, topic.removesuffix("_dlq")) if topic.endswith("_dlq") else (
             topic + "_dlq", topic)
@@ -1525,6 +1565,8 @@ class World:
             if any("HeldTopicsError" in line or "retention" in line for line in out.lines):
                 for topic in sorted(self.kafka.topics):  # what the mail says to do
                     self._accept_loss(out, topic)
+            if any("set a new `generation`" in line for line in out.lines):
+                self._new_generation(out)  # the remedy a topic re-created or truncated gets
             said += out.lines
             if self._at_end() and not self.in_flight() and not self.compacting():
                 retried = Outcome()
@@ -1536,6 +1578,16 @@ class World:
                 break
         raise Violation("stuck", "clean runs do not bring the tokens to Kafka's end: "
                         + " | ".join(said[-6:]))
+
+    def _new_generation(self, out: Outcome) -> None:
+        """What the mail of a token or an archive beyond Kafka's latest offset says to
+        do: a new generation in the config, and the token of each such topic deleted."""
+        self._setting(out, "generation", None)
+        for topic, parts in sorted(self.kafka.topics.items()):
+            token = self._token(topic)
+            if topic not in self.kafka.deleted and token is not None and any(
+                    o > parts[p].end for p, o in token.offsets.items() if p < len(parts)):
+                self._delete_token(out, topic)
 
     def _maintained_when_idle(self) -> list[str]:
         """Liveness of maintenance: once a run has planned with nothing in flight (it
