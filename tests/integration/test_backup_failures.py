@@ -87,15 +87,8 @@ def test_a_rewind_over_a_compacted_log_keeps_what_the_archive_held(pipeline, kaf
     assert len(superseded_keys(pipeline)) == 1  # the first run's file, moved aside
 
 
-def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pipeline, kafka,
-                                                                            smtp_maildir):
-    """The remedy a token ahead of Kafka names: a topic deleted and re-created holds other
-    messages at the archived offsets; with a new generation set before its token is
-    deleted, the new topic's files get new names and the archived ones stay current."""
-    topic = pipeline.create_topic("recreated", 1)
-    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
-    pipeline.run_dag()
-    old = set(pipeline.archived_records())
+def recreate_topic(kafka: str, topic: str) -> None:
+    """Delete the one-partition topic and create it again (its offsets start over)."""
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     admin.delete_topics([topic])
     deadline = time.monotonic() + 120
@@ -107,6 +100,45 @@ def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pi
             assert time.monotonic() < deadline, f"{topic} was not deleted in 120 s"
             time.sleep(0.5)  # polling the broker, not waiting for readiness blindly
     admin.close()
+
+
+def test_a_rewind_over_a_re_created_topic_written_past_the_archive_is_held(pipeline, kafka,
+                                                                           smtp_maildir):
+    """Kafka's latest offset is past the archive's end again: only the messages tell the
+    new topic from the old. The plan compares the file a rewind would replace with
+    Kafka's messages at its offsets and holds the topic, nothing moved aside."""
+    topic = pipeline.create_topic("rewritten", 1)
+    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
+    pipeline.run_dag()
+    old = set(pipeline.archived_records())
+    recreate_topic(kafka, topic)
+    pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(14))
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()  # a rewind
+    with pytest.raises(HeldTopicsError) as held:
+        pipeline.plan("held")
+    assert f"{topic} partition 0: Kafka holds another message at offset 0 than the " \
+        "archive does" in str(held.value)
+    assert "set a new `generation`" in str(held.value)
+    assert superseded_keys(pipeline) == [] and set(pipeline.archived_records()) == old
+
+    with open(pipeline.config_path, "a") as config:
+        config.write("generation: 2\n")
+    pipeline.run_dag()
+    archived = pipeline.archived_records()
+    assert old <= set(archived) and len(archived) == 24  # each message of both, once
+    assert pipeline.token_offsets()[topic] == {0: 14}
+
+
+def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pipeline, kafka,
+                                                                            smtp_maildir):
+    """The remedy a token ahead of Kafka names: a topic deleted and re-created holds other
+    messages at the archived offsets; with a new generation set before its token is
+    deleted, the new topic's files get new names and the archived ones stay current."""
+    topic = pipeline.create_topic("recreated", 1)
+    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
+    pipeline.run_dag()
+    old = set(pipeline.archived_records())
+    recreate_topic(kafka, topic)
     pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(4))
     with pytest.raises(HeldTopicsError) as held:  # token 10, Kafka's latest 4
         pipeline.plan("held")

@@ -295,16 +295,25 @@ def explore_replays(first: int, count: int) -> list[str]:
     return failed
 
 
+def _failure(violation: Violation) -> str:
+    """What a shrunk sequence must still break: the invariant, or for an unclassified
+    error the exception's class (any other error, such as a step the shrinking left
+    without the one it needs, is another failure)."""
+    if violation.kind != "unclassified error":
+        return violation.kind
+    return str(violation).removeprefix("unclassified error: ").split(":", 1)[0]
+
+
 def shrink(result: Result, root: Path) -> Result:
     """The shortest sequence found that breaks the same invariant (delta debugging by
     chunks, then each kill point cleared where the failure does not need it)."""
-    kind = result.violation.kind
+    kind = _failure(result.violation)
     best = result
 
     def attempt(steps: list[tuple]) -> bool:
         nonlocal best
         tried = run_steps(steps, root, result.seed, shape=result.shape)
-        if tried.violation is not None and tried.violation.kind == kind:
+        if tried.violation is not None and _failure(tried.violation) == kind:
             best = tried
             return True
         return False

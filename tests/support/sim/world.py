@@ -522,17 +522,18 @@ class World:
                  late_minutes: int = 0):
         """late_minutes: the events happened that long before (an event-time group files
         them by that time, or as late once their hour is final)."""
-        if topic in self.kafka.deleted:
-            return
-        parts = self.kafka.topics[topic]
-        if partition >= len(parts):
-            return
-        parts[partition].append(count, self._now_ms(), marker, late_minutes * 60_000)
+        if p := self._partition(topic, partition):
+            p.append(count, self._now_ms(), marker, late_minutes * 60_000)
+
+    def _partition(self, topic: str, partition: int) -> Partition | None:
+        """A Kafka partition a step acts on; None if its topic was deleted or never
+        created (a shrunk sequence may lack the step that created it), or it has fewer."""
+        parts = [] if topic in self.kafka.deleted else self.kafka.topics.get(topic, [])
+        return parts[partition] if partition < len(parts) else None
 
     def _abort(self, out: Outcome, topic: str, partition: int, count: int):
-        if topic in self.kafka.deleted or partition >= len(self.kafka.topics[topic]):
-            return
-        self.kafka.topics[topic][partition].abort(count)
+        if p := self._partition(topic, partition):
+            p.abort(count)
 
     def _send(self, out: Outcome, source: str, topic: str, partition: int, count: int,
               dies: bool, late_minutes: int = 0):
@@ -561,12 +562,8 @@ class World:
             self.audit.delete_file(out, topic)
 
     def _retention(self, out: Outcome, topic: str, partition: int, count: int):
-        if topic in self.kafka.deleted:
+        if not (p := self._partition(topic, partition)):
             return
-        parts = self.kafka.topics[topic]
-        if partition >= len(parts):
-            return
-        p = parts[partition]
         gone = p.retain_from(p.earliest + count)
         token = self._token(topic)
         if token is None or partition not in token.offsets:
@@ -576,9 +573,9 @@ class World:
         """Log compaction mid-log: messages no reader will see again. Those not archived
         yet never will be (no one can tell them from a transaction's marker: not a loss
         to report); those archived stay in the archive, whatever a rewind reads again."""
-        if topic in self.kafka.deleted or partition >= len(self.kafka.topics[topic]):
+        if not (p := self._partition(topic, partition)):
             return
-        gone = self.kafka.topics[topic][partition].compact(count)
+        gone = p.compact(count)
         archived = self._ever_archived(topic, partition)
         self.unarchivable.setdefault((topic, partition), set()).update(
             o for o in gone if o not in archived)
@@ -589,9 +586,8 @@ class World:
         its offsets again. What was archived of the tail stays in the archive (a token
         or an archive beyond Kafka's latest offset holds the topic until a person sets a
         new generation); what was not is lost with the old leader, not a loss to report."""
-        if topic in self.kafka.deleted or partition >= len(self.kafka.topics[topic]):
+        if not (p := self._partition(topic, partition)):
             return
-        p = self.kafka.topics[topic][partition]
         gone = p.truncate(count)
         # The archive's offsets passed the new end (its token, its rows, a plan in
         # flight): the next messages there are other ones at offsets it has passed. Held
@@ -632,10 +628,8 @@ class World:
             self.token_copies[topic] = []
 
     def _add_partition(self, out: Outcome, topic: str):
-        if topic in self.kafka.deleted:
-            return
-        from tests.support.sim.kafka import Partition
-        self.kafka.topics[topic].append(Partition())
+        if topic in self.kafka.topics and topic not in self.kafka.deleted:
+            self.kafka.topics[topic].append(Partition())
 
     def _time(self, out: Outcome, minutes: int):
         self.now += timedelta(minutes=minutes)
