@@ -82,7 +82,7 @@ class Anomaly:
             return (f"{where}: token says {self.lost_from} but Kafka's latest offset is "
                     f"{self.lost_to}; the token belongs to other data (another cluster, or a "
                     "topic deleted and re-created).")
-        if self.kind in ("archive_ahead", "offsets_reused"):
+        if self.kind == "archive_ahead":
             return (f"{where}: the archive holds offsets up to {self.lost_from - 1} but Kafka's "
                     f"latest offset is {self.lost_to}: the topic was deleted and re-created, or "
                     "an unclean leader election truncated it, so Kafka's offsets name other "

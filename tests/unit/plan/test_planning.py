@@ -4,7 +4,7 @@ import pytest
 
 from kafka_archive.config import FormatSpec, Group, Policy
 from kafka_archive.errors import TerminalError
-from kafka_archive.plan.planning import (Caps, HeldTopicsError, PartitionState, Slice, decide,
+from kafka_archive.plan.planning import (Anomaly, Caps, HeldTopicsError, PartitionState, Slice, decide,
                                          held, only_topics)
 
 GROUP = Group(name="backup", schedule=None, include=(".*",), exclude=("_.*",),
@@ -92,6 +92,10 @@ def test_an_archive_beyond_kafkas_latest_offset_holds_the_topic_whatever_its_tok
         assert "the archive holds offsets up to 9 but Kafka's latest offset is 4" in \
             anomalies[0].describe()
         assert "set a new `generation`" in anomalies[0].remedy("backup")
+    reused = Anomaly("offsets_reused", "t", 0, 7, 8, "failed")
+    assert reused.describe().startswith("t partition 0: Kafka holds another message at "
+                                        "offset 7 than the archive does")
+    assert "set a new `generation`" in reused.remedy("backup")
     slices, anomalies, _ = decide(GROUP, states[2:], {}, NOW_MS, never_asked, archived=archived)
     assert anomalies == [] and slices == [Slice("u", 0, 0, 5, 10_000)]  # a rewind goes on
 
