@@ -787,7 +787,7 @@ def test_the_loss_check_finds_a_loss_reported_for_what_the_archive_holds(tmp_pat
     before), the rewind's run reports offsets the archive holds as lost."""
     from kafka_archive.plan import losses
 
-    with patch.object(losses, "lost_spans", lambda cat, t, p, g, token, earliest: [(token, earliest)]):
+    with patch.object(losses, "lost_spans", lambda cat, t, p, token, earliest: [(token, earliest)]):
         result = explore.run_steps(REWIND_THEN_RETENTION_NO_LOSS, tmp_path / "world")
     assert result.violation is not None and result.violation.kind == "false loss", \
         explore.report(result)

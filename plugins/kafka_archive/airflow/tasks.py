@@ -27,6 +27,13 @@ logging.getLogger("kafka").setLevel(logging.WARNING)
 REPORT_LINK_S = 7 * 24 * 3600  # a presigned report link's life: SigV4's longest
 
 
+def _first_reused(storage, consumer, s):
+    """The plan's look at the files a rewind replaces (loaded only when one does)."""
+    from kafka_archive.archive import earlier
+
+    return earlier.first_reused(storage, consumer, s)
+
+
 def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...] = (),
          caps: Caps = Caps(), rewinds: tuple[dict, ...] = (), accepting: tuple[dict, ...] = (),
          accepted_by: str = "") -> str | None:
@@ -61,7 +68,8 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
         now = runs.now_utc()
         made = runs.start(cfg, group, run_id, storage, tokens, consumer, now, dry_run,
                           topics, caps, tables=connections.iceberg_tables(cfg)
-                          if cfg.group(group).table is not None else None)
+                          if cfg.group(group).table is not None else None,
+                          first_reused=_first_reused)
     finally:
         consumer.close()
     for anomaly in made.anomalies:

@@ -273,13 +273,10 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
     return adjusted, superseded, cuts
 
 
-def offsets_reused(storage: Storage, consumer, s: Slice) -> Anomaly | None:
+def offsets_reused(offset: int | None, s: Slice) -> Anomaly | None:
     """A rewind's slice whose replaced files hold other messages than Kafka does at the
-    same offsets (archive.earlier.first_reused): the topic is held, as a rewind would
-    replace archived messages with others."""
-    from kafka_archive.archive import earlier
-
-    offset = earlier.first_reused(storage, consumer, s)
+    same offsets (offset: the first, archive.earlier.first_reused): the topic is held, as
+    a rewind would replace archived messages with others."""
     return None if offset is None else Anomaly(
         "offsets_reused", s.topic, s.partition, offset, offset + 1, "failed")
 

@@ -29,10 +29,12 @@ log = logging.getLogger(__name__)
 
 def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens: TokenStore,
           consumer, now: datetime, dry_run: bool = False, topics: tuple[str, ...] = (),
-          caps: Caps = Caps(), tables=None) -> Plan:
+          caps: Caps = Caps(), tables=None, first_reused=None) -> Plan:
     """topics (empty: all of the group) and caps come from a manual run's params;
     tables (commit.iceberg.Tables), a table group's: a parsed table's columns come from
-    it (without it: the declared ones), and a given-up run's commit is taken out of it."""
+    it (without it: the declared ones), and a given-up run's commit is taken out of it.
+    first_reused(storage, consumer, slice): archive.earlier's look at the files a rewind
+    replaces (the archive stage reads archived files; the caller hands it down)."""
     group = config.group(group_name)
     if (own := _planned_before(storage, config, group.name, run_id)) is not None:
         return own
@@ -88,8 +90,9 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
     anomalies = (unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states})
                  + anomalies)
     slices, superseded, cuts = rewinds.supersede(cat, config, slices)
-    if reused := [a for s in slices if s.earlier
-                  if (a := rewinds.offsets_reused(storage, consumer, s)) is not None]:
+    if reused := [a for s in slices if s.earlier and first_reused is not None
+                  if (a := rewinds.offsets_reused(first_reused(storage, consumer, s), s))
+                  is not None]:
         anomalies += reused  # held: nothing of the topic moves aside
         out = {a.topic for a in reused}
         slices = [s for s in slices if s.topic not in out]
