@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from test_backup_archive import consumed, varied_messages
+from test_rewind_cli import CLI
 
 from kafka_archive import layout
 from kafka_archive.airflow import connections
@@ -102,17 +101,35 @@ def recreate_topic(kafka: str, topic: str) -> None:
     admin.close()
 
 
+def archived_then_re_created(pipeline: Pipeline, kafka: str, name: str, new: int
+                             ) -> tuple[str, set]:
+    """A topic of 10 messages archived, then deleted and created again with `new`
+    others; the topic and the archived records."""
+    topic = pipeline.create_topic(name, 1)
+    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
+    pipeline.run_dag()
+    old = set(pipeline.archived_records())
+    recreate_topic(kafka, topic)
+    pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(new))
+    return topic, old
+
+
+def archived_under_generation_2(pipeline: Pipeline, old: set, new: int) -> list:
+    """The remedy: a new generation, a run; both topics' messages each once."""
+    with open(pipeline.config_path, "a") as config:
+        config.write("generation: 2\n")
+    pipeline.run_dag()
+    archived = pipeline.archived_records()
+    assert old <= set(archived) and len(archived) == len(old) + new
+    return archived
+
+
 def test_a_rewind_over_a_re_created_topic_written_past_the_archive_is_held(pipeline, kafka,
                                                                            smtp_maildir):
     """Kafka's latest offset is past the archive's end again: only the messages tell the
     new topic from the old. The plan compares the file a rewind would replace with
     Kafka's messages at its offsets and holds the topic, nothing moved aside."""
-    topic = pipeline.create_topic("rewritten", 1)
-    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
-    pipeline.run_dag()
-    old = set(pipeline.archived_records())
-    recreate_topic(kafka, topic)
-    pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(14))
+    topic, old = archived_then_re_created(pipeline, kafka, "rewritten", 14)
     (pipeline.token_root / "backup" / f"{topic}.token").unlink()  # a rewind
     with pytest.raises(HeldTopicsError) as held:
         pipeline.plan("held")
@@ -121,11 +138,7 @@ def test_a_rewind_over_a_re_created_topic_written_past_the_archive_is_held(pipel
     assert "set a new `generation`" in str(held.value)
     assert superseded_keys(pipeline) == [] and set(pipeline.archived_records()) == old
 
-    with open(pipeline.config_path, "a") as config:
-        config.write("generation: 2\n")
-    pipeline.run_dag()
-    archived = pipeline.archived_records()
-    assert old <= set(archived) and len(archived) == 24  # each message of both, once
+    archived_under_generation_2(pipeline, old, 14)
     assert pipeline.token_offsets()[topic] == {0: 14}
 
 
@@ -134,18 +147,13 @@ def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pi
     """The remedy a token ahead of Kafka names: a topic deleted and re-created holds other
     messages at the archived offsets; with a new generation set before its token is
     deleted, the new topic's files get new names and the archived ones stay current."""
-    topic = pipeline.create_topic("recreated", 1)
-    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
-    pipeline.run_dag()
-    old = set(pipeline.archived_records())
-    recreate_topic(kafka, topic)
-    pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(4))
+    topic, old = archived_then_re_created(pipeline, kafka, "recreated", 4)
     with pytest.raises(HeldTopicsError) as held:  # token 10, Kafka's latest 4
         pipeline.plan("held")
     assert "if the topic was re-created, set a new `generation`" in str(held.value)
     assert pipeline.token_offsets()[topic] == {0: 10}
     # a rewind instead would replace the archived messages with the new topic's: refused
-    rewind = subprocess.run([str(Path(sys.executable).parent / "kafka-archive"), "rewind",
+    rewind = subprocess.run([CLI, "rewind",
                              "--group", "backup", "--topic", topic, "--to-offset", "0"],
                             env=pipeline.env, capture_output=True, text=True, timeout=120)
     assert rewind.returncode != 0 and "archive holds offsets up to 9 but Kafka's latest " \
@@ -158,12 +166,7 @@ def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pi
     assert "set a new `generation`" in str(held.value)
     assert superseded_keys(pipeline) == [] and set(pipeline.archived_records()) == old
 
-    with open(pipeline.config_path, "a") as config:
-        config.write("generation: 2\n")
-    pipeline.run_dag()
-
-    archived = pipeline.archived_records()
-    assert old <= set(archived) and len(archived) == 14  # each message of both, once
+    archived = archived_under_generation_2(pipeline, old, 4)
     assert sorted(v for *_, v, _, _ in archived if v.startswith(b"new")) == [
         f"new {i}".encode() for i in range(4)]
     assert superseded_keys(pipeline) == []  # nothing of the old topic moved aside

@@ -211,6 +211,9 @@ MUTANTS = [
            "        s for s in to_read if (s.topic, s.partition) in lost_at or retried],",
            "        s for s in to_read if (s.topic, s.partition) in lost_at],"),
     # offsets reused (an unclean election) and generations side by side
+    Mutant("an archive past Kafka's latest offset is rewound, not held", "plan/planning.py",
+           "        if (end := (archived or {}).get(s.topic, {}).get(s.partition, 0)) > s.latest:",
+           "        if (end := (archived or {}).get(s.topic, {}).get(s.partition, 0)) > 1 << 62:"),
     Mutant("the plan never compares a rewind's replaced file with Kafka", "archive/earlier.py",
            "    if not usable(last):\n        return None\n    archived = iter(deque(",
            "    if True:\n        return None\n    archived = iter(deque("),
