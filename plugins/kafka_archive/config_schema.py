@@ -293,7 +293,7 @@ class Group(Section):
     topics: Topics = Topics()
     """Which topics the group archives (new ones are found at each run)."""
     start_from: Literal["earliest", "latest"] = "earliest"
-    """Where a partition without a token starts: `earliest` retained offset (default) or `latest`."""
+    """Where a partition without a token starts: `earliest` retained offset (default) or `latest`. Under `latest`, a partition the archive already holds (its token line deleted) goes on from the archive's end: nothing is skipped unsaid."""
     on_retention_gap: Literal["fail", "skip"] = "fail"
     """A token below Kafka's earliest retained offset: `fail` (default: mail, hold the topic until a person accepts the loss) or `skip` (jump ahead, record the loss)."""
     format: Format = Format()

@@ -324,7 +324,23 @@ KILLED_JOBS_FILE_LEFT_UNDER_A_NEW_GENERATION = [
 KILLED_JOBS_FILE_LEFT_AFTER_AN_UNCLEAN_ELECTION = [
     ("produce", "u", 0, 2, True, 0), ("produce", "t", 0, 3, False, 0),
     ("run", "scheduled__2026-01-01T00:20:00+00:00", 0, 6, 12), ("truncate", "t", 0, 8)]
+# (seed 40172) start_from: latest, then a line deleted of a partition archived to 8: the
+# next run began at Kafka's latest (13) and skipped [8, 13) without a word
+LINE_DELETED_UNDER_START_FROM_LATEST = [
+    ("produce", "u", 0, 7, False, 0), ("setting", "start_from", "latest"),
+    ("run", "scheduled__2026-01-01T00:11:00+00:00", 0, 0, 0), ("produce", "u", 0, 1, False, 0),
+    ("run", "scheduled__2026-01-01T00:14:00+00:00", 0, 0, 0), ("delete_line", "u", 0),
+    ("produce", "u", 0, 5, False, 0)]
+# (seed 41147, against the first version of that fix) start_from: latest, an unclean
+# election below the archive's end: the mail's
+# remedy (a new generation, the token deleted) judged the line at the old generation's
+# end, beyond Kafka's latest offset, and held the topic for good
+ELECTION_UNDER_START_FROM_LATEST = [
+    ("produce", "t", 1, 9, False, 0), ("run", "scheduled__2026-01-01T00:01:00+00:00", 0, 0, 0),
+    ("setting", "start_from", "latest"), ("truncate", "t", 1, 4)]
 FOUND = {"committed run planned again": COMMITTED_RUN_PLANNED_AGAIN,
+         "line deleted under start_from: latest": LINE_DELETED_UNDER_START_FROM_LATEST,
+         "election under start_from: latest": ELECTION_UNDER_START_FROM_LATEST,
          "killed job's file left after an unclean election":
              KILLED_JOBS_FILE_LEFT_AFTER_AN_UNCLEAN_ELECTION,
          "rewind over offsets reused": REWIND_OVER_OFFSETS_REUSED,

@@ -209,11 +209,15 @@ def _judged(cat: catalog.Catalog, config: Config, states: list[planning.Partitio
     line (deleted by a person, to archive it again from start_from) whose archive ends
     below Kafka's earliest offset, that end: the messages between were deleted before they
     were archived, a retention gap like any other (held or skipped, recorded, mailed), not
-    a silent skip. Where Kafka still holds the end, the line stays absent: a rewind. A line
+    a silent skip. Where Kafka still holds the end, the line stays absent: a rewind; under
+    `start_from: latest` there is nothing to rewind to, and starting at Kafka's latest
+    offset would skip what the archive has not reached, so the line is the archive's end
+    (latest starts only partitions no generation's archive holds). A line
     below Kafka's earliest offset (a rewind, then retention) counts from where the archive
     stops holding what lies between (losses.lost_spans): a rewind cannot lose what the
     archive holds; what it holds of it splits the loss (the spans returned per partition,
     which the plan reports as one anomaly each)."""
+    start_from = config.group(cat.group).start_from
     judged = {t: dict(lines) for t, lines in offsets.items()}
     ends: dict[str, dict[int, int]] = {}
     spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
@@ -229,6 +233,9 @@ def _judged(cat: catalog.Catalog, config: Config, states: list[planning.Partitio
         end = ends[s.topic].get(s.partition)
         if end is not None and end < s.earliest:
             judged.setdefault(s.topic, {})[s.partition] = end
+        elif end is not None and start_from == "latest":  # (an archive beyond
+            # Kafka's latest offset, of an earlier generation: nothing there to skip)
+            judged.setdefault(s.topic, {})[s.partition] = min(end, s.latest)
     return judged, spans
 
 
@@ -245,16 +252,16 @@ def _lines_caught_up(group: Group, offsets: dict[str, dict[int, int]],
                      judged: dict[str, dict[int, int]], slices: list[planning.Slice],
                      anomalies: list[Anomaly]) -> list[planning.Slice]:
     """A slice of no offsets for each line judged from further on than it says (below
-    Kafka's earliest offset, with the archive holding what lies between) where nothing
-    else is planned for its partition: the commit moves the line there, which no archiving
-    would (nothing new in Kafka), so the partition is not judged again run after run."""
+    Kafka's earliest offset, with the archive holding what lies between; or a line deleted
+    under `start_from: latest`, judged at its archive's end) where nothing else is planned
+    for its partition: the commit moves the line there, which no archiving would (nothing
+    new in Kafka), so the partition is not judged again run after run."""
     planned = {(s.topic, s.partition) for s in slices}
     held_out = {a.topic for a in planning.held(anomalies)}
     return [planning.Slice(topic, p, at, at, group.policy_for(topic).max_bytes)
             for topic, lines in judged.items() if topic not in held_out
             for p, at in sorted(lines.items())
-            if p in offsets.get(topic, {}) and offsets[topic][p] < at
-            and (topic, p) not in planned]
+            if offsets.get(topic, {}).get(p, -1) < at and (topic, p) not in planned]
 
 
 class RunFolderTaken(TerminalError):

@@ -24,6 +24,7 @@ from kafka_archive import catalog, layout
 from kafka_archive.airflow import alerting, tasks
 from kafka_archive.audit import incremental
 from kafka_archive.audit.reconcile import MonitoringEvent
+from kafka_archive.archive.archived_files import read_archived
 from kafka_archive.manifest import row_files
 
 WINDOW_MS = 60_000
@@ -130,6 +131,9 @@ class AuditModel:
         if not files:
             return
         url = max(files)
+        partition = next(r["partition"] for r in rows for f in row_files(r) if f["url"] == url)
+        self.world.destroyed.setdefault((topic, partition), set()).update(
+            record.offset for record in read_archived(self.world.plain, url))
         self.world.plain.delete(url)
         self.deleted_files.add(url)
         out.add(f"deleted {url.rsplit('/', 3)[-3:]}")

@@ -73,11 +73,12 @@ def next_step(rng: random.Random, world: World) -> tuple:
             (None, 0, 0, 3600)))
     offsets_reused = world.shape in ("files", "s3")  # (file names by generation)
     if rng.random() < 0.02:  # a person changes a setting between runs
-        name = rng.choice(("on_retention_gap", "min_records")
+        name = rng.choice(("on_retention_gap", "min_records", "start_from")
                           + (("compression",) if world.tables is None else ())
                           + (("generation",) if offsets_reused else ()))
         return ("setting", name, rng.choice(("fail", "skip")) if name == "on_retention_gap"
                 else rng.choice(("none", "gzip")) if name == "compression"
+                else rng.choice(("latest", "earliest")) if name == "start_from"
                 else 1 if name == "generation" else rng.choice((1, 3)))
     if offsets_reused and rng.random() < 0.015:  # an unclean leader election
         return ("truncate", topic, partition, rng.randint(1, 8))

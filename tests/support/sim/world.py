@@ -422,6 +422,9 @@ class World:
         # (topic, partition, generation) -> offsets a current row has held
         self.ever_archived: dict[tuple[str, int, int], set[int]] = {}
         self.unarchivable: dict[tuple[str, int], set[int]] = {}  # deleted with no token line
+        # offsets of archived files a person deleted (the audit world): once Kafka no
+        # longer holds them either, nothing can archive them again (the audit says MISSING)
+        self.destroyed: dict[tuple[str, int], set[int]] = {}
         # the mails, as the library decides them (its records on a storage no kill stops:
         # a callback's bookkeeping is not what the simulation explores), and the model of
         # what each incident deserves that they are checked against
@@ -605,6 +608,11 @@ class World:
         self.unarchivable.setdefault((topic, partition), set()).update(range(p.end, passed))
         out.add(f"unclean election: {topic}/{partition} cut to "
                 f"{self.kafka.topics[topic][partition].end} (messages {_ranges(set(gone))})")
+
+    def _destroyed(self, where: tuple[str, int]) -> set[int]:
+        """What a person's deletion of archived files took and Kafka no longer holds."""
+        p = self._partition(*where)
+        return {o for o in self.destroyed.get(where, ()) if p is None or o not in p.messages}
 
     def _ever_archived(self, topic: str, partition: int) -> set[int]:
         return {o for (t, p, _), offsets in self.ever_archived.items() if (t, p) == (topic, partition)
@@ -963,8 +971,9 @@ class World:
     def _setting(self, out: Outcome, name: str, value):
         """A person changes a group setting between runs: `on_retention_gap` (fail or
         skip: a retention gap held for a person, or recorded as a loss and skipped), the
-        policy's `min_records` (fewer pending wait until the oldest is max_delay old) or a
-        SequenceFile group's `compression`."""
+        policy's `min_records` (fewer pending wait until the oldest is max_delay old),
+        `start_from` (latest: a partition the archive never held starts at Kafka's end) or
+        a SequenceFile group's `compression`."""
         if name == "generation":  # new file names from the next plan on (DESIGN)
             self.config = replace(self.config, generation=self.config.generation + 1)
             out.add(f"generation: {self.config.generation}")
@@ -1087,6 +1096,7 @@ class World:
 
     def task_plan(self, run: Run) -> str:
         self.storage.task_begins()
+        self._latest_skips()
         with self._in_airflow():
             plan_url = tasks.plan(self.group, run.run_id)
         self._listed_once("plan of " + run.run_id)
@@ -1098,6 +1108,23 @@ class World:
         made = Plan.from_json(self.plain.get_bytes(plan_url))
         return f"plan {made.run_id}: " + ", ".join(
             f"{s.topic}/{s.partition} [{s.start}, {s.end})" for s in made.slices)
+
+    def _latest_skips(self) -> None:
+        """`start_from: latest`: a partition the archive never held starts at Kafka's
+        latest offset, so what is below it now is never asked of the archive. One it holds
+        (a token or a line deleted by a person) goes on from its archive's end: a deleted
+        line does not skip what the archive has not reached yet."""
+        if self.config.group(self.group).start_from != "latest":
+            return
+        cat = catalog.open_catalog(self.plain, self.config, self.group, may_rebuild=True)
+        for topic, parts in sorted(self.kafka.topics.items()):
+            token = self._token(topic)
+            held = rewinds.rows_through(cat, topic)
+            for partition, p in enumerate(parts):
+                if (token is None or partition not in token.offsets) and not (
+                        held.get(partition) or self._ever_archived(topic, partition)):
+                    self.unarchivable.setdefault((topic, partition), set()).update(
+                        o for o in p.produced if o < p.end)
 
     def task_job(self, run: Run) -> str:
         """ArchiveOperator: the job launched (spark-submit), its driver recording a
@@ -1395,7 +1422,7 @@ class World:
                         for o in offsets}
                 needed = ({o for o in p.produced if o < next_offset}
                           - held - accepted.get(where, set())
-                          - self.unarchivable.get(where, set()))
+                          - self.unarchivable.get(where, set()) - self._destroyed(where))
                 if needed:
                     raise Violation("hole", f"{topic}/{partition}: token at {next_offset} but "
                                     f"offsets {_ranges(needed)} are in no current row and no "
@@ -1416,7 +1443,7 @@ class World:
                                     "current row: a reader of the folders reads it too")
         if quiet:
             for where, offsets in self.ever_archived.items():
-                if gone := offsets - held_now.get(where, set()):
+                if gone := offsets - held_now.get(where, set()) - self._destroyed(where[:2]):
                     raise Violation("lost", f"{where[0]}/{where[1]} offsets {_ranges(gone)} "
                                     f"were archived (generation {where[2]}) and are in no "
                                     "current row now")

@@ -230,3 +230,30 @@ def test_rewind_to_the_start_of_a_file_counts_the_files_the_next_run_moves(archi
                        f"archived file {archive.archive_root}/backup/t/partition=1/"
                        f"1_1_{10:020d}.seq (offsets 10..19), which is archived again whole); "
                        "the next run moves 2 archived files aside and archives from 10"]
+
+
+@pytest.mark.parametrize("start_from, judged", [("earliest", {}), ("latest", {"t": {0: 20}})])
+def test_a_deleted_line_goes_on_from_the_archive_under_start_from_latest(archive, start_from,
+                                                                         judged):
+    """Deleting a line means "archive again from start_from". Under `latest` there is no
+    earlier spot to go back to, and Kafka's latest offset (30) would skip [20, 30), which
+    no file holds: the line is the archive's end, and a slice of no offsets writes it
+    where nothing else is planned (the simulation found the skip: seed 40172)."""
+    from dataclasses import replace
+
+    from kafka_archive.plan import runs
+    from kafka_archive.plan.planning import PartitionState
+
+    write_file(archive, 0, range(0, 20))
+    group = replace(archive.group("backup"), start_from=start_from)
+    config = replace(archive, groups={**archive.groups, "backup": group})
+    cat = catalog.open_catalog(Storage(), config, "backup")
+    states = [PartitionState("t", 0, 0, 30), PartitionState("t", 1, 0, 30)]  # 1: never archived
+    assert runs._judged(cat, config, states, {"t": {}}) == ({"t": {}} | judged, {})
+    caught_up = runs._lines_caught_up(group, {"t": {}}, {"t": {}} | judged, [], [])
+    assert [(s.partition, s.start, s.end) for s in caught_up] == [
+        (p, at, at) for p, at in judged.get("t", {}).items()]
+    # an earlier generation's archive beyond Kafka's latest offset (an unclean election,
+    # then a new generation): nothing to skip up to Kafka's latest offset, which it is then
+    short = [PartitionState("t", 0, 0, 12)]
+    assert runs._judged(cat, config, short, {})[0] == ({"t": {0: 12}} if judged else {})
