@@ -114,18 +114,20 @@ def check_authentication(config: Config, bootstrap: str | None = None,
                "variable)") + "; retrying will not help")
 
 
-def consumer(config: Config, bootstrap: str | None = None) -> KafkaConsumer:
+def consumer(config: Config, bootstrap: str | None = None,
+             isolation: str | None = None) -> KafkaConsumer:
     """A consumer for metadata and offset look-ups; it joins no consumer group and commits
     nothing: progress lives in token files only. Reaching the broker is retried a few
     times (a broker restarting); then the run fails as transient. Refused credentials
-    fail at once (check_authentication)."""
+    fail at once (check_authentication). isolation: instead of the config's level (the
+    finalizer's look past the last stable offset, at what an open transaction holds back)."""
     from kafka import KafkaConsumer
 
     check_authentication(config, bootstrap)
     where = f"Kafka at {bootstrap or config.bootstrap_servers}"
     return LookupRetrying(retries.call(
         lambda: KafkaConsumer(group_id=None, enable_auto_commit=False, request_timeout_ms=30000,
-                              isolation_level=isolation_level(config),
+                              isolation_level=isolation or isolation_level(config),
                               **python_client_settings(config, bootstrap)),
         f"{where} is unreachable"), where)
 
@@ -295,6 +297,8 @@ def timestamps_at(consumer: KafkaConsumer, offsets: dict[TopicPartition, int],
         return {}
     ends = consumer.end_offsets(list(offsets))
     wanted = {tp: o for tp, o in offsets.items() if o < ends[tp]}
+    if not wanted:
+        return {}
     consumer.assign(list(wanted))
     for tp, offset in wanted.items():
         consumer.seek(tp, offset)

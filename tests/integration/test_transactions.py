@@ -1,7 +1,8 @@
 """Transactions through the real data path (librdkafka, read_committed): committed
 messages are archived once, aborted ones never, their offsets and the markers are gaps, a
 range ending in an aborted transaction ends without waiting, and an open transaction
-holds the plan at the last stable offset instead of stalling the job."""
+holds the plan at the last stable offset instead of stalling the job, and holds back how
+far the topic counts as archived (the finalizer's and the audit's measure)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from kafka_archive import config, layout
+from kafka_archive import brokers, config, layout
 from kafka_archive.airflow import connections
+from kafka_archive.commit import finalizing
 from tests.support.pipeline import Pipeline
 
 
@@ -67,14 +69,32 @@ def test_committed_messages_are_archived_aborted_ones_are_gaps(pipeline, kafka, 
 
     # an open transaction: planned only up to the last stable offset, so the job does not
     # wait for it; once committed, the next run takes its messages
+    opened_ms = int(time.time() * 1000)
     producer.begin_transaction()
     producer.produce(topic, b"open-0", partition=0)
     producer.produce(topic, b"open-1", partition=0)
     producer.flush()
+    flushed_ms = int(time.time() * 1000)
     assert pipeline.plan("tx-2") is None  # nothing stable beyond offset 18 yet
+    # the token is at the last stable offset, but the topic is not archived up to now:
+    # the open transaction's first message is not (a finalized hour, an audit window)
+    now_ms = flushed_ms + 3_600_000
+    assert opened_ms - 1000 <= archived_through(pipeline, topic, now_ms) <= flushed_ms
     producer.commit_transaction()
     plan_url = pipeline.plan("tx-3")
     pipeline.archive_to_end(plan_url)
     pipeline.commit(plan_url)
     assert [r[4] for r in pipeline.archived_records() if r[2] >= 18] == [b"open-0", b"open-1"]
     assert pipeline.token_offsets() == {topic: {0: 21}}
+    assert archived_through(pipeline, topic, now_ms) == now_ms
+
+
+def archived_through(pipeline: Pipeline, topic: str, now_ms: int) -> int | None:
+    """How far the finalizer and the audit take the topic as archived, as the tasks ask."""
+    cfg = config.load(pipeline.config_path)
+    consumer = brokers.consumer(cfg)
+    try:
+        return finalizing.archived_through(cfg, cfg.group("backup"), connections.token_store(cfg),
+                                           consumer, now_ms)[topic]
+    finally:
+        consumer.close()

@@ -603,7 +603,16 @@ FINAL_HOUR_REWOUND_NEVER_ANNOUNCED_AGAIN = [
 RETRIED_JOB_AFTER_THE_LOG_CLEANER = [
     ("produce", "t", 0, 5, False, 0), ("produce", "t", 1, 3, False, 90),
     ("run", "scheduled__2026-01-01T00:22:00+00:00", 0, 7, 0), ("compact_log", "t", 1, 2)]
+# (seed 43198) start_from: latest began u/0 past an aborted transaction's offsets; back
+# at earliest, a deleted line's rewind, capped at 6 records, left [6, 10) between its
+# file and the old ones: verify called it a hole, though the token (6) is below it
+CAPPED_REWIND_BELOW_WHERE_LATEST_BEGAN = [
+    ("setting", "start_from", "latest"), ("abort", "u", 0, 9),
+    ("run", "scheduled__2026-01-01T00:08:00+00:00", 0, 0, 0), ("setting", "start_from", "earliest"),
+    ("produce", "u", 0, 3, False, 0), ("run", "scheduled__2026-01-01T00:52:00+00:00", 0, 0, 0),
+    ("delete_line", "u", 0), ("run", "scheduled__2026-01-01T00:59:00+00:00", 0, 0, 0)]
 FOUND_IN_EVENTS = {"rewind of a topic listed per partition": REWIND_OF_A_TOPIC_LISTED_PER_PARTITION,
+                   "capped rewind below where latest began": CAPPED_REWIND_BELOW_WHERE_LATEST_BEGAN,
                    "retried job after the log cleaner": RETRIED_JOB_AFTER_THE_LOG_CLEANER,
                    "final hour rewound, never announced again":
                    FINAL_HOUR_REWOUND_NEVER_ANNOUNCED_AGAIN,
@@ -703,7 +712,15 @@ ANNOUNCEMENT_RECORD_LANDED_BUT_FAILED = [  # seed 372: the record that the Asset
     ("task", "scheduled__2026-01-01T00:10:00+00:00", "job", 0),
     ("storage_fault", "scheduled__2026-01-01T00:10:00+00:00", "commit", 8, "lands"),
     ("task", "scheduled__2026-01-01T00:10:00+00:00", "commit", 0)]
+# (seed 180) a transaction left open, then an audited producer's message behind it: the
+# partition was caught up to its last stable offset, so the audit took the topic as
+# archived up to now and judged the window MISSING
+AUDIT_JUDGED_A_WINDOW_AN_OPEN_TRANSACTION_HOLDS_BACK = [
+    ("transaction", "u", 0, 4), ("send", "p1", "u", 0, 1, False, 0), ("time", 5),
+    ("audit", "scheduled__2026-01-01T00:22:00+00:00", 0, False)]
 FOUND_IN_AUDITS = {"audit judged a commit cut short": AUDIT_JUDGED_A_COMMIT_CUT_SHORT,
+                   "audit judged a window an open transaction holds back":
+                       AUDIT_JUDGED_A_WINDOW_AN_OPEN_TRANSACTION_HOLDS_BACK,
                    "audit judged the topic of a plan given up by hand":
                    AUDIT_JUDGED_THE_TOPIC_OF_A_PLAN_GIVEN_UP_BY_HAND,
                    "announcement record landed but failed": ANNOUNCEMENT_RECORD_LANDED_BUT_FAILED,

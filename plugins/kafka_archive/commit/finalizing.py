@@ -3,7 +3,8 @@ can receive no more data.
 
 A time partition [start, end) of a topic is final once every Kafka partition of the topic
 is archived past `end + lateness`: the first message not yet archived of each partition
-(its Kafka timestamp; now, when caught up) is at or after that time. The audit uses the same
+(its Kafka timestamp; now, when caught up, unless an open transaction holds messages
+back: its first message's) is at or after that time. The audit uses the same
 computation (archived_through), so both agree on how far a topic is archived.
 Until then late events are still written into the partition (new files, named by their
 first offset). The topic's watermark, `end` of the newest final partition, is kept in
@@ -142,6 +143,7 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
     """Topic -> time up to which every partition is archived (None: a partition never was)."""
     topics = sorted(t for t in consumer.topics() if group.selects(t))
     lagging: dict[TopicPartition, int] = {}
+    caught_up: dict[TopicPartition, int] = {}  # at their last stable offset
     through: dict[str, int | None] = {}
     for topic in topics:
         try:
@@ -160,7 +162,27 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
                 through[topic] = None
             elif done is not None and done < ends[tp]:
                 lagging[tp] = max(done, earliest[tp])
-    for tp, timestamp in brokers.timestamps_at(consumer, lagging).items():
+            else:
+                caught_up[tp] = ends[tp]
+    for tp, timestamp in [*brokers.timestamps_at(consumer, lagging).items(),
+                          *held_back(config, caught_up).items()]:
         if through[tp.topic] is not None:
             through[tp.topic] = min(through[tp.topic], timestamp)
     return through
+
+
+def held_back(config: Config, stable: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Per partition archived up to its last stable offset, the time of the first message
+    an open transaction holds back there, if one is open: neither that message nor any
+    after it is archived yet, and a reader of committed messages cannot see them (only
+    that its end, the last stable offset, is below the log's). Read past it, uncommitted,
+    for its time alone. Without this, an hour would be final and an audit window judged
+    while an open transaction (a producer hung, up to its transaction timeout) holds
+    back their messages: late files, a false MISSING."""
+    if not stable or brokers.isolation_level(config) != "read_committed":
+        return {}
+    uncommitted = brokers.consumer(config, isolation="read_uncommitted")
+    try:
+        return brokers.timestamps_at(uncommitted, stable)
+    finally:
+        uncommitted.close()

@@ -84,7 +84,7 @@ def check_partition(files: list[FileSummary], token_offset: int | None,
         else:
             findings += _missing(reach.last_offset + 1, f.first_offset,
                                  f"between {reach.url} and {f.url}", known_gaps, retention_skipped,
-                                 elsewhere)
+                                 elsewhere, token_offset)
         if f.last_offset > reach.last_offset:
             reach = f
     end = reach.last_offset + 1
@@ -138,17 +138,24 @@ def _few(offsets: list[int]) -> str:
 
 
 def _missing(start: int, end: int, where: str, known_gaps: Iterable[Range],
-             retention_skipped: Iterable[Range], elsewhere: Iterable[Range] = ()
-             ) -> list[Finding]:
+             retention_skipped: Iterable[Range], elsewhere: Iterable[Range] = (),
+             token_offset: int | None = None) -> list[Finding]:
     """Findings for offsets [start, end) that no file holds: each part is a Kafka gap,
-    held by another generation, a recorded retention loss or a hole."""
+    held by another generation, at or past the token (a rewind in progress, capped by
+    max_records, archives them next: files beyond the token are what it has not reached
+    yet, and below them may lie offsets never archived, as under start_from: latest), a
+    recorded retention loss or a hole."""
     gaps, rest = _split(start, end, known_gaps)
     held, rest = _split_all(rest, elsewhere)
+    pending, rest = _split_all(rest, [] if token_offset is None else [(token_offset, end)])
     lost, holes = _split_all(rest, retention_skipped)
     return ([Finding(GAP, f"offsets {_show(r)} {where}: gap (Kafka has no such offsets)")
              for r in gaps]
             + [Finding(INFO, f"offsets {_show(r)} {where}: held by another generation's files")
                for r in held]
+            + [Finding(INFO, f"offsets {_show(r)} {where}: not archived yet (at or past the "
+                             f"token {token_offset}: the next runs archive them)")
+               for r in pending]
             + [Finding(LOST, f"known loss: offsets {_show(r)} {where}: deleted by retention "
                              "before they were archived, loss accepted") for r in lost]
             + [Finding(ERROR, f"hole: offsets {_show(r)} {where} are in no file") for r in holes])

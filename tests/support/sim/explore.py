@@ -74,11 +74,12 @@ def next_step(rng: random.Random, world: World) -> tuple:
     offsets_reused = world.shape in ("files", "s3")  # (file names by generation)
     if rng.random() < 0.02:  # a person changes a setting between runs
         name = rng.choice(("on_retention_gap", "min_records", "start_from")
-                          + (("compression",) if world.tables is None else ())
+                          + (("compression",) if world.tables is None else ("keep_snapshots",))
                           + (("generation",) if offsets_reused else ()))
         return ("setting", name, rng.choice(("fail", "skip")) if name == "on_retention_gap"
                 else rng.choice(("none", "gzip")) if name == "compression"
                 else rng.choice(("latest", "earliest")) if name == "start_from"
+                else rng.choice((0, 3600, 2 * 86400)) if name == "keep_snapshots"
                 else 1 if name == "generation" else rng.choice((1, 3)))
     if offsets_reused and rng.random() < 0.015:  # an unclean leader election
         return ("truncate", topic, partition, rng.randint(1, 8))
@@ -156,10 +157,16 @@ def next_step(rng: random.Random, world: World) -> tuple:
              if (token := world._token(t)) is not None and token.run_id in failing]
     if named and rng.random() < 0.1:  # a person rewinds (deletes the token) of a topic a
         return ("delete_token", rng.choice(named))  # failing run's commit moved already
+    open_txns = [(t, q) for t, parts in sorted(world.kafka.topics.items())
+                 for q, p in enumerate(parts) if p.open_txn]
+    if open_txns and rng.random() < 0.1:  # an open transaction ends
+        return ("end_transaction", *rng.choice(open_txns), rng.random() < 0.7)
     r = rng.random()
     if r < 0.28:
         if rng.random() < 0.08:  # a producer's transaction aborted
             return ("abort", topic, partition, rng.randint(1, 9))
+        if rng.random() < 0.05:  # one left open: the last stable offset stays behind
+            return ("transaction", topic, partition, rng.randint(1, 9))
         late = rng.choice((0, 0, 0, 10, 90)) if world.shape == "events" else 0
         return ("produce", topic, partition, rng.randint(1, 9), rng.random() < 0.2, late)
     if r < 0.32:
@@ -350,6 +357,10 @@ _SAID = {
     "produce": lambda t, p, n, marker, late=0: f"produce {n} messages to {t}/{p}"
                                                + (f" (events of {late} minutes ago)" if late else "")
                                                + (" and a marker" if marker else ""),
+    "transaction": lambda t, p, n: f"a transaction of {n} messages to {t}/{p} begins and "
+                                   "stays open",
+    "end_transaction": lambda t, p, commit: f"the open transaction of {t}/{p} "
+                                            f"{'commits' if commit else 'aborts'}",
     "abort": lambda t, p, n: f"a transaction of {n} messages to {t}/{p} aborted (no reader "
                              "sees its offsets)",
     "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",

@@ -35,14 +35,29 @@ class Partition:
     # election cut it, and a later message took it again)
     epochs: dict[int, int] = field(default_factory=dict)
     cut: set[int] = field(default_factory=set)  # offsets cut, not taken again yet
+    # an open transaction's messages (offset -> timestamp ms): written, but neither they
+    # nor anything after them is seen by a read_committed reader until it ends
+    open_txn: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def stable(self) -> int:
+        """The last stable offset: a read_committed reader's end of the log."""
+        return min(self.open_txn, default=self.end)
 
     def append(self, count: int, now_ms: int, marker: bool, late_ms: int = 0,
-               source: str | None = None, value: bytes | None = None) -> None:
-        """late_ms: the messages' events happened this long before they are produced."""
+               source: str | None = None, value: bytes | None = None,
+               transaction: bool = False) -> None:
+        """late_ms: the messages' events happened this long before they are produced.
+        transaction: in a transaction left open (see end_transaction)."""
         for _ in range(count):
             if self.end in self.cut:  # another message at an offset once held
                 self.cut.discard(self.end)
                 self.epochs[self.end] = self.epochs.get(self.end, 0) + 1
+            if transaction:
+                self.open_txn[self.end] = self.created_ms[self.end] = now_ms
+                self.event_ms[self.end] = now_ms - late_ms
+                self.end += 1
+                continue
             self.messages[self.end] = self.created_ms[self.end] = now_ms
             self.event_ms[self.end] = now_ms - late_ms
             if source is not None:
@@ -54,6 +69,17 @@ class Partition:
         if marker:  # a transaction's commit marker takes an offset no reader sees
             self.end += 1
 
+    def end_transaction(self, commit: bool) -> None:
+        """The open transaction ends: committed, its messages are seen from now on;
+        aborted (or timed out), never. Its marker takes an offset either way."""
+        if not self.open_txn:
+            return
+        if commit:
+            self.messages.update(self.open_txn)
+            self.produced.update(self.open_txn)
+        self.open_txn.clear()
+        self.end += 1
+
     def abort(self, count: int) -> None:
         """A transaction of count messages aborted: their offsets and its abort marker
         are taken, and no read_committed reader sees any of them."""
@@ -63,7 +89,7 @@ class Partition:
         """The log cleaner removes up to count messages below the active segment (every
         other one from the log's start, as superseded records of a key would be; the last
         two stay): the message offsets it removed. The log's start offset does not move."""
-        cleanable = sorted(o for o in self.messages if o < self.end - 2)
+        cleanable = sorted(o for o in self.messages if o < min(self.end - 2, self.stable))
         gone = cleanable[::2][:count]
         for o in gone:
             del self.messages[o]
@@ -78,13 +104,16 @@ class Partition:
         for o in gone:  # lost with the old leader: no longer a message to archive
             del self.messages[o]
             self.produced.discard(o)
+        for o in [o for o in self.open_txn if o >= end]:  # (its end's marker may come)
+            del self.open_txn[o]
         self.cut.update(range(end, self.end))
         self.end = end
         return gone
 
     def retain_from(self, offset: int) -> list[int]:
-        """Retention deletes every offset below offset; the message offsets it deleted."""
-        offset = min(offset, self.end)
+        """Retention deletes every offset below offset (never past the last stable
+        offset); the message offsets it deleted."""
+        offset = min(offset, self.stable)
         gone = [o for o in self.messages if o < offset]
         for o in gone:
             del self.messages[o]
@@ -159,9 +188,9 @@ class Kafka:
         """The topics a client sees (whether Kafka is reachable or not)."""
         return (set(self.topics) | set(self.internal)) - self.deleted
 
-    def consumer(self) -> Consumer:
+    def consumer(self, isolation: str | None = None) -> Consumer:
         self.reachable()
-        return Consumer(self)
+        return Consumer(self, committed=isolation != "read_uncommitted")
 
     def range_consumer(self) -> RangeConsumer:
         """What brokers.range_consumer gives the job: librdkafka's consumer."""
@@ -210,7 +239,8 @@ class RangeConsumer:
     consume, unassign), as the broker answers: from the earliest offset left where
     retention deleted the assigned one (auto.offset.reset earliest), messages in offset
     order past the slice's end too (the reader must stop at it), offsets no reader sees
-    skipped, an end-of-partition event at the log's end, nothing of a deleted topic but
+    skipped, an end-of-partition event at the log's end (its last stable offset: it reads
+    committed messages only), nothing of a deleted topic but
     that event."""
 
     def __init__(self, kafka: Kafka):
@@ -227,12 +257,12 @@ class RangeConsumer:
             return [_Message(error=_EndOfPartition())]
         p = self.kafka.topics[topic][partition]
         position = max(position, p.earliest)
-        offsets = sorted(o for o in p.messages if o >= position)[:count]
+        offsets = sorted(o for o in p.messages if position <= o < p.stable)[:count]
         found = [_Message(o, self.kafka.key(o), self.kafka.value(topic, partition, o),
                           p.messages[o], headers=self.kafka.headers(topic, partition, o))
                  for o in offsets]
-        self.at = (topic, partition, (offsets[-1] + 1) if offsets else p.end)
-        if len(found) < count:  # the rest of the log read: its end
+        self.at = (topic, partition, (offsets[-1] + 1) if offsets else p.stable)
+        if len(found) < count:  # the rest of the log read: its (last stable) end
             found.append(_Message(error=_EndOfPartition()))
         return found
 
@@ -245,10 +275,11 @@ class RangeConsumer:
 
 class Consumer:
     """The kafka-python KafkaConsumer calls the plan, the job's driver, rewind and
-    accept-loss make."""
+    accept-loss make; committed: read_committed (the config's level), else an open
+    transaction's messages are seen too, and the log's end is its high watermark."""
 
-    def __init__(self, kafka: Kafka):
-        self.kafka = kafka
+    def __init__(self, kafka: Kafka, committed: bool = True):
+        self.kafka, self.committed = kafka, committed
         self.positions: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
 
@@ -263,18 +294,27 @@ class Consumer:
     def _part(self, tp: TopicPartition) -> Partition:
         return self.kafka.partitions(tp.topic)[tp.partition]
 
+    def _end(self, p: Partition) -> int:
+        return p.stable if self.committed else p.end
+
+    def _seen(self, p: Partition) -> dict[int, int]:
+        """offset -> timestamp of each message this reader sees."""
+        return {o: t for o, t in (p.messages.items() if self.committed else
+                                  [*p.messages.items(), *p.open_txn.items()])
+                if o < self._end(p)}
+
     def beginning_offsets(self, tps) -> dict:
         return {tp: self._part(tp).earliest for tp in tps}
 
-    def end_offsets(self, tps) -> dict:
-        return {tp: self._part(tp).end for tp in tps}
+    def end_offsets(self, tps) -> dict:  # (read_committed: the last stable offset)
+        return {tp: self._end(self._part(tp)) for tp in tps}
 
     def offsets_for_times(self, wanted: dict) -> dict:
         found = {}
         for tp, ms in wanted.items():
-            hits = sorted(o for o, t in self._part(tp).messages.items() if t >= ms)
-            found[tp] = OffsetAndTimestamp(hits[0], self._part(tp).messages[hits[0]], None) \
-                if hits else None
+            seen = self._seen(self._part(tp))
+            hits = sorted(o for o, t in seen.items() if t >= ms)
+            found[tp] = OffsetAndTimestamp(hits[0], seen[hits[0]], None) if hits else None
         return found
 
     # reading messages, as far as brokers.timestamps_at reads them (the finalizer)
@@ -300,18 +340,19 @@ class Consumer:
         polled = {}
         for tp, position in self.positions.items():
             p = self._part(tp)
-            held = [o for o in p.messages if o >= max(position, p.earliest)]
+            seen = self._seen(p)
+            held = [o for o in seen if o >= max(position, p.earliest)]
             if tp in self.paused:
                 continue
             if held:
                 first = min(held)
-                polled[tp] = [SimpleNamespace(offset=first, timestamp=p.messages[first],
+                polled[tp] = [SimpleNamespace(offset=first, timestamp=seen[first],
                                               key=self.kafka.key(first),
                                               value=self.kafka.value(tp.topic, tp.partition,
                                                                      first))]
                 self.positions[tp] = first + 1
             else:
-                self.positions[tp] = p.end
+                self.positions[tp] = self._end(p)
         return polled
 
     def close(self) -> None:

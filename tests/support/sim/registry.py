@@ -41,7 +41,7 @@ TOPICS = ("t", "u", "v", "v_dlq", "t_dlq")  # every topic a sequence may have (w
 UNKNOWN_ID = 99_999
 GROUP_SPEC = ("layout: {kind: event_time, granularity: hour}, lateness: 5m, "
               "parser: {kind: 'tests.support.sim.registry:SimAvroParser', field: ts}, "
-              "format: {kind: parquet}, table: {namespace: sim}")
+              "format: {kind: parquet}, table: {namespace: sim, keep_snapshots: 0}")
 
 
 @functools.cache

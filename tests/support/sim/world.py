@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from unittest.mock import patch
 
 from kafka_archive import brokers, catalog, layout, manifest as manifests
@@ -355,7 +356,7 @@ class CheckedMailings(Mailings):
 
 SHAPES = {
     "files": ("backup", "format: {kind: sequencefile, compression: none}"),
-    "tables": ("tables", "format: {kind: parquet}, table: {namespace: sim}"),
+    "tables": ("tables", "format: {kind: parquet}, table: {namespace: sim, keep_snapshots: 0}"),
     "events": ("events", "layout: {kind: event_time, granularity: hour}, lateness: 5m, "
                          "parser: {kind: json, field: ts, unit: ms}, "
                          "format: {kind: sequencefile, compression: none}"),
@@ -363,7 +364,7 @@ SHAPES = {
     # JSON) a row of the topic's dead-letter table `<topic>_dlq`
     "parsed": ("parsed", "layout: {kind: event_time, granularity: hour}, lateness: 5m, "
                          "parser: {kind: json, field: ts, unit: ms}, format: {kind: parquet}, "
-                         "table: {namespace: sim}"),
+                         "table: {namespace: sim, keep_snapshots: 0}"),
     # the same with Avro values read through a Schema Registry (sim.registry): typed
     # columns, a table evolved by a new schema version, dead letters for a conflicting
     # version, an unknown schema id and a value that is no Avro
@@ -533,6 +534,16 @@ class World:
         created (a shrunk sequence may lack the step that created it), or it has fewer."""
         parts = [] if topic in self.kafka.deleted else self.kafka.topics.get(topic, [])
         return parts[partition] if partition < len(parts) else None
+
+    def _transaction(self, out: Outcome, topic: str, partition: int, count: int):
+        """A producer's transaction of count messages, left open: the partition's last
+        stable offset stays below them (and all after them) until it ends."""
+        if (p := self._partition(topic, partition)) and not p.open_txn:
+            p.append(count, self._now_ms(), False, transaction=True)
+
+    def _end_transaction(self, out: Outcome, topic: str, partition: int, commit: bool):
+        if p := self._partition(topic, partition):
+            p.end_transaction(commit)
 
     def _abort(self, out: Outcome, topic: str, partition: int, count: int):
         if p := self._partition(topic, partition):
@@ -920,26 +931,17 @@ class World:
 
     def _maintain(self, out: Outcome, crash: int):
         """A table group's maintenance task (airflow.tasks.expire_snapshots), a day
-        later: every snapshot but the current one expires (their replaced files deleted),
-        and files of runs that never committed are swept."""
+        later: snapshots older than the group's keep_snapshots expire (their replaced
+        files deleted), and files of runs that never committed are swept."""
         if self.tables is None:
             return
         self.now += timedelta(days=1)
         self.faults.arm(crash)
         try:
-            for topic, dead_letters in ((t, d) for t in sorted(self.kafka.topics)
-                                        for d in self.tables.kinds(self.group)):
-                table = self.tables.find(self.group, topic, dead_letters)
-                if table is not None and not table_maintenance.settled(
-                        table, self.storage, self.config, self.group, topic):
-                    out.add(f"maintenance of {topic}: waits (a run not committed yet)")
-                elif table is not None:
-                    # snapshots carry the wall clock's time, the plans the simulated one
-                    done = table_maintenance.expire(table, 0, int(time.time() * 1000) + 1)
-                    swept = table_maintenance.remove_orphans(
-                        table, self.storage, self.config.archive_root, self.group, 0,
-                        self._now_ms())
-                    out.add(f"maintenance of {topic}: {done}, {swept} orphans")
+            with self._in_airflow():
+                done = tasks.expire_snapshots(self.group)
+            for table, figures in sorted(done.items()):
+                out.add(f"maintenance of {table}: {figures}")
         except Crash as kill:
             out.add(f"maintenance: killed before {kill}")
         except ArchiveError as failed:
@@ -972,8 +974,8 @@ class World:
         """A person changes a group setting between runs: `on_retention_gap` (fail or
         skip: a retention gap held for a person, or recorded as a loss and skipped), the
         policy's `min_records` (fewer pending wait until the oldest is max_delay old),
-        `start_from` (latest: a partition the archive never held starts at Kafka's end) or
-        a SequenceFile group's `compression`."""
+        `start_from` (latest: a partition the archive never held starts at Kafka's end),
+        a table group's `keep_snapshots` or a SequenceFile group's `compression`."""
         if name == "generation":  # new file names from the next plan on (DESIGN)
             self.config = replace(self.config, generation=self.config.generation + 1)
             out.add(f"generation: {self.config.generation}")
@@ -981,6 +983,8 @@ class World:
         group = self.config.group(self.group)
         if name == "min_records":
             group = replace(group, policy=replace(group.policy, min_records=value))
+        elif name == "keep_snapshots":  # seconds a replaced snapshot stays readable
+            group = replace(group, table=replace(group.table, keep_snapshots_s=value))
         elif name == "compression":  # the files a rewind writes again differ in bytes
             group = replace(group, format=replace(group.format, compression=value))
         else:
@@ -1085,13 +1089,25 @@ class World:
                             storage=lambda conn_id=None: self.storage,
                             token_store=lambda cfg: self.tokens,
                             iceberg_tables=lambda cfg: self.tables), \
-                patch.object(brokers, "consumer",
-                             lambda cfg, bootstrap=None: self.kafka.consumer()), \
+                patch.object(brokers, "consumer", lambda cfg, bootstrap=None, isolation=None:
+                             self.kafka.consumer(isolation)), \
                 patch.object(runs, "now_utc", lambda: self.now), \
                 patch.object(alerting, "mailings", lambda cfg, group, context=None: self.mailings), \
                 patch.object(preflight, "conditional_writes", lambda *args: None), \
                 patch.object(mirror, "mirror", lambda *args: None), \
-                patch.object(parquet, "concatenate", _bounded_concatenate):
+                patch.object(parquet, "concatenate", _bounded_concatenate), \
+                self._snapshots_on_the_clock():
+            yield
+
+    @contextmanager
+    def _snapshots_on_the_clock(self):
+        """A table snapshot's time is the simulated clock's: keep_snapshots is judged by it."""
+        if self.tables is None:
+            yield
+            return
+        from pyiceberg.table import snapshots
+
+        with patch.object(snapshots, "time", SimpleNamespace(time=lambda: self.now.timestamp())):
             yield
 
     def task_plan(self, run: Run) -> str:
@@ -1124,7 +1140,7 @@ class World:
                 if (token is None or partition not in token.offsets) and not (
                         held.get(partition) or self._ever_archived(topic, partition)):
                     self.unarchivable.setdefault((topic, partition), set()).update(
-                        o for o in p.produced if o < p.end)
+                        o for o in p.produced if o < p.stable)
 
     def task_job(self, run: Run) -> str:
         """ArchiveOperator: the job launched (spark-submit), its driver recording a
@@ -1202,8 +1218,8 @@ class World:
                                 "it from start_from again")
 
     def task_finalize(self, run_id: str) -> dict:
-        return finalizing.finalize(self.config, self.config.group(self.group), self.storage,
-                                   self.tokens, self.kafka.consumer(), self._now_ms(), run_id)
+        with self._in_airflow():
+            return tasks.finalize(self.group, run_id)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -1568,6 +1584,9 @@ class World:
         at Kafka's end and nothing is in flight."""
         said, idle = [], 0
         self.kafka.down = False  # what a failure's mail tells a person to see to
+        for parts in self.kafka.topics.values():  # (a producer's timeout aborts the rest)
+            for p in parts:
+                p.end_transaction(commit=True)
         for topic in list(self.broken):
             self._fix_token(Outcome(), topic)
         for n in range(40):
@@ -1660,7 +1679,7 @@ class World:
                 continue  # its token waits for a person (the mail says so), as designed
             token = self._token(topic)
             for partition, p in enumerate(parts):
-                if p.end > 0 and (token is None or token.offsets.get(partition) != p.end):
+                if p.stable > 0 and (token is None or token.offsets.get(partition) != p.stable):
                     return False
         return True
 

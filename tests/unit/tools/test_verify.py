@@ -101,6 +101,19 @@ def test_files_beyond_the_token_are_noted_as_uncommitted():
                                        "wrote them but has not committed yet"]
 
 
+def test_offsets_between_files_at_or_past_the_token_are_no_hole_yet():
+    """A capped rewind below where start_from: latest began (seed 43198): its first slice
+    [0, 6) is archived, the token is at 6, the old files start at 10. [6, 10) was never
+    archived and the next run archives it; below the token it would be a hole."""
+    rewound, old = _file(0, 5), _file(10, 19)
+    findings = check_partition([rewound, old], 6, [])
+    assert _levels(findings, ERROR) == []
+    assert f"offsets [6, 10) between {rewound.url} and {old.url}: not archived yet (at or past " \
+           "the token 6: the next runs archive them)" in _levels(findings, INFO)
+    errors = _levels(check_partition([rewound, old], 8, []), ERROR)
+    assert errors == [f"hole: offsets [6, 8) between {rewound.url} and {old.url} are in no file"]
+
+
 def test_without_a_token_the_tail_is_not_checked():
     assert check_partition([_file(0, 9)], None, []) == []
 
