@@ -997,8 +997,16 @@ def test_the_change_check_finds_a_commit_that_overwrites_a_persons_rewind(tmp_pa
         bucket, key = storage.split_s3_url(url)
         return client.put_object(Bucket=bucket, Key=key, Body=data)["ETag"]
     with patch.object(storage, "s3_compare_and_swap", unconditional):
-        found = _first_violation(tmp_path, "s3", seeds=8)
-    assert found and found.violation.kind == "change undone", found and found.violation
+        found = explore.run_steps(TOKEN_DELETED_UNDER_A_STALLED_JOB, tmp_path / "world",
+                                  shape="s3")
+    assert found.violation and found.violation.kind == "change undone", found.violation
+
+
+# (seed 19, the unconditional write above) a run whose job fails to launch, its token deleted
+TOKEN_DELETED_UNDER_A_STALLED_JOB = [
+    ("race", "scheduled__2026-01-01T00:10:00+00:00", "commit", 7, "rewind", "t", False, 0),
+    ("produce", "t", 0, 7, False, 0), ("clear_run", "scheduled__2026-01-01T00:10:00+00:00", 0),
+    ("run", "scheduled__2026-01-01T00:21:00+00:00", 0, -1, 0), ("delete_token", "t")]
 
 
 def _first_violation(tmp_path, shape: str, seeds: int):
@@ -1054,3 +1062,23 @@ def test_each_planted_mutant_still_finds_its_code():
     for mutant in mutants.MUTANTS:
         text = (mutants.LIBRARY / "kafka_archive" / mutant.path).read_text()
         assert text.count(mutant.old) == 1, (mutant.name, mutant.path, text.count(mutant.old))
+
+
+def test_a_partition_without_a_leader_holds_its_topic_and_the_others_go_on(tmp_path):
+    """One partition offline (issue 56): its topic is held, mailed once, and archived once
+    Kafka serves it again; the group's other topics are archived meanwhile."""
+    world = World(tmp_path / "world")
+    for step in [("produce", "t", 0, 3, False, 0), ("produce", "u", 0, 2, False, 0),
+                 ("offline", "u", 0, True), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
+                 ("produce", "t", 0, 1, False, 0),
+                 ("run", "scheduled__2026-01-01T00:10:00+00:00", 0, 0, 0)]:
+        world.step(step)
+    assert world._token("t").offsets == {0: 4} and world._token("u") is None
+    [mail] = world.mailbox  # once, though both runs held it
+    assert mail.about == ("unavailable u -1 0",) and "u left out" in mail.subject
+    assert "u: Kafka gives no offsets of this topic (a partition without a leader?)" in mail.html
+    assert "once Kafka serves its every partition again" in mail.html
+    world.step(("offline", "u", 0, False))
+    world.step(("run", "scheduled__2026-01-01T00:15:00+00:00", 0, 0, 0))
+    assert world._token("u").offsets == {0: 2}
+    world.check(final=True)

@@ -24,6 +24,7 @@ from kafka import TopicPartition
 
 from kafka_archive import brokers, catalog, layout
 from kafka_archive.config import Config, Group
+from kafka_archive.errors import TransientError
 from kafka_archive.plan import inflight
 from kafka_archive.storage import Storage
 from kafka_archive.tokens import MalformedTokenError, TokenStore
@@ -154,7 +155,12 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
             continue
         offsets = dict(token.offsets) if token else {}
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        try:
+            earliest, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        except TransientError as exc:  # a partition without a leader: this topic waits
+            log.warning("%s: not finalized while Kafka gives no offsets of it: %s", topic, exc)
+            through[topic] = None
+            continue
         through[topic] = now_ms
         for tp in tps:
             done = offsets.get(tp.partition)

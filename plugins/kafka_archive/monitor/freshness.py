@@ -8,12 +8,15 @@ reads Kafka's side with kafka-python.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Iterable
 
 from kafka_archive.config import Group
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,10 @@ def observe(consumer, group: Group, tokens: dict[str, dict[int, int]],
     in_run = {(r["topic"], r["partition"]): r for r in manifest_rows if r["records"]}
     found = []
     only, skipped = set(topics), set(unreadable)  # no token to measure from: not measured
-    for s in planning.observe(consumer, group):
+    observed = planning.observe(consumer, group)
+    for topic, why in sorted(observed.unavailable.items()):
+        log.warning("%s: not measured: %s", topic, why)
+    for s in observed.states:
         if (only and s.topic not in only) or s.topic in skipped:
             continue
         token = tokens.get(s.topic, {}).get(s.partition)

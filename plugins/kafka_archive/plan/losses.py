@@ -35,18 +35,18 @@ class AcceptLossError(TerminalError):
     """Nothing to accept, or not now; nothing was written."""
 
 
-def archived_through(cat: catalog.Catalog, topic: str, generation: int | None = None
-                     ) -> dict[int, int]:
+def archived_through(cat: catalog.Catalog, topic: str, generation: int | None = None,
+                     spots: bool = True) -> dict[int, int]:
     """Per partition, one past the highest offset the archive accounts for (in any
     generation, or one): its current rows, the spot a plan began it at without archiving
     (catalog.plan_marks) and the losses recorded. A partition whose token line is gone
     (deleted by a person, to archive it again) is checked against this: what Kafka
     deleted above it was never archived, and is a loss like any retention gap, not a
     silent skip (a new generation begun since included: what an older one holds is not
-    lost)."""
+    lost). spots=False: the rows and the losses only."""
     found = rows_through(cat, topic, generation)
     held = cat.state.topics.get(topic)
-    for key, offset in (held.spots.items() if held else ()):
+    for key, offset in (held.spots.items() if held and spots else ()):
         partition, spot_generation = key_part(key)
         if generation is None or spot_generation == generation:
             found[partition] = max(found.get(partition, 0), offset)

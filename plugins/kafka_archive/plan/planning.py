@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from kafka_archive.config import Group, Policy
-from kafka_archive.errors import TerminalError
+from kafka_archive.errors import TerminalError, TransientError
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Anomaly:
     `on_retention_gap: skip`), the topic is `held`: left out of the run, while the group's
     other topics are archived; the run then ends failed, naming it."""
     kind: str       # retention_gap | token_ahead | archive_ahead | offsets_reused | vanished
-    #                 | malformed_token | name_taken
+    #                 | malformed_token | name_taken | unavailable
     topic: str
     partition: int  # -1: the whole topic
     lost_from: int  # retention_gap: the lost range; token_ahead: token and Kafka's latest;
@@ -108,6 +108,10 @@ class Anomaly:
                     "or archive it in a group of its own")
         if self.kind == "vanished":
             return f"delete the token {group}/{self.topic} if the topic was deleted on purpose"
+        if self.kind == "unavailable":  # a partition without a leader: Kafka's to mend
+            return ("none in the archive: the next run archives the topic once Kafka serves "
+                    "its every partition again; if this lasts, see to the brokers (kafka-topics "
+                    "--describe --unavailable-partitions)")
         if self.kind == "token_ahead":  # a re-created topic's offsets are other messages
             return (f"fix or delete the token {group}/{self.topic}; if the topic was "
                     "re-created, set a new `generation` in the config first, so that the "
@@ -263,13 +267,14 @@ def decide(group: Group, states: list[PartitionState], tokens: dict[str, dict[in
             {k: v for k, v in waiting.items() if k.rsplit("/", 1)[0] not in out})
 
 
-def only_topics(states: list[PartitionState], topics: tuple[str, ...], group: Group
+def only_topics(observed: Observed, topics: tuple[str, ...], group: Group
                 ) -> list[PartitionState]:
     """The states of the requested topics (a manual run's subset; empty: all). A topic
     the group does not archive is an error, not silently nothing to do."""
+    states = observed.states
     if not topics:
         return states
-    unknown = sorted(set(topics) - {s.topic for s in states})
+    unknown = sorted(set(topics) - {s.topic for s in states} - set(observed.unavailable))
     if unknown:
         raise TerminalError(
             f"group {group.name} does not archive topic(s) {', '.join(unknown)}: not in Kafka, "
@@ -278,19 +283,44 @@ def only_topics(states: list[PartitionState], topics: tuple[str, ...], group: Gr
     return [s for s in states if s.topic in topics]
 
 
-def observe(consumer, group: Group) -> list[PartitionState]:
+@dataclass(frozen=True)
+class Observed:
+    states: list[PartitionState]
+    unavailable: dict[str, str]  # topic -> why Kafka gave none of its offsets
+
+
+def observe(consumer, group: Group) -> Observed:
     """Every partition of every topic the group selects, with its retained offset range.
-    Topics and partitions are discovered afresh on every run."""
+    Topics and partitions are discovered afresh on every run. When Kafka cannot give the
+    offsets of some partition (one without a leader: its broker down, its replicas out
+    of sync), each topic is asked alone, and only the topics that fail are unavailable:
+    the others go on. When every topic fails, Kafka is what is down: its error is raised."""
     from kafka import TopicPartition  # kafka-python: not on the job's Python workers
 
     topics = sorted(t for t in consumer.topics() if group.selects(t))
-    partitions = [TopicPartition(t, p) for t in topics
-                  for p in sorted(consumer.partitions_for_topic(t) or ())]
-    if not partitions:
-        return []
-    earliest = consumer.beginning_offsets(partitions)
-    latest = consumer.end_offsets(partitions)
-    return [PartitionState(tp.topic, tp.partition, earliest[tp], latest[tp]) for tp in partitions]
+    partitions = {t: [TopicPartition(t, p) for p in sorted(consumer.partitions_for_topic(t) or ())]
+                  for t in topics}
+
+    def states(tps: list[TopicPartition]) -> list[PartitionState]:
+        if not tps:
+            return []
+        earliest, latest = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        return [PartitionState(tp.topic, tp.partition, earliest[tp], latest[tp]) for tp in tps]
+
+    try:
+        return Observed(states([tp for t in topics for tp in partitions[t]]), {})
+    except TransientError as whole:
+        if len(topics) < 2:
+            raise
+        found, unavailable = [], {}
+        for topic in topics:
+            try:
+                found += states(partitions[topic])
+            except TransientError as alone:
+                unavailable[topic] = str(alone)
+        if len(unavailable) == len(topics):
+            raise whole
+        return Observed(found, unavailable)
 
 
 def oldest_pending_reader(consumer) -> Callable[[str, int, int], int | None]:

@@ -51,7 +51,12 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
             _move_aside(storage, config, plan)
         return plan
 
-    states = planning.only_topics(planning.observe(consumer, group), topics, group)
+    observed = planning.observe(consumer, group)
+    states = planning.only_topics(observed, topics, group)
+    offline = [Anomaly("unavailable", t, -1, 0, 0, "failed",
+                       f"Kafka gives no offsets of this topic (a partition without a leader?): "
+                       f"{why}") for t, why in sorted(observed.unavailable.items())
+               if not topics or t in topics]
     with_tokens = set() if topics else set(tokens.topics(group.name))
     reads, unreadable = _read_tokens(tokens, group.name,
                                      sorted({s.topic for s in states} | with_tokens))
@@ -87,8 +92,9 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         {t: rewinds.rows_through(cat, t, config.generation) for t in {s.topic for s in states}})
     anomalies = [split for a in anomalies for split in _split_by_archive(a, lost_spans)]
     slices += _lines_caught_up(group, offsets, judged, slices, anomalies)
-    anomalies = (unreadable + taken + _vanished(group, consumer, reads, {s.topic for s in states})
-                 + anomalies)
+    anomalies = (unreadable + taken + offline
+                 + _vanished(group, consumer, reads, {s.topic for s in states} | {
+                     a.topic for a in offline}) + anomalies)
     slices, superseded, cuts = rewinds.supersede(cat, config, slices)
     if reused := [a for s in slices if s.earlier and first_reused is not None
                   if (a := rewinds.offsets_reused(first_reused(storage, consumer, s), s))
@@ -211,8 +217,10 @@ def _judged(cat: catalog.Catalog, config: Config, states: list[planning.Partitio
     were archived, a retention gap like any other (held or skipped, recorded, mailed), not
     a silent skip. Where Kafka still holds the end, the line stays absent: a rewind; under
     `start_from: latest` there is nothing to rewind to, and starting at Kafka's latest
-    offset would skip what the archive has not reached, so the line is the archive's end
-    (latest starts only partitions no generation's archive holds). A line
+    offset would skip what the archive has not reached, so the line is the archive's end:
+    its rows' and losses' (a rewind cut short left what lies beyond them to archive), or
+    where a plan began the partition if it holds none (latest starts only partitions no
+    generation's archive holds). A line
     below Kafka's earliest offset (a rewind, then retention) counts from where the archive
     stops holding what lies between (losses.lost_spans): a rewind cannot lose what the
     archive holds; what it holds of it splits the loss (the spans returned per partition,
@@ -220,6 +228,7 @@ def _judged(cat: catalog.Catalog, config: Config, states: list[planning.Partitio
     start_from = config.group(cat.group).start_from
     judged = {t: dict(lines) for t, lines in offsets.items()}
     ends: dict[str, dict[int, int]] = {}
+    held: dict[str, dict[int, int]] = {}
     spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for s in states:
         if (line := judged.get(s.topic, {}).get(s.partition)) is not None:
@@ -235,7 +244,10 @@ def _judged(cat: catalog.Catalog, config: Config, states: list[planning.Partitio
             judged.setdefault(s.topic, {})[s.partition] = end
         elif end is not None and start_from == "latest":  # (an archive beyond
             # Kafka's latest offset, of an earlier generation: nothing there to skip)
-            judged.setdefault(s.topic, {})[s.partition] = min(end, s.latest)
+            if s.topic not in held:  # its rows and losses; where a plan began it, if none
+                held[s.topic] = losses.archived_through(cat, s.topic, spots=False)
+            judged.setdefault(s.topic, {})[s.partition] = min(
+                held[s.topic].get(s.partition, end), s.latest)
     return judged, spans
 
 

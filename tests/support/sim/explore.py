@@ -159,6 +159,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("delete_token", rng.choice(named))  # failing run's commit moved already
     open_txns = [(t, q) for t, parts in sorted(world.kafka.topics.items())
                  for q, p in enumerate(parts) if p.open_txn]
+    if world.kafka.offline and rng.random() < 0.15:  # a partition's leader is back
+        return ("offline", *sorted(world.kafka.offline)[0], False)
+    if rng.random() < 0.015:  # a partition loses its leader
+        return ("offline", topic, partition, True)
     if open_txns and rng.random() < 0.1:  # an open transaction ends
         return ("end_transaction", *rng.choice(open_txns), rng.random() < 0.7)
     r = rng.random()
@@ -357,6 +361,8 @@ _SAID = {
     "produce": lambda t, p, n, marker, late=0: f"produce {n} messages to {t}/{p}"
                                                + (f" (events of {late} minutes ago)" if late else "")
                                                + (" and a marker" if marker else ""),
+    "offline": lambda t, p, offline: f"{t}/{p} " + ("loses its leader (offline)" if offline
+                                                    else "has a leader again"),
     "transaction": lambda t, p, n: f"a transaction of {n} messages to {t}/{p} begins and "
                                    "stays open",
     "end_transaction": lambda t, p, commit: f"the open transaction of {t}/{p} "

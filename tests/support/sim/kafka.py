@@ -138,6 +138,9 @@ class Kafka:
         # deleted topics: gone for every reader; their history stays for the invariants
         self.deleted: set[str] = set()
         self.down = False  # unreachable: every client fails as brokers.consumer's does
+        # partitions without a leader (their broker down): a look-up or read of one fails,
+        # as kafka-python's and librdkafka's do once their retries and timeouts are spent
+        self.offline: set[tuple[str, int]] = set()
         # a replay's target world: some messages have no key (every 5th offset from 4),
         # and values of three sizes (a padding of 0, 10 or 20 bytes by the offset)
         self.keyless = False
@@ -145,6 +148,13 @@ class Kafka:
     def reachable(self) -> None:
         if self.down:
             raise TransientError("Kafka at sim:9092 is unreachable: NoBrokersAvailable")
+
+    def led(self, tps) -> None:
+        """Each partition has a leader, or the look-up fails as LookupRetrying's does."""
+        self.reachable()
+        if offline := sorted({(tp.topic, tp.partition) for tp in tps} & self.offline):
+            raise TransientError(f"Kafka at sim:9092: no leader for {offline[0][0]}/"
+                                 f"{offline[0][1]}: KafkaTimeoutError (simulated)")
 
     def create(self, topic: str, partitions: int) -> None:
         self.topics.setdefault(topic, [Partition() for _ in range(partitions)])
@@ -253,6 +263,7 @@ class RangeConsumer:
     def consume(self, count: int, timeout: float = 0) -> list:
         self.kafka.reachable()
         topic, partition, position = self.at
+        self.kafka.led([TopicPartition(topic, partition)])
         if topic in self.kafka.deleted:
             return [_Message(error=_EndOfPartition())]
         p = self.kafka.topics[topic][partition]
@@ -304,12 +315,15 @@ class Consumer:
                 if o < self._end(p)}
 
     def beginning_offsets(self, tps) -> dict:
+        self.kafka.led(tps)
         return {tp: self._part(tp).earliest for tp in tps}
 
     def end_offsets(self, tps) -> dict:  # (read_committed: the last stable offset)
+        self.kafka.led(tps)
         return {tp: self._end(self._part(tp)) for tp in tps}
 
     def offsets_for_times(self, wanted: dict) -> dict:
+        self.kafka.led(wanted)
         found = {}
         for tp, ms in wanted.items():
             seen = self._seen(self._part(tp))
@@ -336,7 +350,7 @@ class Consumer:
     def poll(self, timeout_ms: int = 0) -> dict:
         """Each assigned partition's next message (one at a time is as much as its
         callers need)."""
-        self.kafka.reachable()
+        self.kafka.led(self.positions)
         polled = {}
         for tp, position in self.positions.items():
             p = self._part(tp)

@@ -685,6 +685,12 @@ class World:
         except MalformedTokenError:
             return None
 
+    def _offline(self, out: Outcome, topic: str, partition: int, offline: bool):
+        """A partition loses its leader (its only in-sync replica's broker down), or gets
+        one again: every look-up or read of it fails, transient, until then; the group's
+        other topics go on."""
+        (self.kafka.offline.add if offline else self.kafka.offline.discard)((topic, partition))
+
     def _kafka_down(self, out: Outcome, down: bool):
         """The brokers become unreachable (or come back): every task and command that asks
         Kafka fails, transient, run after run."""
@@ -1584,6 +1590,7 @@ class World:
         at Kafka's end and nothing is in flight."""
         said, idle = [], 0
         self.kafka.down = False  # what a failure's mail tells a person to see to
+        self.kafka.offline.clear()
         for parts in self.kafka.topics.values():  # (a producer's timeout aborts the rest)
             for p in parts:
                 p.end_transaction(commit=True)

@@ -3,9 +3,9 @@ from dataclasses import replace
 import pytest
 
 from kafka_archive.config import FormatSpec, Group, Policy
-from kafka_archive.errors import TerminalError
+from kafka_archive.errors import TerminalError, TransientError
 from kafka_archive.plan.planning import (Anomaly, Caps, HeldTopicsError, PartitionState, Slice, decide,
-                                         held, only_topics)
+                                         held, Observed, observe, only_topics)
 
 GROUP = Group(name="backup", schedule=None, include=(".*",), exclude=("_.*",),
               start_from="earliest", on_retention_gap="fail", format=FormatSpec(),
@@ -149,7 +149,50 @@ def test_caps_of_a_manual_run_replace_the_policy_limits():
 def test_topic_subset_keeps_only_those_topics_and_refuses_others():
     states = [PartitionState("a", 0, 0, 5), PartitionState("a", 1, 0, 5),
               PartitionState("b", 0, 0, 5)]
-    assert only_topics(states, (), GROUP) == states
-    assert only_topics(states, ("a",), GROUP) == states[:2]
+    observed = Observed(states, {"down": "no leader"})
+    assert only_topics(observed, (), GROUP) == states
+    assert only_topics(observed, ("a",), GROUP) == states[:2]
+    assert only_topics(observed, ("a", "down"), GROUP) == states[:2]  # held by the plan, named
     with pytest.raises(TerminalError, match=r"group backup does not archive topic\(s\) nope"):
-        only_topics(states, ("a", "nope"), GROUP)
+        only_topics(observed, ("a", "nope"), GROUP)
+
+
+class OnePartitionWithoutLeader:
+    """kafka-python's consumer behind brokers.LookupRetrying, as it answers when one
+    partition has no leader: an offset look-up naming that partition fails, transient,
+    once its retries are spent; or when Kafka is down: every look-up fails."""
+
+    def __init__(self, offline=("b", 1), down=False):
+        self.offline, self.down, self.asked = offline, down, []
+
+    def topics(self):
+        return {"a", "b", "c", "_internal"}
+
+    def partitions_for_topic(self, topic):
+        return {0, 1}
+
+    def _offsets(self, tps, value):
+        self.asked.append(sorted({tp.topic for tp in tps}))
+        if self.down or any((tp.topic, tp.partition) == self.offline for tp in tps):
+            raise TransientError("Kafka at b:9092: end_offsets: KafkaTimeoutError (simulated)")
+        return {tp: value for tp in tps}
+
+    def beginning_offsets(self, tps):
+        return self._offsets(tps, 0)
+
+    def end_offsets(self, tps):
+        return self._offsets(tps, 4)
+
+
+def test_a_partition_without_a_leader_makes_its_topic_unavailable_and_the_others_go_on():
+    kafka = OnePartitionWithoutLeader()
+    observed = observe(kafka, replace(GROUP, exclude=("_.*",)))
+    assert sorted({s.topic for s in observed.states}) == ["a", "c"]
+    assert list(observed.unavailable) == ["b"] and "KafkaTimeoutError" in observed.unavailable["b"]
+    assert kafka.asked[0] == ["a", "b", "c"]  # one look-up for all while every topic answers
+    assert observe(OnePartitionWithoutLeader(offline=None), GROUP).unavailable == {}
+    # Kafka down: its own error, not every topic unavailable
+    with pytest.raises(TransientError, match="KafkaTimeoutError"):
+        observe(OnePartitionWithoutLeader(down=True), GROUP)
+    anomaly = Anomaly("unavailable", "b", -1, 0, 0, "failed", "Kafka gives no offsets")
+    assert "the next run archives the topic once Kafka serves" in anomaly.remedy("backup")
