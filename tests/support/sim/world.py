@@ -1119,8 +1119,15 @@ class World:
     def task_plan(self, run: Run) -> str:
         self.storage.task_begins()
         self._latest_skips()
-        with self._in_airflow():
-            plan_url = tasks.plan(self.group, run.run_id)
+        try:
+            with self._in_airflow():
+                plan_url = tasks.plan(self.group, run.run_id)
+        except TransientError as failed:
+            served = set(self.kafka.topics) - self.kafka.deleted - {t for t, _ in self.kafka.offline}
+            if "no leader" in str(failed) and not self.kafka.down and served:
+                raise Violation("stalled", f"one partition without a leader failed the plan "
+                                f"of the whole group: {failed}") from None
+            raise
         self._listed_once("plan of " + run.run_id)
         run.planned = True
         self.abandoned = self.abandoned and not self.in_flight()
