@@ -141,6 +141,8 @@ class Kafka:
         # partitions without a leader (their broker down): a look-up or read of one fails,
         # as kafka-python's and librdkafka's do once their retries and timeouts are spent
         self.offline: set[tuple[str, int]] = set()
+        # (topic, partition, offset) -> values of messages an unclean election cut there
+        self.cut_values: dict[tuple[str, int, int], set[bytes]] = {}
         # a replay's target world: some messages have no key (every 5th offset from 4),
         # and values of three sizes (a padding of 0, 10 or 20 bytes by the offset)
         self.keyless = False
@@ -172,7 +174,17 @@ class Kafka:
     def values_ever(self, topic: str, partition: int, offset: int) -> set[bytes]:
         """The values of every message that has held the offset (see Partition.epochs)."""
         return {self.value(topic, partition, offset, epoch) for epoch in range(
-            self.partitions(topic)[partition].epochs.get(offset, 0) + 1)}
+            self.partitions(topic)[partition].epochs.get(offset, 0) + 1)} | self.cut_values.get(
+            (topic, partition, offset), set())
+
+    def truncate(self, topic: str, partition: int, count: int) -> list[int]:
+        """Partition.truncate, keeping the values of the messages it cuts (an event's
+        value names its time, which the next message at the offset replaces)."""
+        p = self.topics[topic][partition]
+        for o in [o for o in p.messages if o >= max(p.earliest, p.end - count)]:
+            self.cut_values.setdefault((topic, partition, o), set()).add(
+                self.value(topic, partition, o))
+        return p.truncate(count)
 
     def value(self, topic: str, partition: int, offset: int, epoch: int | None = None) -> bytes:
         """epoch: of the offset's messages, which (default: the one Kafka holds now)."""

@@ -602,7 +602,7 @@ class World:
         new generation); what was not is lost with the old leader, not a loss to report."""
         if not (p := self._partition(topic, partition)):
             return
-        gone = p.truncate(count)
+        gone = self.kafka.truncate(topic, partition, count)
         # The archive's offsets passed the new end (its token, its rows, a plan in
         # flight): the next messages there are other ones at offsets it has passed. Held
         # while it is ahead of Kafka's latest; once Kafka is written past it, nothing in
