@@ -718,7 +718,17 @@ ANNOUNCEMENT_RECORD_LANDED_BUT_FAILED = [  # seed 372: the record that the Asset
 AUDIT_JUDGED_A_WINDOW_AN_OPEN_TRANSACTION_HOLDS_BACK = [
     ("transaction", "u", 0, 4), ("send", "p1", "u", 0, 1, False, 0), ("time", 5),
     ("audit", "scheduled__2026-01-01T00:22:00+00:00", 0, False)]
+# (the 60-minute soak, seed 601676) the same behind retention: the token below Kafka's
+# earliest offset, which is the last stable offset, counted as lagging with nothing to
+# read, so as archived up to now
+AUDIT_JUDGED_A_WINDOW_HELD_BACK_BEHIND_RETENTION = [
+    ("produce", "u", 0, 6, False, 0), ("transaction", "u", 0, 6),
+    ("race", "scheduled__2026-01-01T00:21:00+00:00", "plan", 4, "retention", "u", False, 6),
+    ("send", "p1", "u", 0, 9, False, 0), ("run", "scheduled__2026-01-01T00:28:00+00:00", 0, 0, 0),
+    ("audit", "scheduled__2026-01-01T00:29:00+00:00", 0, False)]
 FOUND_IN_AUDITS = {"audit judged a commit cut short": AUDIT_JUDGED_A_COMMIT_CUT_SHORT,
+                   "audit judged a window held back behind retention":
+                       AUDIT_JUDGED_A_WINDOW_HELD_BACK_BEHIND_RETENTION,
                    "audit judged a window an open transaction holds back":
                        AUDIT_JUDGED_A_WINDOW_AN_OPEN_TRANSACTION_HOLDS_BACK,
                    "audit judged the topic of a plan given up by hand":

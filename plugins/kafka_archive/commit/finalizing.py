@@ -166,9 +166,10 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
             done = offsets.get(tp.partition)
             if done is None and ends[tp] > earliest[tp]:
                 through[topic] = None
-            elif done is not None and done < ends[tp]:
+            elif done is not None and max(done, earliest[tp]) < ends[tp]:
                 lagging[tp] = max(done, earliest[tp])
-            else:
+            else:  # (a token below Kafka's earliest offset, with nothing left to read up
+                # to the last stable offset, is caught up too: retention took the rest)
                 caught_up[tp] = ends[tp]
     for tp, timestamp in [*brokers.timestamps_at(consumer, lagging).items(),
                           *held_back(config, caught_up).items()]:
