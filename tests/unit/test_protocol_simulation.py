@@ -726,7 +726,17 @@ AUDIT_JUDGED_A_WINDOW_HELD_BACK_BEHIND_RETENTION = [
     ("race", "scheduled__2026-01-01T00:21:00+00:00", "plan", 4, "retention", "u", False, 6),
     ("send", "p1", "u", 0, 9, False, 0), ("run", "scheduled__2026-01-01T00:28:00+00:00", 0, 0, 0),
     ("audit", "scheduled__2026-01-01T00:29:00+00:00", 0, False)]
+# (the 30-minute soak, seed 702000) the same behind an aborted transaction: the token
+# below the last stable offset with only aborted offsets between, counted as lagging with
+# nothing to read, so as archived up to now
+AUDIT_JUDGED_A_WINDOW_HELD_BACK_BEHIND_AN_ABORTED_TRANSACTION = [
+    ("abort", "u", 0, 9), ("run", "scheduled__2026-01-01T00:08:00+00:00", 0, 0, 0),
+    ("transaction", "u", 0, 9), ("send", "p1", "u", 0, 8, False, 0),
+    ("audit", "scheduled__2026-01-01T00:16:00+00:00", 0, False),
+    ("audit", "scheduled__2026-01-01T00:17:00+00:00", 0, False)]
 FOUND_IN_AUDITS = {"audit judged a commit cut short": AUDIT_JUDGED_A_COMMIT_CUT_SHORT,
+                   "audit judged a window held back behind an aborted transaction":
+                       AUDIT_JUDGED_A_WINDOW_HELD_BACK_BEHIND_AN_ABORTED_TRANSACTION,
                    "audit judged a window held back behind retention":
                        AUDIT_JUDGED_A_WINDOW_HELD_BACK_BEHIND_RETENTION,
                    "audit judged a window an open transaction holds back":

@@ -145,6 +145,7 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
     topics = sorted(t for t in consumer.topics() if group.selects(t))
     lagging: dict[TopicPartition, int] = {}
     caught_up: dict[TopicPartition, int] = {}  # at their last stable offset
+    stable: dict[TopicPartition, int] = {}  # a read_committed reader's end
     through: dict[str, int | None] = {}
     for topic in topics:
         try:
@@ -162,6 +163,7 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
             through[topic] = None
             continue
         through[topic] = now_ms
+        stable.update(ends)
         for tp in tps:
             done = offsets.get(tp.partition)
             if done is None and ends[tp] > earliest[tp]:
@@ -171,8 +173,11 @@ def archived_through(config: Config, group: Group, tokens: TokenStore, consumer,
             else:  # (a token below Kafka's earliest offset, with nothing left to read up
                 # to the last stable offset, is caught up too: retention took the rest)
                 caught_up[tp] = ends[tp]
-    for tp, timestamp in [*brokers.timestamps_at(consumer, lagging).items(),
-                          *held_back(config, caught_up).items()]:
+    behind = brokers.timestamps_at(consumer, lagging)
+    # (a lagging partition holding no committed message up to its last stable offset,
+    # only aborted ones or markers, is caught up too)
+    caught_up.update({tp: stable[tp] for tp in lagging if tp not in behind})
+    for tp, timestamp in [*behind.items(), *held_back(config, caught_up).items()]:
         if through[tp.topic] is not None:
             through[tp.topic] = min(through[tp.topic], timestamp)
     return through
