@@ -42,6 +42,9 @@ class SliceRow(TypedDict, total=False):
     min_timestamp_ms: int | None
     max_timestamp_ms: int | None
     gaps: list[list[int]]              # [start, end): offsets Kafka does not have
+    last_message: list[int]            # records.fingerprint of the last message: a
+                                       # rewind's plan tells by it whether Kafka holds
+                                       # another message there now (archive.earlier)
     placed_by: list[list]              # event time: [end, finalize watermark] steps that
                                        # decided lateness (planning.Slice.archived_before)
     audit: list[list]                  # [source, window start ms, messages]

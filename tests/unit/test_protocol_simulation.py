@@ -1107,11 +1107,10 @@ def test_a_partition_without_a_leader_holds_its_topic_and_the_others_go_on(tmp_p
 # (events seed 48211, with elections in the event-time world; the same in the files world)
 # 0-3 archived, an election cut them all, new messages took 0-5 and the archive went on
 # from 4, the log cleaner removed 0, 2 and 4, then the token was deleted. The plan's look
-# compares the last replaced file's tail (4-6: it agrees) and lets the rewind go; the job
-# finds offset 1 differs in the first file and takes nothing of the earlier files, so 4,
-# archived and gone from Kafka, is lost. Open: the plan must see a reused offset in any
-# replaced file (each one's tail is where an election's cut shows) without reading them
-# all, or the job must stop losslessly.
+# compared only the last replaced file's tail (4-5: it agrees) and let the rewind go; the
+# job found offset 1 differs in the first file and took nothing of the earlier files, so
+# 4, archived and gone from Kafka, was lost. Now every replaced row's last message (3,
+# where Kafka holds another) is compared, and the topic is held before anything moves.
 REWIND_OVER_AN_ELECTION_THE_ARCHIVE_WENT_ON_PAST = [
     ("produce", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:04:00+00:00", 0, 0, 0),
     ("truncate", "u", 0, 8), ("produce", "u", 0, 4, False, 0), ("produce", "u", 0, 2, True, 0),
@@ -1119,10 +1118,11 @@ REWIND_OVER_AN_ELECTION_THE_ARCHIVE_WENT_ON_PAST = [
     ("delete_token", "u")]
 
 
-@pytest.mark.xfail(strict=True, reason="open defect (issue 56): a rewind over offsets an "
-                   "election reused, in a file before the last, drops what Kafka's cleaner "
-                   "removed since")
-def test_a_rewind_over_an_election_the_archive_went_on_past_loses_nothing(tmp_path):
+@pytest.mark.parametrize("shape", ["files", "events"])
+def test_a_rewind_over_an_election_the_archive_went_on_past_is_held_and_loses_nothing(
+        tmp_path, shape):
     result = explore.run_steps(REWIND_OVER_AN_ELECTION_THE_ARCHIVE_WENT_ON_PAST,
-                               tmp_path / "world")
+                               tmp_path / "world", shape=shape)
     assert result.violation is None, explore.report(result)
+    held = [line for line in result.trace if "HeldTopicsError" in line]
+    assert held and "Kafka holds another message at offset 3 than the archive does" in held[0]

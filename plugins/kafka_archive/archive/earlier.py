@@ -33,7 +33,7 @@ from kafka_archive.archive.archived_files import DamagedFile, read_archived
 from kafka_archive.catalog.state import minus
 from kafka_archive.errors import TerminalError
 from kafka_archive.formats.batch import Batch
-from kafka_archive.formats.records import Record
+from kafka_archive.formats.records import Record, fingerprint
 from kafka_archive.plan.planning import Slice
 from kafka_archive.storage import Storage
 
@@ -129,16 +129,42 @@ TAIL = 1000  # records of the last replaced file the plan compares with Kafka
 
 
 def first_reused(storage: Storage, consumer, s: Slice) -> int | None:
-    """The first offset at which Kafka holds another message than the tail of the last
-    file a rewind's slice replaces, if any: the plan's look before it moves anything
+    """The first offset at which Kafka holds another message than the archive, among
+    those a rewind's slice would replace, if any: the plan's look before it moves anything
     aside. A topic re-created, or truncated by an unclean election and written again,
-    differs there: an election cuts the log's tail, which new messages take first. Reads
-    that one file (its last TAIL records kept) and Kafka's messages at their offsets
-    (kafka-python's consumer), in step; None where they agree, or where the file keeps no
-    offsets or cannot be read (the job's look, with_earlier, stays the last word)."""
-    from collections import deque
-
+    differs there. Two looks, in step with Kafka's messages (kafka-python's consumer):
+    - the last message of every row replaced (Slice.earlier_last, as the job recorded
+      it): an election cuts the log's tail from some offset on, so a row archived before
+      it that reaches past that offset has its last message there, where Kafka now holds
+      another (or none: the log cleaner removed it, and this row goes unjudged);
+    - the tail (TAIL records) of the last file replaced, for rows from before rows kept
+      their last message, or whose last message Kafka no longer holds.
+    None where they agree (the job's look, with_earlier, stays the last word)."""
     from kafka import TopicPartition
+
+    tp = TopicPartition(s.topic, s.partition)
+    if s.earlier_last:
+        end = consumer.end_offsets([tp])[tp]  # (an archive past it is held before this)
+        for offset, timestamp_ms, digest in s.earlier_last:
+            if offset < end and (k := _message_at(consumer, tp, offset)) is not None and \
+                    fingerprint(offset, k.key, k.value, k.timestamp) != [offset, timestamp_ms, digest]:
+                return offset
+    return _first_reused_in_tail(storage, consumer, s, tp)
+
+
+def _message_at(consumer, tp, offset: int):
+    """Kafka's message at offset, None if it holds none there."""
+    from kafka_archive import brokers
+
+    return next((m for m in brokers.read_range(consumer, tp, offset, offset + 1)
+                 if m.offset == offset), None)
+
+
+def _first_reused_in_tail(storage: Storage, consumer, s: Slice, tp) -> int | None:
+    """first_reused's look at the last file's tail: its last TAIL records and Kafka's
+    messages at their offsets, in step; None where the file keeps no offsets or cannot
+    be read."""
+    from collections import deque
 
     from kafka_archive import brokers
 
@@ -149,7 +175,7 @@ def first_reused(storage: Storage, consumer, s: Slice) -> int | None:
     a = next(archived, None)
     if a is None:
         return None
-    kafka = brokers.read_range(consumer, TopicPartition(s.topic, s.partition), a.offset, s.end)
+    kafka = brokers.read_range(consumer, tp, a.offset, s.end)
     k = next(kafka, None)
     while a is not None and k is not None:
         if a.offset < k.offset:

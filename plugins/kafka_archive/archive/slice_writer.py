@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from kafka_archive import formats, layout, retries, spark
 from kafka_archive.errors import ArchiveError
 from kafka_archive.formats import audit_counts, columns, parsers
-from kafka_archive.formats.records import Record
+from kafka_archive.formats.records import Record, fingerprint
 from kafka_archive.layout import LayoutSpec
 from kafka_archive.storage import Storage, crc32c, s3_checksum
 
@@ -87,6 +87,7 @@ class OpenSlice:
         self.next_offset, self.gaps, self.count, self.payload = start, [], 0, 0
         self.quarantined, self.late, self.errors = 0, 0, []
         self.min_ts = self.max_ts = None
+        self.last: Record | Batch | None = None  # the last message written (or its batch)
         self.cut = False
         self.audit_counts: dict[tuple[str, int], int] = {}  # (source, window start) -> messages
 
@@ -108,7 +109,7 @@ class OpenSlice:
         self.payload += size
         audit_counts.count_archived(self.audit_counts, audit_counts.source_of(r.headers, self.target.audit_header),
                              r.timestamp_ms, self.target.audit_window_ms)
-        self.next_offset = r.offset + 1
+        self.next_offset, self.last = r.offset + 1, r
         self.min_ts = r.timestamp_ms if self.min_ts is None else min(self.min_ts, r.timestamp_ms)
         self.max_ts = r.timestamp_ms if self.max_ts is None else max(self.max_ts, r.timestamp_ms)
 
@@ -160,7 +161,7 @@ class OpenSlice:
         values, codes = batch.first_header_values(b, self.target.audit_header)
         audit_counts.count_archived_batch(self.audit_counts, [audit_counts.source_named(v) for v in values],
                                        codes, ts, self.target.audit_window_ms)
-        self.next_offset = int(offsets[-1]) + 1
+        self.next_offset, self.last = int(offsets[-1]) + 1, b
         low, high = int(ts.min()), int(ts.max())
         self.min_ts = low if self.min_ts is None else min(self.min_ts, low)
         self.max_ts = high if self.max_ts is None else max(self.max_ts, high)
@@ -301,10 +302,19 @@ class OpenSlice:
                 "url": single["url"] if single else None, "files": written,
                 "errors": self.errors,
                 "min_timestamp_ms": self.min_ts, "max_timestamp_ms": self.max_ts,
+                **({"last_message": self._last_message()} if self.last is not None else {}),
                 "gaps": self.gaps, **({"placed_by": self._placed_by()} if self.event_time else {}),
                 "audit": sorted([source, window, n]
                                 for (source, window), n in self.audit_counts.items())}
 
+
+    def _last_message(self) -> list[int]:
+        """The fingerprint of the slice's last message (SliceRow.last_message)."""
+        r = self.last
+        if isinstance(r, Record):
+            return fingerprint(r.offset, r.key, r.value, r.timestamp_ms)
+        return fingerprint(int(r.offset[-1]), r.key[-1].as_py(), r.value[-1].as_py(),
+                           int(r.timestamp_ms[-1]))
 
     def discard(self) -> None:
         """Remove the slice's temp files (after upload, or when the slice failed)."""

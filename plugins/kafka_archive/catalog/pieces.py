@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 PIECE_FIELDS = ("start", "end", "records", "quarantined", "late", "min_timestamp_ms",
-                "max_timestamp_ms", "gaps", "audit", "placed_by", "planned_at", "caught_up_at")
+                "max_timestamp_ms", "gaps", "audit", "placed_by", "planned_at", "caught_up_at",
+                "last_message")
 
 
 def pieces(row: dict) -> list[dict]:

@@ -13,6 +13,7 @@ builds on this module.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import msgpack
@@ -48,3 +49,12 @@ def decode(key: bytes | int, value: bytes) -> Record:
     return Record(offset=fields[1], key=fields.get(2), timestamp_ms=fields.get(3),
                   value=None if fields.get(5) else value,
                   headers=[(name, v) for name, v in fields.get(4, ())], error=fields.get(6))
+
+
+def fingerprint(offset: int, key: bytes | None, value: bytes | None,
+                timestamp_ms: int) -> list[int]:
+    """[offset, timestamp ms, CRC-32 of key and value]: enough to tell whether Kafka still
+    holds this message at its offset, or another one took the offset (an unclean leader
+    election, a topic re-created), without the message itself. (msgpack tells a null key
+    or value from an empty one.)"""
+    return [offset, timestamp_ms, zlib.crc32(msgpack.packb([key, value]))]

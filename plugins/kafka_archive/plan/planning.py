@@ -55,6 +55,10 @@ class Slice:
     # it, retention deleted it, an unclean election truncated it) is kept from them
     # (archive.earlier), so a rewind never drops what the archive held
     earlier: tuple[str, ...] = ()
+    # after a rewind: the last message of each row archived again (records.fingerprint),
+    # where the row keeps one; the plan's look compares them with Kafka's before anything
+    # moves aside (archive.earlier.first_reused)
+    earlier_last: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,9 @@ class Plan:
         raw = json.loads(data)
         raw["slices"] = tuple(Slice(**{**s, "archived_before": tuple(
             tuple(step) for step in s.get("archived_before", ())),
-            "earlier": tuple(s.get("earlier", ()))}) for s in raw["slices"])
+            "earlier": tuple(s.get("earlier", ())),
+            "earlier_last": tuple(tuple(m) for m in s.get("earlier_last", ()))})
+            for s in raw["slices"])
         raw["anomalies"] = tuple(Anomaly(**a) for a in raw["anomalies"])
         raw["superseded"] = tuple(raw["superseded"])
         raw["cuts"] = tuple(raw.get("cuts", ()))

@@ -269,7 +269,9 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
                        for step in (_placed_by(cat, r, watermarks) if event_time
                                     else [(r["end"], None)]))
         adjusted.append(replace(s, start=start, end=end, archived_before=before,
-                                earlier=tuple(earlier)))
+                                earlier=tuple(earlier), earlier_last=tuple(
+                                    tuple(p["last_message"]) for p in replaced
+                                    if p.get("last_message"))))
     return adjusted, superseded, cuts
 
 

@@ -71,7 +71,7 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # natural answer)
         return ("compaction_setting", None if world.compaction_killed else rng.choice(
             (None, 0, 0, 3600)))
-    offsets_reused = world.shape in ("files", "s3")  # (file names by generation)
+    offsets_reused = world.shape in ("files", "s3", "events")  # (file names by generation)
     if rng.random() < 0.02:  # a person changes a setting between runs
         name = rng.choice(("on_retention_gap", "min_records", "start_from")
                           + (("compression",) if world.tables is None else ("keep_snapshots",))

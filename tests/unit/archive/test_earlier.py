@@ -6,7 +6,7 @@ import pytest
 from kafka_archive import formats, layout
 from kafka_archive.archive import earlier, job
 from kafka_archive.formats.batch import Batch
-from kafka_archive.formats.records import Record
+from kafka_archive.formats.records import Record, fingerprint
 from kafka_archive.plan.planning import Slice
 from kafka_archive.storage import Storage
 
@@ -149,6 +149,9 @@ class _Kafka:
     def position(self, tp):
         return self.at
 
+    def end_offsets(self, tps):
+        return {tp: max(self.messages, default=-1) + 1 for tp in tps}
+
     def poll(self, timeout_ms=0):
         held = sorted(o for o in self.messages if o >= self.at)
         if not held:
@@ -186,3 +189,25 @@ def test_the_plan_finds_other_messages_at_the_offsets_a_rewind_would_replace(tmp
         assert earlier.first_reused(storage, _Kafka({**same, 8: b"x"}), s) == 8
     text = Slice("t", 0, 0, 10, 1 << 20, earlier=(url.replace(".seq", ".txt.gz"),))
     assert earlier.first_reused(storage, _Kafka({}), text) is None  # no offsets to match
+
+
+def test_the_plan_compares_the_last_message_of_every_row_a_rewind_would_replace():
+    """An election cut the log's tail inside a row before the last, and the archive went
+    on past it with the new messages: the last file agrees with Kafka, the earlier row's
+    last message (its manifest's fingerprint) does not. No file is read for it."""
+    def last(o, value=b"v%d"):
+        return tuple(fingerprint(o, None, value % o, 1_795_300_000_000 + o))
+
+    # (text files keep no offsets: the tail look has nothing to compare, only the rows do)
+    s = Slice("t", 0, 0, 10, 1 << 20, earlier=("file:///gone/1_0_0.txt.gz", "file:///gone/1_0_4.txt.gz"),
+              earlier_last=(last(3), last(9)))
+    same = {o: b"v%d" % o for o in range(10)}
+    storage = Storage.from_environment()
+    assert earlier.first_reused(storage, _Kafka(same), s) is None
+    assert earlier.first_reused(storage, _Kafka({**same, 2: b"x", 3: b"y"}), s) == 3
+    assert earlier.first_reused(storage, _Kafka({**same, 9: b"x"}), s) == 9
+    # the log cleaner removed 3 since: that row goes unjudged, the next one agrees
+    assert earlier.first_reused(storage, _Kafka({o: same[o] for o in same if o != 3}), s) is None
+    # Kafka's log ends before the last row's message (an archive ahead, held elsewhere):
+    # not waited for
+    assert earlier.first_reused(storage, _Kafka({o: same[o] for o in range(5)}), s) is None
