@@ -15,6 +15,7 @@ import json
 import shutil
 import socket
 import time
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -23,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest.mock import patch
 
-from kafka_archive import brokers, catalog, layout, manifest as manifests
+from kafka_archive import brokers, catalog, layout, manifest as manifests, spark
 from kafka_archive.airflow import alerting, connections, tasks
 from kafka_archive.catalog import lease
 from kafka_archive.archive import job
@@ -72,6 +73,24 @@ class LaunchFailed(Exception):
 DEAD_PID = 4_194_304 + 1  # above Linux's pid_max: no process has it
 LEASES = ("/_compacting.json", "/_rebuilding.json")  # catalog.lease's files
 LAUNCH_FAILS = -1  # a job task's "crash" that makes its launch fail before the job starts
+
+
+class _InTurn(Executor):
+    """pyiceberg's thread pool, one task after another in the caller's thread: its commit
+    writes three manifests at once, and with threads the order of their writes (so which
+    one a kill at write #N stops, and whether one still runs once the task is "dead",
+    counting against the next task's writes) is the machine's load's, not the seed's."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        done = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # (a Crash too: raised where the pool's caller waits)
+            done.set_exception(exc)
+        return done
+
+
+_IN_TURN = _InTurn()
 
 
 class Faults:
@@ -506,6 +525,7 @@ class World:
             yield
             return
         from pyiceberg.io.pyarrow import PyArrowFileIO
+        from pyiceberg.utils.concurrent import ExecutorFactory
 
         new_output, delete = PyArrowFileIO.new_output, PyArrowFileIO.delete
         faults = self.faults
@@ -519,7 +539,8 @@ class World:
             return delete(io, location)
 
         with patch.object(PyArrowFileIO, "new_output", ticking_output), \
-                patch.object(PyArrowFileIO, "delete", ticking_delete):
+                patch.object(PyArrowFileIO, "delete", ticking_delete), \
+                patch.object(ExecutorFactory, "get_or_create", lambda: _IN_TURN):
             yield
 
     def _produce(self, out: Outcome, topic: str, partition: int, count: int, marker: bool,
@@ -1102,6 +1123,7 @@ class World:
                 patch.object(preflight, "conditional_writes", lambda *args: None), \
                 patch.object(mirror, "mirror", lambda *args: None), \
                 patch.object(parquet, "concatenate", _bounded_concatenate), \
+                patch.object(spark, "local_dir", lambda: str(self.root)), \
                 self._snapshots_on_the_clock():
             yield
 
