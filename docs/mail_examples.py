@@ -64,15 +64,30 @@ EXAMPLES = {
                                     "failed")], True, LINK)),
     "topics-held": MailExample(
         "a topic left out of the archive", "topics_held",
-        "A topic was left out of the run for a problem with its token or its name, not "
-        "retention: a token ahead of Kafka's latest offset (a topic re-created, or a token "
-        "from another cluster), a token the archive cannot read, a topic gone from Kafka, or "
-        "two topics that would share one table name. The group's other topics were archived.",
-        "Follow the *what to do* column: it names the token line or the topic. A token ahead "
-        "of Kafka after a topic was re-created: delete the token (or its line) so the topic is "
-        "archived again from `start_from` ([rewind](../rewind.md)).",
+        "A topic was left out of the run for a problem other than retention, and the group's "
+        "other topics were archived. The *problem* column says which: a token ahead of "
+        "Kafka's latest offset (a topic re-created, or a token from another cluster); an "
+        "archive that reaches past Kafka's latest offset, or Kafka holding another message "
+        "at an archived offset than the archive does (a topic re-created, or an unclean "
+        "leader election that truncated it; a rewind would replace archived messages with "
+        "others, so nothing was moved aside); a partition without a leader (Kafka gave no "
+        "offsets of the topic); a token the archive cannot read; a topic gone from Kafka; or "
+        "two topics that would share one table name.",
+        "Follow the *what to do* column: it names the token line, the setting or the topic.\n"
+        "- A token ahead of Kafka after a topic was re-created: delete the token (or its "
+        "line) so the topic is archived again from `start_from` ([rewind](../rewind.md)).\n"
+        "- Another message at an archived offset, or an archive ahead of Kafka: set a new "
+        "`generation` in the config, then delete the token: the new messages get files of "
+        "their own and the archived ones stay ([rewind](../rewind.md)).\n"
+        "- A partition without a leader: nothing in the archive; the next run archives the "
+        "topic once Kafka serves it again. If it lasts, see to the brokers.",
         lambda: alerts.topics_held(
-            "backup", RUN, [Anomaly("token_ahead", "orders", 0, 5_000, 1_200, "failed")],
+            "backup", RUN, [
+                Anomaly("token_ahead", "orders", 0, 5_000, 1_200, "failed"),
+                Anomaly("offsets_reused", "payments", 2, 88_412, 88_413, "failed"),
+                Anomaly("unavailable", "clicks", -1, 0, 0, "failed",
+                        "Kafka gives no offsets of this topic (a partition without a "
+                        "leader?): LeaderNotAvailableError")],
             LINK)),
     "tokens-left-as-found": MailExample(
         "a token changed by hand during a run", "tokens_left_as_found",

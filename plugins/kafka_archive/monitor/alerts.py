@@ -182,8 +182,11 @@ def topics_held(group: str, run_id: str, anomalies: Iterable[Anomaly], link: str
     """Topics left out of the run for a token that cannot be applied (not retention)."""
     found = sorted(anomalies, key=lambda a: (a.topic, a.partition))
     topics = sorted({a.topic for a in found})
+    waits = ("Each run leaves them out until a person acts"
+             + (", or, for a topic Kafka gives no offsets of, until Kafka serves it again."
+                if any(a.kind == "unavailable" for a in found) else "."))
     body = [_p(f"{len(topics)} topic(s) of group <b>{_e(group)}</b> were left out of the run; "
-               "the other topics were archived. Each run leaves them out until a person acts."),
+               f"the other topics were archived. {waits}"),
             _facts([("group", group), ("run", run_id)]),
             _table(("topic", "problem", "what to do"),
                    [(a.topic, a.describe(), a.remedy(group)) for a in found]), _links(link)]

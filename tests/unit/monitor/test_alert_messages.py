@@ -88,6 +88,11 @@ def test_topics_held_names_each_problem_and_its_remedy():
     assert "orders partition 1: token says 80 but Kafka&#x27;s latest offset is 50" in message.html
     assert "fix or delete the token backup/orders" in message.html
     assert "re-created, set a new `generation` in the config first" in message.html
+    assert "until a person acts." in message.html
+    offline = alerts.topics_held("backup", "r7", found + [
+        Anomaly("unavailable", "views", -1, 0, 0, "failed", "Kafka gives no offsets")], LINK)
+    assert "until Kafka serves it again" in offline.html
+    assert "the next run archives the topic once Kafka serves its every partition" in offline.html
 
 
 def test_each_anomaly_is_mailed_once_until_it_is_gone():
