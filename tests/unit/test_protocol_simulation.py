@@ -531,6 +531,8 @@ COMMIT_REACHED_THE_CATALOG_BY_A_REBUILD_ONLY = [
     ("produce", "u", 0, 5, False, 0), ("run", "scheduled__2026-01-02T03:11:00+00:00", 0, 0, 3),
     ("clear_run", "scheduled__2026-01-02T03:11:00+00:00", 12), ("remove_inflight",)]
 FOUND_IN_TABLES = {"damaged snapshot under compactions": DAMAGED_SNAPSHOT_UNDER_COMPACTIONS,
+                   "rewind over an election the archive went on past":
+                       REWIND_OVER_AN_ELECTION_THE_ARCHIVE_WENT_ON_PAST,
                    "rewind to a fileless row racing a compaction":
                    REWIND_TO_A_FILELESS_ROW_RACING_A_COMPACTION,
                    "plan retried after it should have given way":
@@ -1122,7 +1124,7 @@ def test_a_partition_without_a_leader_holds_its_topic_and_the_others_go_on(tmp_p
 
 
 
-@pytest.mark.parametrize("shape", ["files", "events"])
+@pytest.mark.parametrize("shape", ["files", "events", "tables", "parsed"])
 def test_a_found_rewind_over_an_election_is_held_naming_the_reused_offset(tmp_path, shape):
     result = explore.run_steps(REWIND_OVER_AN_ELECTION_THE_ARCHIVE_WENT_ON_PAST,
                                tmp_path / "world", shape=shape)

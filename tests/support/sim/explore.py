@@ -71,7 +71,9 @@ def next_step(rng: random.Random, world: World) -> tuple:
         # natural answer)
         return ("compaction_setting", None if world.compaction_killed else rng.choice(
             (None, 0, 0, 3600)))
-    offsets_reused = world.shape in ("files", "s3", "events")  # (file names by generation)
+    # unclean elections and generations (file names by generation); not in the audit
+    # world, whose checks count an audited producer's messages as Kafka holds them now
+    offsets_reused = world.shape != "audit"
     if rng.random() < 0.02:  # a person changes a setting between runs
         name = rng.choice(("on_retention_gap", "min_records", "start_from")
                           + (("compression",) if world.tables is None else ("keep_snapshots",))
