@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.sim import audit, replay
-from tests.support.sim.world import LAUNCH_FAILS, SHAPES, Violation, World
+from tests.support.sim.world import LAUNCH_FAILS, NEIGHBOUR, SHAPES, Violation, World
 
 STEPS = 30  # per sequence
 
@@ -85,6 +85,9 @@ def next_step(rng: random.Random, world: World) -> tuple:
                 else 1 if name == "generation" else rng.choice((1, 3)))
     if offsets_reused and rng.random() < 0.015:  # an unclean leader election
         return ("truncate", topic, partition, rng.randint(1, 8))
+    if rng.random() < 0.03:  # another deployment's group on the same root
+        return ("neighbour", rng.choice(("run", "run", "compact", "maintain"))
+                if world.tables is not None else "run")
     if rng.random() < 0.03:  # a task killed in the middle of one of its local writes
         task = rng.choice(("plan", "job", "commit"))
         run_id = world.now.strftime("scheduled__%Y-%m-%dT%H:%M:00+00:00") if task == "plan" \
@@ -374,6 +377,7 @@ _SAID = {
     "retention": lambda t, p, n: f"retention deletes the {n} oldest offsets of {t}/{p}",
     "compact_log": lambda t, p, n: f"the log cleaner removes {n} superseded messages of "
                                    f"{t}/{p} below its head",
+    "neighbour": lambda task: f"group {NEIGHBOUR} on the same root: its {task} task",
     "truncate": lambda t, p, n: f"an unclean leader election cuts the last {n} offsets of "
                                 f"{t}/{p} (the next messages take them again)",
     "add_partition": lambda t: f"a partition is added to {t}",

@@ -233,6 +233,8 @@ MUTANTS = [
     Mutant("one partition without a leader fails the whole group's plan", "plan/planning.py",
            "        if len(topics) < 2:\n            raise",
            "        if True:\n            raise"),
+    Mutant("two groups on one root share one folder of runs (and in-flight mark)", "layout.py",
+           '    return join(root, "_runs", group)', '    return join(root, "_runs")'),
     Mutant("the plan never compares a rewind's replaced rows with Kafka", "archive/earlier.py",
            "    tp = TopicPartition(s.topic, s.partition)\n    if s.earlier_last:",
            "    return None\n    if s.earlier_last:"),

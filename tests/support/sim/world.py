@@ -72,6 +72,7 @@ class LaunchFailed(Exception):
 
 DEAD_PID = 4_194_304 + 1  # above Linux's pid_max: no process has it
 LEASES = ("/_compacting.json", "/_rebuilding.json")  # catalog.lease's files
+NEIGHBOUR = "neighbour"  # another deployment's group on the world's archive root
 LAUNCH_FAILS = -1  # a job task's "crash" that makes its launch fail before the job starts
 
 
@@ -152,6 +153,7 @@ class SimStorage(Storage):
         super().__init__(make_s3_client)
         self.faults = faults
         self.writes: list[str] = []  # what the task in progress wrote, in order
+        self.every_write: list[str] = []  # and every write (or delete) of the world so far
         # (folder, start_after) -> len(writes) when last listed; and those listed again
         # with nothing written in the folder between (the same answer, asked twice)
         self.listed: dict[tuple[str, str | None], int] = {}
@@ -194,7 +196,7 @@ class SimStorage(Storage):
     def put_bytes(self, url, data):
         self.faults.tick(f"write {url}")
         lands = self.faults.failing(f"write {url}", write=True)
-        self.writes.append(url)
+        self._wrote(url)
         super().put_bytes(url, data)
         if lands:
             raise _answer_lost("write", url)
@@ -202,7 +204,7 @@ class SimStorage(Storage):
     def upload_file(self, source, url, crc32c=None):
         self.faults.tick(f"upload {url}")
         lands = self.faults.failing(f"upload {url}", write=True)
-        self.writes.append(url)
+        self._wrote(url)
         super().upload_file(source, url, crc32c)
         if lands:
             raise _answer_lost("upload", url)
@@ -210,7 +212,7 @@ class SimStorage(Storage):
     def put_if(self, url, data, expected_version, content_type="application/octet-stream"):
         self.faults.tick(f"conditional write {url}")
         lands = self.faults.failing(f"conditional write {url}", write=True)
-        self.writes.append(url)
+        self._wrote(url)
         version = super().put_if(url, data, expected_version, content_type)
         if lands:  # (the lease bookkeeping below is of a write that did not happen for it)
             raise VersionConflict(url, expected_version, version)
@@ -225,12 +227,16 @@ class SimStorage(Storage):
     def delete(self, url):
         self.faults.tick(f"delete {url}")
         lands = self.faults.failing(f"delete {url}", write=True)
-        self.writes.append(url)
+        self._wrote(url)
         super().delete(url)
         if url.endswith(LEASES):
             self._lease_removed(url, "deleted")
         if lands:
             raise _answer_lost("delete", url)
+
+    def _wrote(self, url: str) -> None:
+        self.writes.append(url)
+        self.every_write.append(url)
 
     def actor(self) -> str:
         return self.actors[-1] if self.actors else "?"
@@ -406,7 +412,12 @@ class World:
         self.shape = shape
         self.group, layout_of = SHAPES[shape]
         self.s3 = _S3Fake() if shape == "s3" else None
+        # another deployment's group on the same archive root, token root and Iceberg
+        # catalog (a namespace of its own, as the config requires), over the same topics
+        neighbours = layout_of.replace("namespace: sim,", f"namespace: sim_{NEIGHBOUR},")
         self.config = local_config(root, f"{self.group}: {{{layout_of}, "
+                                         "policy: {max_records: 6, max_delay: 1m}}\n"
+                                         f"{NEIGHBOUR}: {{{neighbours}, "
                                          "policy: {max_records: 6, max_delay: 1m}}\n",
                                    iceberg_catalog=shape in TABLE_SHAPES,
                                    sections=audit.SECTION if shape == "audit" else "",
@@ -431,6 +442,7 @@ class World:
         self.compactions = 0
         self.actions = 0  # processes so far (each an actor of the storage's calls)
         self.compaction_killed = False  # and no compaction has finished since
+        self.neighbour_ran = False  # the other group on the root has archived (_neighbour)
         self.unmerged_runs = 0  # runs committed since a compaction last merged rows
         self.runs: dict[str, Run] = {}
         self.abandoned = False  # an in-flight mark was deleted by hand
@@ -451,6 +463,10 @@ class World:
         self.mailbox: list[Message] = []
         self.mailings = CheckedMailings(self, self.plain, self.config.archive_root, self.group,
                                         self.mailbox.append, lambda run_id: f"run {run_id}")
+        # the other group's mails: its own, by the same rules, not checked against this
+        # group's model
+        self.neighbours_mailings = Mailings(self.plain, self.config.archive_root, NEIGHBOUR,
+                                            lambda message: None, lambda run_id: f"run {run_id}")
         # runs whose commit was announced (mail and Asset events), how many times, and
         # how many of those said they replace an earlier announcement
         self.committed_runs: set[str] = set()  # runs whose commit task succeeded (own plan)
@@ -477,6 +493,7 @@ class World:
         out = Outcome()
         kind, *args = step
         self.now += timedelta(minutes=1)
+        wrote = len(self.storage.every_write)
         try:
             with self._table_writes_may_be_killed(), self._writes_may_be_torn(), \
                     self._acting(kind):
@@ -484,7 +501,40 @@ class World:
         finally:
             self.faults.arm(0)
             self._keep_token_copies()
+            self._groups_apart(kind, self.storage.every_write[wrote:])
         return out
+
+    def _groups_apart(self, kind: str, wrote: list[str]) -> None:
+        """Two groups on one root: a step of one writes or deletes nothing of the other's
+        (every path below the root names its group: layout)."""
+        other = self.group if kind == "neighbour" else NEIGHBOUR
+        if stray := [url for url in wrote if f"/{other}/" in url]:
+            raise Violation("groups mixed", f"a step of group "
+                            f"{NEIGHBOUR if kind == 'neighbour' else self.group} ({kind}) "
+                            f"wrote or deleted {stray[0]} (and {len(stray) - 1} more), a path "
+                            f"of group {other} on the same root")
+
+    def _neighbour(self, out: Outcome, task: str):
+        """Another deployment's group on the same root runs a task whole (the real
+        bodies, no kill): a DAG run of it (plan, archive, commit, finalize), or a table
+        group's compaction or maintenance of it. Its files must stay its own (check)."""
+        run_id = self.now.strftime(f"{NEIGHBOUR}__%Y-%m-%dT%H:%M:00+00:00")
+        self.storage.task_begins()
+        try:
+            with self._in_airflow():
+                if task == "compact" and self.tables is not None:
+                    out.add(f"{NEIGHBOUR} compaction: {tasks.compact(NEIGHBOUR, run_id)}")
+                elif task == "maintain" and self.tables is not None:
+                    out.add(f"{NEIGHBOUR} maintenance: {tasks.expire_snapshots(NEIGHBOUR)}")
+                elif task == "run" and (plan_url := tasks.plan(NEIGHBOUR, run_id)):
+                    self._archive_plan(plan_url)
+                    summary = tasks.commit(plan_url)
+                    out.add(f"{NEIGHBOUR} run {run_id}: tokens {summary['tokens']}")
+                    if self.config.group(NEIGHBOUR).layout.kind == "event_time":
+                        tasks.finalize(NEIGHBOUR, run_id)
+            self.neighbour_ran = True
+        except ArchiveError as failed:  # (Kafka down, a partition without a leader)
+            out.add(f"{NEIGHBOUR} {task}: failed: {type(failed).__name__}: {failed}")
 
     @contextmanager
     def _writes_may_be_torn(self):
@@ -530,12 +580,16 @@ class World:
         new_output, delete = PyArrowFileIO.new_output, PyArrowFileIO.delete
         faults = self.faults
 
+        every_write = self.storage.every_write
+
         def ticking_output(io, location):
             faults.tick(f"table write {location}")
+            every_write.append(location)
             return new_output(io, location)
 
         def ticking_delete(io, location):
             faults.tick(f"table delete {location}")
+            every_write.append(location)
             return delete(io, location)
 
         with patch.object(PyArrowFileIO, "new_output", ticking_output), \
@@ -1119,7 +1173,8 @@ class World:
                 patch.object(brokers, "consumer", lambda cfg, bootstrap=None, isolation=None:
                              self.kafka.consumer(isolation)), \
                 patch.object(runs, "now_utc", lambda: self.now), \
-                patch.object(alerting, "mailings", lambda cfg, group, context=None: self.mailings), \
+                patch.object(alerting, "mailings", lambda cfg, group, context=None:
+                             self.mailings if group == self.group else self.neighbours_mailings), \
                 patch.object(preflight, "conditional_writes", lambda *args: None), \
                 patch.object(mirror, "mirror", lambda *args: None), \
                 patch.object(parquet, "concatenate", _bounded_concatenate), \
@@ -1186,22 +1241,26 @@ class World:
         def spark_submit():
             if self.launch_fails:
                 raise LaunchFailed("spark-submit exited 1 before the job started")
-            plan = Plan.from_json(self.storage.get_bytes(run.plan_url))
-            task = job.ArchiveTask(self.config, plan)
-
-            def archived(plan, slices):
-                writer = job.ArchiveTask(self.config, plan) if plan.columns else task
-                return [writer.archive(s, writer.messages(self.kafka.range_consumer(), s,
-                                                          self.storage), self.storage)
-                        for s in slices]
             try:
-                done.append(job.archive_plan(self.config, run.plan_url, self.storage,
-                                             self.kafka.consumer, archived))
+                done.append(self._archive_plan(run.plan_url))
             except ArchiveError as failed:  # job.main: recorded for the operator
                 job.record_failure(self.storage, run.plan_url, failed)
                 raise LaunchFailed("spark-submit exited 1") from failed
         job.launched(self.storage, run.plan_url, spark_submit, LaunchFailed)
         return f"archived {sum(r['records'] for r in done[0]['slices'])} messages"
+
+    def _archive_plan(self, plan_url: str) -> dict:
+        """The job's driver and slice bodies, in process, over the simulation's Kafka."""
+        plan = Plan.from_json(self.storage.get_bytes(plan_url))
+        task = job.ArchiveTask(self.config, plan)
+
+        def archived(plan, slices):
+            writer = job.ArchiveTask(self.config, plan) if plan.columns else task
+            return [writer.archive(s, writer.messages(self.kafka.range_consumer(), s,
+                                                      self.storage), self.storage)
+                    for s in slices]
+        return job.archive_plan(self.config, plan_url, self.storage, self.kafka.consumer,
+                                archived)
 
     def task_commit(self, run: Run) -> str:
         """The commit task as the DAG runs it: airflow.tasks.commit, then the Asset events
@@ -1392,6 +1451,17 @@ class World:
                                 + (f"{_ranges(archived)} are in the archive" if archived else
                                    f"{_ranges(in_kafka)} are still in Kafka"))
 
+    def _neighbours_files_kept(self) -> None:
+        """Every file the other group's catalog names is there, whatever this group's
+        tasks, compactions, maintenance and rewinds did on the same root."""
+        if not self.neighbour_ran or inflight.holding(self.plain, self.config.archive_root,
+                                                      NEIGHBOUR) is not None:
+            return
+        for row in catalog.open_catalog(self.plain, self.config, NEIGHBOUR).rows():
+            if gone := [f["url"] for f in row_files(row) if self.plain.size(f["url"]) is None]:
+                raise Violation("groups mixed", f"{gone[0]}, a current file of group "
+                                f"{NEIGHBOUR} on the same root, is gone")
+
     def check(self, final: bool = False) -> None:
         """Invariants 1-3 of issue 41 on what the catalog, the files and the tokens say;
         a lease removed only by its holder (issue 56), at any time."""
@@ -1399,6 +1469,7 @@ class World:
             raise Violation("lease", self.storage.lease_violations[0] + ": a lease is "
                             "released only by its holder (one whose own expired and was "
                             "taken over leaves its successor's alone)")
+        self._neighbours_files_kept()
         try:
             cat = catalog.open_catalog(self.plain, self.config, self.group)
             rows = cat.rows()
