@@ -134,9 +134,10 @@ def first_reused(storage: Storage, consumer, s: Slice) -> int | None:
     aside. A topic re-created, or truncated by an unclean election and written again,
     differs there. Two looks, in step with Kafka's messages (kafka-python's consumer):
     - the last message of every row replaced (Slice.earlier_last, as the job recorded
-      it): an election cuts the log's tail from some offset on, so a row archived before
-      it that reaches past that offset has its last message there, where Kafka now holds
-      another (or none: the log cleaner removed it, and this row goes unjudged);
+      it) that Kafka's retention still holds: an election cuts the log's tail from some
+      offset on, so a row archived before it that reaches past that offset has its last
+      message there, where Kafka now holds another (or none: the log cleaner removed it,
+      and this row goes unjudged). One read of Kafka per such row;
     - the tail (TAIL records) of the last file replaced, for rows from before rows kept
       their last message, or whose last message Kafka no longer holds.
     None where they agree (the job's look, with_earlier, stays the last word)."""
@@ -144,10 +145,13 @@ def first_reused(storage: Storage, consumer, s: Slice) -> int | None:
 
     tp = TopicPartition(s.topic, s.partition)
     if s.earlier_last:
-        end = consumer.end_offsets([tp])[tp]  # (an archive past it is held before this)
+        # only where Kafka still holds offsets: a rewind over a long history reads the
+        # rows of Kafka's retention, not the whole archive's (and an archive past Kafka's
+        # latest offset is held before this)
+        earliest, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
         for offset, timestamp_ms, digest in s.earlier_last:
-            if offset < end and (k := _message_at(consumer, tp, offset)) is not None and \
-                    fingerprint(offset, k.key, k.value, k.timestamp) != [offset, timestamp_ms, digest]:
+            if earliest <= offset < end and (k := _message_at(consumer, tp, offset)) is not None \
+                    and fingerprint(offset, k.key, k.value, k.timestamp) != [offset, timestamp_ms, digest]:
                 return offset
     return _first_reused_in_tail(storage, consumer, s, tp)
 

@@ -137,20 +137,25 @@ def test_a_rewind_slice_of_a_file_group_reads_the_files_the_plan_moved_aside(tmp
 class _Kafka:
     """kafka-python's consumer as brokers.read_range drives it, over messages by offset."""
 
-    def __init__(self, messages: dict[int, bytes]):
-        self.messages, self.at, self.tp = messages, 0, None
+    def __init__(self, messages: dict[int, bytes], earliest: int = 0):
+        self.messages, self.at, self.tp, self.earliest = messages, 0, None, earliest
+        self.read_at: list[int] = []  # the offsets sought
 
     def assign(self, tps):
         [self.tp] = tps
 
     def seek(self, tp, offset):
         self.at = offset
+        self.read_at.append(offset)
 
     def position(self, tp):
         return self.at
 
     def end_offsets(self, tps):
         return {tp: max(self.messages, default=-1) + 1 for tp in tps}
+
+    def beginning_offsets(self, tps):
+        return {tp: self.earliest for tp in tps}
 
     def poll(self, timeout_ms=0):
         held = sorted(o for o in self.messages if o >= self.at)
@@ -211,3 +216,6 @@ def test_the_plan_compares_the_last_message_of_every_row_a_rewind_would_replace(
     # Kafka's log ends before the last row's message (an archive ahead, held elsewhere):
     # not waited for
     assert earlier.first_reused(storage, _Kafka({o: same[o] for o in range(5)}), s) is None
+    # retention took the first row's offsets: only the rows Kafka still holds are read
+    kafka = _Kafka({o: same[o] for o in range(5, 10)}, earliest=5)
+    assert earlier.first_reused(storage, kafka, s) is None and kafka.read_at == [9]
