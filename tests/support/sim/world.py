@@ -501,7 +501,7 @@ class World:
         finally:
             self.faults.arm(0)
             self._keep_token_copies()
-            self._groups_apart(kind, self.storage.every_write[wrote:])
+        self._groups_apart(kind, self.storage.every_write[wrote:])
         return out
 
     def _groups_apart(self, kind: str, wrote: list[str]) -> None:
