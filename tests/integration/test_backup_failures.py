@@ -142,6 +142,25 @@ def test_a_rewind_over_a_re_created_topic_written_past_the_archive_is_held(pipel
     assert pipeline.token_offsets()[topic] == {0: 14}
 
 
+def test_a_rewind_over_a_re_created_topic_the_archive_went_on_past_is_held(pipeline, kafka,
+                                                                          smtp_maildir):
+    """The archive went on past a re-created topic's end (as after an unclean election
+    that Kafka then wrote past): the last file a rewind would replace holds the new
+    topic's messages and agrees with Kafka, the first one holds the old topic's. The plan
+    compares every replaced row's last message with Kafka's and holds the topic at the
+    first row's, before anything moves."""
+    topic, old = archived_then_re_created(pipeline, kafka, "wenton", 14)
+    pipeline.run_dag()  # token 10, Kafka's latest 14: the new topic's 10-13 archived
+    went_on = set(pipeline.archived_records())
+    assert old < went_on and len(went_on) == 14
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()  # a rewind
+    with pytest.raises(HeldTopicsError) as held:
+        pipeline.plan("held")
+    assert f"{topic} partition 0: Kafka holds another message at offset 9 than the " \
+        "archive does" in str(held.value)
+    assert superseded_keys(pipeline) == [] and set(pipeline.archived_records()) == went_on
+
+
 def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pipeline, kafka,
                                                                             smtp_maildir):
     """The remedy a token ahead of Kafka names: a topic deleted and re-created holds other

@@ -129,31 +129,33 @@ TAIL = 1000  # records of the last replaced file the plan compares with Kafka
 
 
 def first_reused(storage: Storage, consumer, s: Slice) -> int | None:
-    """The first offset at which Kafka holds another message than the archive, among
-    those a rewind's slice would replace, if any: the plan's look before it moves anything
-    aside. A topic re-created, or truncated by an unclean election and written again,
-    differs there. Two looks, in step with Kafka's messages (kafka-python's consumer):
-    - the last message of every row replaced (Slice.earlier_last, as the job recorded
-      it) that Kafka's retention still holds: an election cuts the log's tail from some
+    """An offset at which Kafka holds another message than the archive, among those a
+    rewind's slice would replace, if any: the plan's look before it moves anything aside.
+    A topic re-created, or truncated by an unclean election and written again, differs
+    there. Two looks, in step with Kafka's messages (kafka-python's consumer):
+    - the tail (TAIL records) of the last file replaced: the first offset there that
+      differs (where an election's cut most often falls);
+    - then the last message of every row replaced (Slice.earlier_last, as the job
+      recorded it) that Kafka's retention still holds: an election cuts the log from some
       offset on, so a row archived before it that reaches past that offset has its last
       message there, where Kafka now holds another (or none: the log cleaner removed it,
-      and this row goes unjudged). One read of Kafka per such row;
-    - the tail (TAIL records) of the last file replaced, for rows from before rows kept
-      their last message, or whose last message Kafka no longer holds.
+      and the row goes unjudged). One read of Kafka per such row, no file read.
     None where they agree (the job's look, with_earlier, stays the last word)."""
     from kafka import TopicPartition
 
     tp = TopicPartition(s.topic, s.partition)
-    if s.earlier_last:
-        # only where Kafka still holds offsets: a rewind over a long history reads the
-        # rows of Kafka's retention, not the whole archive's (and an archive past Kafka's
-        # latest offset is held before this)
-        earliest, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
-        for offset, timestamp_ms, digest in s.earlier_last:
-            if earliest <= offset < end and (k := _message_at(consumer, tp, offset)) is not None \
-                    and fingerprint(offset, k.key, k.value, k.timestamp) != [offset, timestamp_ms, digest]:
-                return offset
-    return _first_reused_in_tail(storage, consumer, s, tp)
+    if (found := _first_reused_in_tail(storage, consumer, s, tp)) is not None or \
+            not s.earlier_last:
+        return found
+    # only where Kafka still holds offsets: a rewind over a long history reads the rows of
+    # Kafka's retention, not the whole archive's (an archive past Kafka's latest offset is
+    # held before this)
+    earliest, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+    for offset, timestamp_ms, digest in s.earlier_last:
+        if earliest <= offset < end and (k := _message_at(consumer, tp, offset)) is not None \
+                and fingerprint(offset, k.key, k.value, k.timestamp) != [offset, timestamp_ms, digest]:
+            return offset
+    return None
 
 
 def _message_at(consumer, tp, offset: int):
