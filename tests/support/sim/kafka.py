@@ -53,6 +53,8 @@ class Partition:
             if self.end in self.cut:  # another message at an offset once held
                 self.cut.discard(self.end)
                 self.epochs[self.end] = self.epochs.get(self.end, 0) + 1
+                self.sources.pop(self.end, None)  # (not the cut message's header or value)
+                self.values.pop(self.end, None)
             if transaction:
                 self.open_txn[self.end] = self.created_ms[self.end] = now_ms
                 self.event_ms[self.end] = now_ms - late_ms
