@@ -183,7 +183,9 @@ class Kafka:
         """Partition.truncate, keeping the values of the messages it cuts (an event's
         value names its time, which the next message at the offset replaces)."""
         p = self.topics[topic][partition]
-        for o in [o for o in p.messages if o >= max(p.earliest, p.end - count)]:
+        # (every message the cut offsets held: one the log cleaner removed before the cut
+        # may be archived too)
+        for o in [o for o in p.produced if o >= max(p.earliest, p.end - count)]:
             self.cut_values.setdefault((topic, partition, o), set()).add(
                 self.value(topic, partition, o))
         return p.truncate(count)
