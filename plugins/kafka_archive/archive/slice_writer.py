@@ -307,7 +307,6 @@ class OpenSlice:
                 "audit": sorted([source, window, n]
                                 for (source, window), n in self.audit_counts.items())}
 
-
     def _last_message(self) -> list[int]:
         """The fingerprint of the slice's last message (SliceRow.last_message)."""
         r = self.last

@@ -72,7 +72,8 @@ def next_step(rng: random.Random, world: World) -> tuple:
         return ("compaction_setting", None if world.compaction_killed else rng.choice(
             (None, 0, 0, 3600)))
     # unclean elections and generations (file names by generation); not in the audit
-    # world, whose checks count an audited producer's messages as Kafka holds them now
+    # world until its open defect is fixed: it counts a message two generations hold twice
+    # (test_the_audit_counts_a_message_two_generations_hold_once)
     offsets_reused = world.shape != "audit"
     if rng.random() < 0.02:  # a person changes a setting between runs
         name = rng.choice(("on_retention_gap", "min_records", "start_from")
