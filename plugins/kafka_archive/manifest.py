@@ -48,6 +48,9 @@ class SliceRow(TypedDict, total=False):
     placed_by: list[list]              # event time: [end, finalize watermark] steps that
                                        # decided lateness (planning.Slice.archived_before)
     audit: list[list]                  # [source, window start ms, messages]
+    audit_elsewhere: list[list]        # the same, of those messages another generation's
+                                       # row holds too: the audit counts them there
+                                       # (planning.Slice.elsewhere)
 
 
 class Manifest(TypedDict, total=False):

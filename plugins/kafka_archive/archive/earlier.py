@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import logging
 from functools import reduce
+from itertools import chain
 from typing import Callable, Iterator
 
 from kafka_archive import formats, layout
@@ -123,6 +124,61 @@ def _is(record: Record, value: bytes | None, key: bytes | None, timestamp_ms: in
     fields_only = record.value is None and record.key is None
     return (fields_only or record.value == value) and (record.key is None or record.key == key) and (
         record.timestamp_ms is None or record.timestamp_ms == timestamp_ms)
+
+
+class HeldElsewhere:
+    """Which messages of a slice other generations' rows hold too (Slice.elsewhere): the
+    same message at its offset (_is). Their files are read forward in step with the
+    slice, each generation's rows one after another, so one file per generation is open.
+    A row whose files are gone (a person deleted one) counts as holding the same messages
+    at its offsets, as the catalog, which still names it, says it does."""
+
+    def __init__(self, storage: Storage, s: Slice):
+        chains: dict[int, list] = {}
+        self.assumed: list[tuple[int, int]] = []  # the offsets of rows whose files are gone
+        sizes = storage.sizes([url for *_, urls in s.elsewhere for url in urls])
+        for generation, start, end, urls in s.elsewhere:
+            if any(sizes[url] is None for url in urls):
+                log.warning("%s partition %d: a file of generation %d's row [%d, %d) is gone; "
+                            "its messages count as the ones this run archives again (for "
+                            "the audit)", s.topic, s.partition, generation, start, end)
+                self.assumed.append((start, end))
+            else:
+                chains.setdefault(generation, []).append(urls)
+        self.ahead = _Ahead(heapq.merge(*(
+            chain.from_iterable(records_of(storage, list(urls), s.start, s.end) for urls in rows)
+            for rows in chains.values()), key=lambda r: r.offset))
+
+    @classmethod
+    def of(cls, storage: Storage, s: Slice) -> HeldElsewhere | None:
+        """None where no other generation holds the slice's offsets, or its files keep
+        no offsets (text, Baldr: their messages count in every generation)."""
+        urls = [url for *_, row in s.elsewhere for url in row]
+        return cls(storage, s) if usable(urls) else None
+
+    def record(self, r: Record) -> bool:
+        """Whether another generation holds this message (the next in offset order)."""
+        _, there = self.ahead.between(r.offset, r.offset + 1, skip=[r.offset])
+        return any(a <= r.offset < b for a, b in self.assumed) or any(
+            _is(other, r.value, r.key, r.timestamp_ms) for other in there)
+
+    def batch(self, b: Batch):
+        """Per message of the batch (the next in offset order), whether another
+        generation holds it: a numpy mask."""
+        import numpy as np
+
+        held = np.zeros(len(b), dtype=bool)
+        for start, end in self.assumed:
+            held |= (b.offset >= start) & (b.offset < end)
+        _, there = self.ahead.between(int(b.offset[0]), int(b.offset[-1]) + 1, skip=b.offset)
+        for other, i in zip(there, np.searchsorted(b.offset, [r.offset for r in there])):
+            i = int(i)
+            held[i] = held[i] or _is(other, b.value[i].as_py(), b.key[i].as_py(),
+                                     int(b.timestamp_ms[i]))
+        return held
+
+    def close(self) -> None:
+        self.ahead.close()
 
 
 TAIL = 1000  # records of the last replaced file the plan compares with Kafka

@@ -429,8 +429,9 @@ class ArchiveTask:
     def archive(self, s: Slice, batches: Iterator, storage: Storage) -> dict:
         """Write one slice from its messages (formats.batch.Batch, in offset order); its
         manifest row. Reading stops where the slice reaches its size cap."""
+        elsewhere = earlier.HeldElsewhere.of(storage, s)
         out = slice_writer.OpenSlice(self.targets[s.topic], s.partition, s.start, s.end,
-                                     s.max_bytes, s.archived_before)
+                                     s.max_bytes, s.archived_before, elsewhere)
         try:
             for batch in batches:
                 out.add_batch(batch)
@@ -443,6 +444,8 @@ class ArchiveTask:
             close = getattr(batches, "close", None)
             if close:  # ends the read (the consumer moves on to the next slice)
                 close()
+            if elsewhere is not None:
+                elsewhere.close()
         row = out.finish(storage)
         if self.group.parsed_table and row["gaps"] and earlier.usable(s.earlier):
             return earlier.kept_in_table(storage, self.config.archive_root, self.group.name,

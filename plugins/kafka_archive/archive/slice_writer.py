@@ -73,8 +73,9 @@ class Target:
 
 class OpenSlice:
     def __init__(self, target: Target, partition: int, start: int, end: int, max_bytes: int,
-                 archived_before: tuple[tuple[int, int | None], ...] = ()):
-        """archived_before: planning.Slice.archived_before (a rewind's re-archive)."""
+                 archived_before: tuple[tuple[int, int | None], ...] = (), elsewhere=None):
+        """archived_before: planning.Slice.archived_before (a rewind's re-archive);
+        elsewhere: which messages other generations hold too (earlier.HeldElsewhere)."""
         self.target, self.partition, self.start, self.end = target, partition, start, end
         self.before_ends = [end for end, _ in archived_before]
         self.before_marks = [mark for _, mark in archived_before]
@@ -90,6 +91,8 @@ class OpenSlice:
         self.last: Record | Batch | None = None  # the last message written (or its batch)
         self.cut = False
         self.audit_counts: dict[tuple[str, int], int] = {}  # (source, window start) -> messages
+        self.elsewhere = elsewhere
+        self.audit_elsewhere: dict[tuple[str, int], int] = {}  # of them, those held elsewhere
 
     def add(self, r: Record) -> None:
         """The next message of the slice (offsets increasing)."""
@@ -107,8 +110,12 @@ class OpenSlice:
             self._append(*self._file_for(r))
         self.count += 1
         self.payload += size
-        audit_counts.count_archived(self.audit_counts, audit_counts.source_of(r.headers, self.target.audit_header),
-                             r.timestamp_ms, self.target.audit_window_ms)
+        source = audit_counts.source_of(r.headers, self.target.audit_header)
+        audit_counts.count_archived(self.audit_counts, source, r.timestamp_ms,
+                                    self.target.audit_window_ms)
+        if self.elsewhere is not None and self.elsewhere.record(r):
+            audit_counts.count_archived(self.audit_elsewhere, source, r.timestamp_ms,
+                                        self.target.audit_window_ms)
         self.next_offset, self.last = r.offset + 1, r
         self.min_ts = r.timestamp_ms if self.min_ts is None else min(self.min_ts, r.timestamp_ms)
         self.max_ts = r.timestamp_ms if self.max_ts is None else max(self.max_ts, r.timestamp_ms)
@@ -159,8 +166,12 @@ class OpenSlice:
         self.count += len(b)
         self.payload += payload
         values, codes = batch.first_header_values(b, self.target.audit_header)
-        audit_counts.count_archived_batch(self.audit_counts, [audit_counts.source_named(v) for v in values],
-                                       codes, ts, self.target.audit_window_ms)
+        sources = [audit_counts.source_named(v) for v in values]
+        audit_counts.count_archived_batch(self.audit_counts, sources, codes, ts,
+                                          self.target.audit_window_ms)
+        if self.elsewhere is not None and (held := self.elsewhere.batch(b)).any():
+            audit_counts.count_archived_batch(self.audit_elsewhere, sources, codes[held],
+                                              ts[held], self.target.audit_window_ms)
         self.next_offset, self.last = int(offsets[-1]) + 1, b
         low, high = int(ts.min()), int(ts.max())
         self.min_ts = low if self.min_ts is None else min(self.min_ts, low)
@@ -304,8 +315,9 @@ class OpenSlice:
                 "min_timestamp_ms": self.min_ts, "max_timestamp_ms": self.max_ts,
                 **({"last_message": self._last_message()} if self.last is not None else {}),
                 "gaps": self.gaps, **({"placed_by": self._placed_by()} if self.event_time else {}),
-                "audit": sorted([source, window, n]
-                                for (source, window), n in self.audit_counts.items())}
+                "audit": _listed(self.audit_counts),
+                **({"audit_elsewhere": _listed(self.audit_elsewhere)}
+                   if self.audit_elsewhere else {})}
 
     def _last_message(self) -> list[int]:
         """The fingerprint of the slice's last message (SliceRow.last_message)."""
@@ -319,6 +331,11 @@ class OpenSlice:
         """Remove the slice's temp files (after upload, or when the slice failed)."""
         for out in self.files.values():
             out.discard()
+
+
+def _listed(counts: dict[tuple[str, int], int]) -> list[list]:
+    """Per-(source, window) counts as a row keeps them: [source, window, messages]."""
+    return sorted([source, window, n] for (source, window), n in counts.items())
 
 
 def _final(time_path: str, finalized_ms: int, spec: LayoutSpec) -> bool:

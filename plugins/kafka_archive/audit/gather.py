@@ -24,6 +24,7 @@ from kafka_archive.audit.reconcile import BadMonitoringEvent, MonitoringEvent
 from kafka_archive.config import Config
 from kafka_archive.errors import TerminalError
 from kafka_archive.formats import audit_counts
+from kafka_archive.formats.records import fingerprint
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.storage import Storage, join
 from kafka_archive.tokens import Token, TokenStore
@@ -95,14 +96,16 @@ def read_events_file(storage: Storage, url: str) -> Events:
 
 def count_rows(rows, counts: dict | None = None, sign: int = 1) -> dict:
     """Add (sign -1: take away) the per-(source, window) audit counts of manifest rows
-    to `counts`, keyed (topic, source, archive window start)."""
+    to `counts`, keyed (topic, source, archive window start). A message another
+    generation's row holds too (`audit_elsewhere`) counts there only."""
     counts = defaultdict(int) if counts is None else counts
     for row in rows:
-        for source, window, n in row.get("audit", ()):
-            key = (row["topic"], source, window)
-            counts[key] = counts.get(key, 0) + sign * n
-            if sign < 0 and not counts[key]:
-                del counts[key]
+        for field, weight in (("audit", sign), ("audit_elsewhere", -sign)):
+            for source, window, n in row.get(field, ()):
+                key = (row["topic"], source, window)
+                counts[key] = counts.get(key, 0) + weight * n
+                if not counts[key]:
+                    del counts[key]
     return counts
 
 
@@ -120,12 +123,27 @@ def archived_by_rescan(config: Config, storage: Storage, group: str,
     # the data files: time partitions or partition folders, not `_late/` or `_quarantine/`
     files = [(url, where.topic) for url, where in found
              if where is not None and where.place in ("partition", "time")]
+    generations: dict = defaultdict(set)  # (topic, partition) -> generations with files
+    for url, where in found:
+        if where is not None and where.place in ("partition", "time"):
+            generations[(where.topic, where.name.partition)].add(where.name.generation)
+    # a message that several generations archived counts once: where a partition has
+    # files of more than one, its messages are remembered by fingerprint (records.fingerprint,
+    # some 100 bytes each) while the rescan reads its files
+    seen: dict = defaultdict(set)
     for url, topic in track(files, f"rescan {group}"):
+        partition = layout.parse_url(config.archive_root, url, spec).name.partition
+        once = seen[(topic, partition)] if len(generations[(topic, partition)]) > 1 else None
         per_file: dict = {}
         with storage.open(url) as stream:
             for r in formats.read(stream, url):
+                if once is not None and r.offset is not None:
+                    message = tuple(fingerprint(r.offset, r.key, r.value, r.timestamp_ms))
+                    if message in once:
+                        continue
+                    once.add(message)
                 audit_counts.count_archived(per_file, audit_counts.source_of(r.headers, header),
-                                     r.timestamp_ms, window_ms)
+                                            r.timestamp_ms, window_ms)
         for (source, window), n in per_file.items():
             counts[(topic, source, window)] += n
     return counts

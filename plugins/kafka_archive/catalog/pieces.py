@@ -9,7 +9,7 @@ from collections import defaultdict
 
 PIECE_FIELDS = ("start", "end", "records", "quarantined", "late", "min_timestamp_ms",
                 "max_timestamp_ms", "gaps", "audit", "placed_by", "planned_at", "caught_up_at",
-                "last_message")
+                "last_message", "audit_elsewhere")
 
 
 def pieces(row: dict) -> list[dict]:
@@ -23,10 +23,7 @@ def merged(rows: list[dict], files: list[dict], run: str) -> dict:
     """The catalog row that replaces contiguous `rows` (offset order) once their files are
     `files`: their counts summed, their pieces kept."""
     first, last = rows[0], rows[-1]
-    audit: dict[tuple, int] = defaultdict(int)
-    for r in rows:
-        for source, window, n in r.get("audit", ()):
-            audit[(source, window)] += n
+    audit, elsewhere = _summed(rows, "audit"), _summed(rows, "audit_elsewhere")
     stamps = lambda key, pick: pick((r[key] for r in rows if r.get(key) is not None),  # noqa: E731
                                     default=None)
     row = {"topic": first["topic"], "partition": first["partition"], "start": first["start"],
@@ -39,12 +36,24 @@ def merged(rows: list[dict], files: list[dict], run: str) -> dict:
            "min_timestamp_ms": stamps("min_timestamp_ms", min),
            "max_timestamp_ms": stamps("max_timestamp_ms", max),
            "gaps": [g for r in rows for g in r.get("gaps", ())],
-           "audit": sorted([s, w, n] for (s, w), n in audit.items()),
+           "audit": audit,
            "planned_at": max(r.get("planned_at") or "" for r in rows),
            "pieces": [p for r in rows for p in pieces(r)],
            "_run": run, "_generation": first["_generation"]}
+    if elsewhere:
+        row["audit_elsewhere"] = elsewhere
     if any("placed_by" in r for r in rows):
         row["placed_by"] = [step for r in rows for step in r.get("placed_by", ())]
     if caught := stamps("caught_up_at", max):
         row["caught_up_at"] = caught
     return row
+
+
+def _summed(rows: list[dict], field: str) -> list[list]:
+    """The rows' [source, window, messages] counts of `field` (audit, audit_elsewhere),
+    summed."""
+    counts: dict[tuple, int] = defaultdict(int)
+    for r in rows:
+        for source, window, n in r.get(field, ()):
+            counts[(source, window)] += n
+    return sorted([s, w, n] for (s, w), n in counts.items())

@@ -59,6 +59,11 @@ class Slice:
     # where the row keeps one; the plan's look compares them with Kafka's before anything
     # moves aside (archive.earlier.first_reused)
     earlier_last: tuple[tuple[int, int, int], ...] = ()
+    # other generations' current rows holding offsets of the slice, as (generation, start,
+    # end, files), each generation's in offset order: the job counts a message they hold
+    # too (the same one at its offset) apart, so the audit counts it once however many
+    # generations archived it (SliceRow.audit_elsewhere)
+    elsewhere: tuple[tuple[int, int, int, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,8 @@ class Plan:
         raw["slices"] = tuple(Slice(**{**s, "archived_before": tuple(
             tuple(step) for step in s.get("archived_before", ())),
             "earlier": tuple(s.get("earlier", ())),
-            "earlier_last": tuple(tuple(m) for m in s.get("earlier_last", ()))})
+            "earlier_last": tuple(tuple(m) for m in s.get("earlier_last", ())),
+            "elsewhere": tuple((g, a, b, tuple(urls)) for g, a, b, urls in s.get("elsewhere", ()))})
             for s in raw["slices"])
         raw["anomalies"] = tuple(Anomaly(**a) for a in raw["anomalies"])
         raw["superseded"] = tuple(raw["superseded"])

@@ -275,6 +275,28 @@ def supersede(cat: catalog.Catalog, config: Config, slices: list[Slice]
     return adjusted, superseded, cuts
 
 
+def held_elsewhere(cat: catalog.Catalog, config: Config, slices: list[Slice]) -> list[Slice]:
+    """Each slice with the files of other generations' current rows holding its offsets
+    (Slice.elsewhere). Such rows exist only after a new generation began where an older
+    one's archive still reaches (a new generation with its token deleted, a rewind
+    across generations): then the job tells which of its messages they hold too, for the
+    audit to count each message once. Free when the catalog's summaries say none reach
+    the slice."""
+    found = []
+    for s in slices:
+        held = cat.state.topics.get(s.topic)
+        others = sorted(summary.generation for summary in (held.summaries.values() if held else ())
+                        if summary.partition == s.partition and s.start < s.end
+                        and summary.generation != config.generation
+                        and summary.end is not None and summary.end > s.start)
+        rows = tuple((generation, row["start"], row["end"], tuple(f["url"] for f in row_files(row)))
+                     for generation in others
+                     for row in cat.rows(s.topic, s.partition, generation, end_after=s.start,
+                                         start_before=s.end))
+        found.append(replace(s, elsewhere=rows) if rows else s)
+    return found
+
+
 def offsets_reused(offset: int | None, s: Slice) -> Anomaly | None:
     """A rewind's slice whose replaced files hold other messages than Kafka does at the
     same offsets (offset: the first, archive.earlier.first_reused): the topic is held, as

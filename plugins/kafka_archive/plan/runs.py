@@ -104,6 +104,7 @@ def start(config: Config, group_name: str, run_id: str, storage: Storage, tokens
         slices = [s for s in slices if s.topic not in out]
         superseded = [url for s in slices for url in s.earlier]
         cuts = [c for c in cuts if c["topic"] not in out]
+    slices = rewinds.held_elsewhere(cat, config, slices)
     if anomalies and not dry_run:
         # recorded even when every topic is held: the lost range must not be forgotten
         storage.put_bytes(layout.run_file(config.archive_root, group.name, run_id, "anomalies.json"),

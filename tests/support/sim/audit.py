@@ -199,21 +199,25 @@ class AuditModel:
                 f[0] == a.key for f in self.mailed))]
 
     def _archived(self) -> tuple[Counter, Counter]:
-        """Per (topic, source, window): the messages the catalog's current rows hold, and
-        those of them whose file is still there."""
-        kafka, held, in_files = self.world.kafka, Counter(), Counter()
+        """Per (topic, source, window): the messages the catalog's current rows hold (a
+        message that rows of several generations hold, once), and those of them whose
+        file is still there (in any of those rows)."""
+        kafka, held, there = self.world.kafka, {}, set()
         for row in _rows(self.world):
             p = kafka.topics[row["topic"]][row["partition"]]
             gaps = {o for a, b in row.get("gaps", ()) for o in range(a, b)}
-            there = not any(self.gone(f["url"]) for f in row_files(row))
+            present = not any(self.gone(f["url"]) for f in row_files(row))
             for offset in range(row["start"], row["end"]):
                 if offset in gaps or offset not in p.produced:
                     continue
                 ms = p.created_ms[offset]
-                key = (row["topic"], p.sources.get(offset, "unknown"), ms - ms % WINDOW_MS)
-                held[key] += 1
-                in_files[key] += there
-        return held, in_files
+                message = (row["topic"], row["partition"], offset)
+                held[message] = (row["topic"], p.sources.get(offset, "unknown"),
+                                 ms - ms % WINDOW_MS)
+                if present:
+                    there.add(message)
+        return (Counter(held.values()),
+                Counter(key for message, key in held.items() if message in there))
 
     def _reachable_missing(self, key) -> list[tuple[int, int]]:
         """(partition, offset) of the window's messages that no current row holds and that

@@ -107,12 +107,26 @@ def test_the_merged_row_sums_its_rows_and_keeps_them_as_pieces():
     m = merged([a, b], files, "root/_runs/g/compaction.x")
     assert (m["start"], m["end"], m["records"], m["bytes"]) == (0, 9, 9, 150)
     assert m["files"] == files and m["_run"] == "root/_runs/g/compaction.x"
-    assert m["audit"] == [["p1", 0, 7], ["p2", 0, 2]]
+    assert m["audit"] == [["p1", 0, 7], ["p2", 0, 2]] and "audit_elsewhere" not in m
     assert (m["min_timestamp_ms"], m["max_timestamp_ms"]) == (5, 20)
     assert m["gaps"] == [[3, 4]] and m["placed_by"] == [[5, None], [9, 1000]]
     assert m["caught_up_at"] == OLD
     assert [(p["start"], p["end"], p["_run"]) for p in m["pieces"]] == [
         (0, 5, "root/_runs/g/r0"), (5, 9, "root/_runs/g/r5")]
+
+
+def test_the_merged_row_keeps_what_other_generations_hold_too_for_the_audit():
+    """A merged row's audit counts less its `audit_elsewhere` are its rows' together: the
+    audit (gather.count_rows) counts each message once before and after a compaction."""
+    from kafka_archive.audit.gather import count_rows
+
+    a = row(0, 5, audit=[["p1", 0, 5]], audit_elsewhere=[["p1", 0, 3]])
+    b = row(5, 9, audit=[["p1", 0, 4]])
+    m = merged([a, b], [{"url": "m", "records": 9, "bytes": 150}], "c")
+    assert m["audit_elsewhere"] == [["p1", 0, 3]]
+    assert dict(count_rows([m])) == dict(count_rows([a, b])) == {("t", "p1", 0): 6}
+    assert [p.get("audit_elsewhere") for p in m["pieces"]] == [[["p1", 0, 3]], None]
+    assert dict(count_rows([a], count_rows([a, b]), sign=-1)) == {("t", "p1", 0): 4}
 
 
 def test_a_merged_row_merged_again_keeps_the_first_pieces():
