@@ -775,6 +775,24 @@ AUDIT_COUNTS_A_MESSAGE_TWICE_BESIDE_A_DELETED_FILE = [
     ("send", "p2", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 5),
     ("setting", "generation", 1), ("run", "scheduled__2026-01-01T00:15:00+00:00", 0, 0, 0),
     ("delete_file", "u")]
+# an unclean election cut two archived messages and others took their offsets; a new
+# generation with the token deleted archives the partition again: its first two messages
+# are the older generation's, the next two are not (none was red: it guards the job's
+# comparison, which a mutant that takes every overlap as the same message breaks)
+ELECTION_THEN_A_NEW_GENERATION = [
+    ("send", "p1", "u", 0, 4, False, 0), ("run", "scheduled__2026-01-01T00:06:00+00:00", 0, 0, 0),
+    ("truncate", "u", 0, 2), ("send", "p2", "u", 0, 3, False, 0), ("setting", "generation", 1),
+    ("delete_token", "u"), ("run", "scheduled__2026-01-01T00:15:00+00:00", 0, 0, 0),
+    ("audit", "scheduled__2026-01-01T00:29:00+00:00", 0, False)]
+
+
+def test_the_audit_finds_an_elections_other_message_beside_an_older_generations(tmp_path):
+    result = explore.run_steps(ELECTION_THEN_A_NEW_GENERATION, tmp_path / "world", shape="audit")
+    assert result.violation is None, explore.report(result)
+    audited = [line for line in result.trace if "audit scheduled__2026-01-01T00:29" in line]
+    assert audited and "'OK': 2" in audited[0] and "'MISSING': 0" in audited[0]
+
+
 FOUND_IN_AUDITS = {"audit judged a commit cut short": AUDIT_JUDGED_A_COMMIT_CUT_SHORT,
                    "audit judged a window held back behind an aborted transaction":
                        AUDIT_JUDGED_A_WINDOW_HELD_BACK_BEHIND_AN_ABORTED_TRANSACTION,

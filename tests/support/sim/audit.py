@@ -25,6 +25,8 @@ from kafka_archive.airflow import alerting, tasks
 from kafka_archive.audit import incremental
 from kafka_archive.audit.reconcile import MonitoringEvent
 from kafka_archive.archive.archived_files import read_archived
+from kafka_archive.formats import audit_counts
+from kafka_archive.formats.records import fingerprint
 from kafka_archive.manifest import row_files
 
 WINDOW_MS = 60_000
@@ -43,6 +45,9 @@ class AuditModel:
         self.mailed: Counter = Counter()       # (window key, status, amount) -> mails
         self.rescan_short: set = set()         # windows a rescan found short of files
         self.deleted_files: set[str] = set()   # archived files a person deleted
+        # url -> (its size, the messages its file held: fingerprint and window key), read
+        # again when its size changed (a rewind's file of the same name), kept when deleted
+        self.in_file: dict[str, tuple[int, list[tuple]]] = {}
         self.killed_at_mail = False            # a kill between the record and the send
         # messages stamped minutes before the ones sent before them: the audit judges a
         # window by the first unarchived message's time (plus the grace), so one this late
@@ -133,7 +138,7 @@ class AuditModel:
         url = max(files)
         partition = next(r["partition"] for r in rows for f in row_files(r) if f["url"] == url)
         self.world.destroyed.setdefault((topic, partition), set()).update(
-            record.offset for record in read_archived(self.world.plain, url))
+            message[0] for message, _ in self._messages(topic, url))
         self.world.plain.delete(url)
         self.deleted_files.add(url)
         out.add(f"deleted {url.rsplit('/', 3)[-3:]}")
@@ -200,24 +205,41 @@ class AuditModel:
 
     def _archived(self) -> tuple[Counter, Counter]:
         """Per (topic, source, window): the messages the catalog's current rows hold (a
-        message that rows of several generations hold, once), and those of them whose
-        file is still there (in any of those rows)."""
-        kafka, held, there = self.world.kafka, {}, set()
+        message that rows of several generations hold, once; an unclean election's other
+        message at an offset, besides), and those of them whose file is still there (in
+        any of those rows). Read from the files: an election's cut message is one only
+        the archive knows."""
+        held, there = {}, set()
         for row in _rows(self.world):
-            p = kafka.topics[row["topic"]][row["partition"]]
-            gaps = {o for a, b in row.get("gaps", ()) for o in range(a, b)}
+            gaps = [(a, b) for a, b in row.get("gaps", ())]
             present = not any(self.gone(f["url"]) for f in row_files(row))
-            for offset in range(row["start"], row["end"]):
-                if offset in gaps or offset not in p.produced:
-                    continue
-                ms = p.created_ms[offset]
-                message = (row["topic"], row["partition"], offset)
-                held[message] = (row["topic"], p.sources.get(offset, "unknown"),
-                                 ms - ms % WINDOW_MS)
-                if present:
-                    there.add(message)
+            for f in row_files(row):
+                for (offset, *identity), key in self._messages(row["topic"], f["url"]):
+                    if row["start"] <= offset < row["end"] and not any(
+                            a <= offset < b for a, b in gaps):
+                        message = (row["topic"], row["partition"], offset, *identity)
+                        held[message] = key
+                        if present:
+                            there.add(message)
         return (Counter(held.values()),
                 Counter(key for message, key in held.items() if message in there))
+
+    def _messages(self, topic: str, url: str) -> list[tuple]:
+        """The messages of an archived file: (fingerprint, (topic, source, window))."""
+        plain, size = self.world.plain, self.world.plain.size(url)
+        if size is None and url not in self.in_file:  # moved aside by a rewind in flight
+            root = self.world.config.archive_root
+            url = next(u for u, _ in plain.list(layout.join(root, "_superseded"))
+                       if u.endswith("/" + url[len(root.rstrip("/")) + 1:]))
+            size = plain.size(url)
+        if size is not None and self.in_file.get(url, (None,))[0] != size:
+            header = self.world.config.audit.source_header
+            self.in_file[url] = (size, [
+                (tuple(fingerprint(r.offset, r.key, r.value, r.timestamp_ms)),
+                 (topic, audit_counts.source_of(r.headers, header),
+                  r.timestamp_ms - r.timestamp_ms % WINDOW_MS))
+                for r in read_archived(plain, url)])
+        return self.in_file[url][1]
 
     def _reachable_missing(self, key) -> list[tuple[int, int]]:
         """(partition, offset) of the window's messages that no current row holds and that
