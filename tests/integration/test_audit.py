@@ -149,6 +149,31 @@ def test_loss_is_missing_per_window_emailed_and_rescan_agrees(pipeline, base, sm
     assert verdicts(pipeline, "rescan") == found
 
 
+def test_a_message_two_generations_archived_counts_once(pipeline, base):
+    """The remedy a held topic's mail names, a new generation with the token deleted,
+    archives again what Kafka still holds: both generations' rows stay current, and the
+    audit, like a rescan of the files, counts each message once (the job tells which of
+    its messages the older generation holds: the rows' audit_elsewhere)."""
+    topic = pipeline.create_topic("twice", 2)
+    send_audited(pipeline, "web-1", topic, [(0, base + 1)] * 5 + [(1, base + MIN + 1)] * 3)
+    archive_once(pipeline, "run-1")
+    with open(pipeline.config_path, "a") as config:
+        config.write("generation: 2\n")
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()
+    send_audited(pipeline, "web-1", topic, [(0, base + 2 * MIN + 1)] * 2)
+    archive_once(pipeline, "run-2")
+    names = [k.rsplit("/", 1)[-1] for k in pipeline.data_files()]
+    assert sum(n.startswith("2_") for n in names) == 2 and sum(n.startswith("1_") for n in names) == 2
+
+    outcome = audit_now("after")
+
+    expected = {(topic, "web-1", base): ("OK", 5, 5), (topic, "web-1", base + MIN): ("OK", 3, 3),
+                (topic, "web-1", base + 2 * MIN): ("OK", 2, 2)}
+    assert (outcome["mismatches"], verdicts(pipeline, "after")) == (0, expected), outcome["summary"]
+    rescanned = audit_now("rescan", rescan=True)
+    assert (rescanned["mismatches"], verdicts(pipeline, "rescan")) == (0, expected)
+
+
 def test_duplicates_produced_on_purpose_are_excess(pipeline, base):
     topic = pipeline.create_topic("dup", 1)
     send_audited(pipeline, "web-1", topic, [(0, base + 1)] * 5)
