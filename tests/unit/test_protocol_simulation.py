@@ -1177,3 +1177,37 @@ def test_a_found_rewind_over_an_election_is_held_naming_the_reused_offset(tmp_pa
                                tmp_path / "world", shape=shape)
     held = [line for line in result.trace if "HeldTopicsError" in line]
     assert held and "Kafka holds another message at offset 3 than the archive does" in held[0]
+
+
+# open (issue 56; the 47-minute soak of 9e3b5c1): a rewind's plan in flight, then an
+# unclean election cut the whole partition and new messages took its offsets; the plan
+# re-executed archives Kafka's new messages over the replaced rows, and an archived
+# message is in no current row (s3 seed 902376)
+REWIND_IN_FLIGHT_ACROSS_AN_ELECTION = [
+    ("produce", "u", 0, 3, False, 0), ("run", "scheduled__2026-01-01T00:05:00+00:00", 0, 0, 0),
+    ("delete_token", "u"), ("storage_fault", "scheduled__2026-01-01T00:15:00+00:00", "plan", 6,
+                            "lands"),
+    ("truncate", "u", 0, 7), ("produce", "u", 0, 2, False, 0)]
+# open (parsed seed 900854): after start_from: latest, a rewind racing a compaction and a
+# token restored from two versions back, verify calls a marker's offset below the token a
+# hole that the invariants do not see
+MARKER_BELOW_A_RESTORED_TOKEN = [
+    ("run", "scheduled__2026-01-01T00:00:00+00:00", 0, 0, 0), ("produce", "t", 0, 6, True, 0),
+    ("setting", "start_from", "latest"), ("clear_run", "scheduled__2026-01-01T00:00:00+00:00", 0),
+    ("race", "scheduled__2026-01-01T00:08:00+00:00", "plan", 3, "compact", "t", True, 0),
+    ("run", "scheduled__2026-01-01T01:14:00+00:00", 0, 0, 0), ("restore_token", "t", 2)]
+
+
+@pytest.mark.xfail(strict=True, reason="open defect (issue 56): a rewind in flight across "
+                   "an unclean election loses an archived message")
+def test_a_rewind_in_flight_across_an_election_loses_nothing(tmp_path):
+    result = explore.run_steps(REWIND_IN_FLIGHT_ACROSS_AN_ELECTION, tmp_path / "world",
+                               shape="s3")
+    assert result.violation is None, explore.report(result)
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 56): verify and the invariants disagree "
+                   "on a marker below a restored token")
+def test_verify_and_the_invariants_agree_on_a_marker_below_a_restored_token(tmp_path):
+    result = explore.run_steps(MARKER_BELOW_A_RESTORED_TOKEN, tmp_path / "world", shape="parsed")
+    assert result.violation is None, explore.report(result)
