@@ -121,19 +121,18 @@ def archived_by_rescan(config: Config, storage: Storage, group: str,
     found = [(url, layout.parse_url(config.archive_root, url, spec))
              for url, _ in storage.list(join(config.archive_root, group))]
     # the data files: time partitions or partition folders, not `_late/` or `_quarantine/`
-    files = [(url, where.topic) for url, where in found
+    files = [(url, where.topic, where.name) for url, where in found
              if where is not None and where.place in ("partition", "time")]
     generations: dict = defaultdict(set)  # (topic, partition) -> generations with files
-    for url, where in found:
-        if where is not None and where.place in ("partition", "time"):
-            generations[(where.topic, where.name.partition)].add(where.name.generation)
+    for _, topic, name in files:
+        generations[(topic, name.partition)].add(name.generation)
     # a message that several generations archived counts once: where a partition has
     # files of more than one, its messages are remembered by fingerprint (records.fingerprint,
     # some 100 bytes each) while the rescan reads its files
     seen: dict = defaultdict(set)
-    for url, topic in track(files, f"rescan {group}"):
-        partition = layout.parse_url(config.archive_root, url, spec).name.partition
-        once = seen[(topic, partition)] if len(generations[(topic, partition)]) > 1 else None
+    for url, topic, name in track(files, f"rescan {group}"):
+        where = (topic, name.partition)
+        once = seen[where] if len(generations[where]) > 1 else None
         per_file: dict = {}
         with storage.open(url) as stream:
             for r in formats.read(stream, url):
