@@ -276,7 +276,8 @@ def verify_group(config: Config, group: str, as_json: bool = False, topic: str |
     """Print the report; 1 when it found an error."""
     tokens = _tokens(config)
     report = verify.verify_group(config, group, _storage(config), tokens, terminal_bar,
-                                 topic, full, files, _tables(config))
+                                 topic, full, files, _tables(config),
+                                 lambda: brokers.consumer(config))
     print(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     return 1 if report.errors() else 0
 

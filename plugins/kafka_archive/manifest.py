@@ -60,6 +60,8 @@ class Manifest(TypedDict, total=False):
     kept: list[SliceRow]               # what a rewind keeps of compacted rows (Plan.cuts)
     vanished: list[list]               # [topic, partition] deleted since the plan
     retention_lost: list[dict]         # planning.Anomaly as dicts
+    offsets_reused: list[dict]         # the same: slices a rewind's job found Kafka holding
+                                       # other messages than the archive in (archive.earlier)
 
 
 def url(root: str, group: str, run_id: str) -> str:
@@ -96,7 +98,9 @@ def added_rows(manifest: dict) -> list[SliceRow]:
 
 def not_archived(manifest: dict) -> set[tuple[str, int]]:
     """The (topic, partition) of planned slices the job could not archive: retention
-    deleted their head after planning, or Kafka lost the topic. A rewind's rows they were
-    to replace stay current."""
+    deleted their head after planning, Kafka lost the topic, or a rewind found Kafka
+    holding other messages than the archive. A rewind's rows they were to replace stay
+    current."""
     return ({(t, p) for t, p in manifest.get("vanished", ())}
-            | {(a["topic"], a["partition"]) for a in manifest.get("retention_lost", ())})
+            | {(a["topic"], a["partition"]) for key in ("retention_lost", "offsets_reused")
+               for a in manifest.get(key, ())})

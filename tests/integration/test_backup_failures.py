@@ -15,8 +15,9 @@ from test_backup_archive import consumed, varied_messages
 from test_rewind_cli import CLI
 
 from kafka_archive import layout
-from kafka_archive.airflow import connections
+from kafka_archive.airflow import connections, tasks
 from kafka_archive.plan.planning import HeldTopicsError
+from tests.support.mail import alerting_pipeline, html_of, wait_for_mail
 from tests.support.pipeline import Pipeline, compact_log, lose_to_retention
 
 
@@ -159,6 +160,42 @@ def test_a_rewind_over_a_re_created_topic_the_archive_went_on_past_is_held(pipel
     assert f"{topic} partition 0: Kafka holds another message at offset 9 than the " \
         "archive does" in str(held.value)
     assert superseded_keys(pipeline) == [] and set(pipeline.archived_records()) == went_on
+
+
+def test_a_topic_re_created_after_a_rewind_was_planned_keeps_the_archive(
+        airflow_env, kafka, s3, unique, tmp_path, monkeypatch, smtp_maildir):
+    """The rewind's plan saw Kafka agree with the archive; the topic is re-created before
+    its job reads it (as an unclean election between plan and job would). The job's look
+    finds Kafka's other messages: the slice archives nothing, the files the plan moved
+    aside come back, the token goes to the archive's end, the commit mails the topic held
+    and the run's last task fails on it; the remedy keeps both topics' messages."""
+    pipeline = alerting_pipeline(airflow_env, kafka, s3, smtp_maildir, f"t{unique}", tmp_path)
+    pipeline.in_env(monkeypatch)
+    topic = pipeline.create_topic("replanned", 1)
+    pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
+    pipeline.run_dag()
+    old = set(pipeline.archived_records())
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()  # a rewind
+    plan_url = pipeline.plan("rewind")
+    assert superseded_keys(pipeline)  # the archived file moved aside
+    recreate_topic(kafka, topic)
+    pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(14))
+    pipeline.archive_to_end(plan_url)
+    summary = pipeline.commit(plan_url)
+    assert [(a["topic"], a["lost_from"]) for a in summary["offsets_reused"]] == [(topic, 9)]
+    assert set(pipeline.archived_records()) == old and superseded_keys(pipeline) == []
+    assert pipeline.token_offsets()[topic] == {0: 10}
+    _, mail = wait_for_mail(pipeline, f"{topic} left out of the archive (offsets reused)")
+    assert "Kafka holds another message at offset 9 than the archive does" in html_of(mail)
+    with pytest.raises(HeldTopicsError, match=f"left out topic\\(s\\) {topic}"):
+        tasks.check_held(plan_url, summary)
+
+    with open(pipeline.config_path, "a") as config:  # the remedy: both kept
+        config.write("generation: 2\n")
+    (pipeline.token_root / "backup" / f"{topic}.token").unlink()
+    pipeline.run_dag()
+    archived = pipeline.archived_records()
+    assert old <= set(archived) and len(archived) == 24
 
 
 def test_a_re_created_topic_archived_under_a_new_generation_keeps_the_old_one(pipeline, kafka,

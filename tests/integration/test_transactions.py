@@ -7,7 +7,10 @@ far the topic counts as archived (the finalizer's and the audit's measure)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -98,3 +101,32 @@ def archived_through(pipeline: Pipeline, topic: str, now_ms: int) -> int | None:
                                            consumer, now_ms)[topic]
     finally:
         consumer.close()
+
+
+def test_verify_asks_kafka_about_offsets_below_a_token_no_row_covers(pipeline, kafka,
+                                                                    monkeypatch):
+    """A person puts the token past what any run archived (an older copy of the file
+    restored): offsets no row covers are below it. `kafka-archive verify` asks Kafka:
+    up to its first message there (an aborted transaction, markers) that is a gap, from
+    it on a hole (an error)."""
+    pipeline.in_env(monkeypatch)
+    topic = pipeline.create_topic("v", 1)
+    producer = Producer({"bootstrap.servers": kafka, "transactional.id": f"{topic}-tx"})
+    producer.init_transactions()
+    transaction(producer, topic, [b"a%d" % i for i in range(5)], commit=True)  # 0-4, marker 5
+    pipeline.run_dag()
+    assert pipeline.token_offsets() == {topic: {0: 6}}
+    transaction(producer, topic, [b"x%d" % i for i in range(3)], commit=False)  # 6-8, marker 9
+    transaction(producer, topic, [b"b%d" % i for i in range(2)], commit=True)  # 10-11, marker 12
+    token = pipeline.token_root / "backup" / f"{topic}.token"
+    token.write_text(token.read_text().replace(f" {topic} 0 6\n", f" {topic} 0 13\n"))
+    verify = subprocess.run([str(Path(sys.executable).parent / "kafka-archive"), "verify",
+                             "--group", "backup"], env=pipeline.env, capture_output=True,
+                            text=True, timeout=300)
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    assert "gap: offsets [6, 10) after offsets [0, 6), below the token 13: gap (Kafka holds " \
+        "no message there: a transaction's marker or an aborted transaction)" in verify.stdout, \
+        verify.stdout
+    assert "ERROR: hole: offsets [10, 13) after offsets [0, 6), below the token 13 are in no " \
+        "file" in verify.stdout
+    assert "1 errors" in verify.stdout

@@ -137,9 +137,9 @@ def archive_dag(group_name: str, cfg: config_module.Config | None = None) -> DAG
 
         freshness(committed)
 
-        @task(retries=0)  # topics held out for an anomaly: mailed when planned, failed here
+        @task(retries=0)  # topics held out for an anomaly: mailed when found, failed here
         def held_topics(plan_url: str, summary: dict) -> None:
-            tasks.check_held(plan_url)
+            tasks.check_held(plan_url, summary)
 
         held_topics(plan_url, committed)
         if group.layout.kind == "event_time" and not group.parsed_table:

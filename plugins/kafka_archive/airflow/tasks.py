@@ -91,13 +91,16 @@ def plan(group: str, run_id: str, dry_run: bool = False, topics: tuple[str, ...]
     return layout.run_file(cfg.archive_root, group, made.run_id, "plan.json")
 
 
-def check_held(plan_url: str) -> None:
-    """The run's last task: fails when the plan left topics out for their anomalies (the
-    other topics are committed by then), so the run shows failed in the UI."""
+def check_held(plan_url: str, summary: dict | None = None) -> None:
+    """The run's last task: fails when the plan left topics out for their anomalies, or
+    the job did (its commit's summary: a rewind that found other messages in Kafka than
+    the archive; the other topics are committed by then), so the run shows failed in the
+    UI."""
     cfg = connections.load_config()
     made = Plan.from_json(connections.storage(cfg.s3_conn_id).get_bytes(plan_url))
-    if held(made.anomalies):
-        raise HeldTopicsError(made.group, made.run_id, held(made.anomalies))
+    if out := held(made.anomalies) + [Anomaly(**a) for a in (summary or {}).get(
+            "offsets_reused", ())]:
+        raise HeldTopicsError(made.group, made.run_id, out)
     log.info("no topic was left out of run %s", made.run_id)
 
 
@@ -115,7 +118,10 @@ def commit(plan_url: str) -> dict:
     tokens = connections.token_store(cfg)
     summary = committing.commit(cfg, made, storage, tokens, runs.now_utc(),
                                 connections.iceberg_tables(cfg))
+    # the job's anomalies, mailed as the plan's are: retention deleted a slice's head after
+    # the plan, a rewind found other messages in Kafka than the archive (check_held)
     late = [Anomaly(**a) for a in summary.pop("retention_lost")]
+    found = [Anomaly(**a) for a in summary.setdefault("offsets_reused", [])]
     outbox = layout.run_file(cfg.archive_root, made.group, made.run_id, "announced.json")
     repeated = bool(summary.get("repeated"))
     sent = json.loads(storage.get_or_none(outbox) or b"{}") if repeated else {}
@@ -138,7 +144,7 @@ def commit(plan_url: str) -> dict:
                 token = tokens.read(made.group, topic).token
                 offsets[topic] = dict(token.offsets) if token else {}
             mirror.mirror(cfg, made.group, offsets, made.run_id)  # for standard lag tools only
-            alerting.mailings(cfg, made.group).committed(made, summary, late)
+            alerting.mailings(cfg, made.group).committed(made, summary, late + found)
             storage.put_bytes(outbox, json.dumps({"mail": True}).encode())
         try:
             storage.put_bytes(outbox, json.dumps({"mail": True, "events": True}).encode())

@@ -44,7 +44,15 @@ log = logging.getLogger(__name__)
 class OffsetsReused(TerminalError):
     """Kafka holds another message at an offset than the archive does: the topic was
     deleted and re-created, or an unclean leader election truncated it and new messages
-    took the offsets. A rewind would mix the two."""
+    took the offsets. A rewind would mix the two, or replace archived messages with
+    others: its slice archives nothing (job.ArchiveTask.archive)."""
+
+    def __init__(self, message: str, offset: int):
+        super().__init__(message)
+        self.offset = offset
+
+    def __reduce__(self):  # across Spark's processes whole
+        return type(self), (str(self), self.offset)
 
 
 def with_earlier(batches: Iterator[Batch], earlier: Callable[[], Iterator[Record]],
@@ -52,55 +60,72 @@ def with_earlier(batches: Iterator[Batch], earlier: Callable[[], Iterator[Record
     """Kafka's batches of [start, end), with the records of `earlier()` (in offset order)
     at the offsets Kafka skipped. Batches Kafka returned without a skipped offset pass
     through untouched. Where both hold an offset (in a batch with a skipped offset, and
-    Kafka's last one before the earlier files' tail), they must hold the same message.
-    If the first such look finds another (OffsetsReused: where names the topic and
-    partition), the earlier files are of other data and nothing is taken from them, as
-    before rewinds kept anything (logged); found later, after some were taken, it fails."""
+    Kafka's last one before the earlier files' tail), they must hold the same message:
+    else OffsetsReused (where names the topic and partition), and the slice replaces
+    nothing (the plan's look, first_reused, could not see it: an election after the plan
+    was made, or the log cleaner removed the message it compares)."""
     position = start  # every offset below it has been handed on (or is a gap for good)
     found: _Ahead | None = None  # opened at the first skipped offset
-    other_data = False  # the earlier files hold other messages: nothing is taken
-    taken = False  # whether a batch with earlier records went out
     last: Batch | None = None  # Kafka's last batch
-    for batch in batches:
-        first, final = int(batch.offset[0]), int(batch.offset[-1])
-        last = batch
-        if other_data or (first == position and final - first + 1 == len(batch)):
-            position = final + 1
-            yield batch
-            continue
-        found = found or _Ahead(earlier())
-        kept, both = found.between(position, final + 1, skip=batch.offset)
-        other_data = not _agrees(both, batch, where, taken)
-        position = final + 1
-        taken = taken or bool(kept and not other_data)
-        yield batch if other_data or not kept else batch.merged(Batch.of_records(kept))
-    if not other_data and position < end:  # the tail is the earlier files' alone
-        found = found or _Ahead(earlier())
-        # the offset before the tail: the same message in both?
-        other_data = last is not None and not _agrees(
-            found.between(position - 1, position, skip=last.offset[-1:])[1], last, where, taken)
-        kept = [] if other_data else found.between(position, end)[0]
-        if kept:
-            yield Batch.of_records(kept)
-    if found is not None:
-        found.close()
-
-
-def _agrees(earlier: list[Record], batch: Batch, where: str, taken: bool) -> bool:
-    """Whether the earlier records are Kafka's messages at their offsets (_same); if
-    not, logged when nothing was taken from them yet, OffsetsReused when it was."""
     try:
-        _same(earlier, batch, where)
-        return True
-    except OffsetsReused as reused:
-        if taken:
-            raise
-        log.warning("%s; nothing is kept of the files the rewind replaces", reused)
-        return False
+        for batch in batches:
+            first, final = int(batch.offset[0]), int(batch.offset[-1])
+            last = batch
+            if first == position and final - first + 1 == len(batch):
+                position = final + 1
+                yield batch
+                continue
+            found = found or _Ahead(earlier())
+            kept, both = found.between(position, final + 1, skip=batch.offset)
+            _same(both, batch, where)
+            position = final + 1
+            yield batch.merged(Batch.of_records(kept)) if kept else batch
+        if position < end:  # the tail is the earlier files' alone
+            found = found or _Ahead(earlier())
+            if last is not None:  # the offset before the tail: the same message in both?
+                _same(found.between(position - 1, position, skip=last.offset[-1:])[1], last,
+                      where)
+            if kept := found.between(position, end)[0]:
+                yield Batch.of_records(kept)
+    finally:
+        if found is not None:
+            found.close()
+
+
+def agreeing_with_last(batches: Iterator[Batch], earlier_last, where: str = ""
+                       ) -> Iterator[Batch]:
+    """Kafka's batches, each checked at the offsets of `earlier_last` (Slice.earlier_last:
+    the fingerprint of the last message of each row a rewind replaces) it holds: another
+    message there is OffsetsReused. The job's look for what Kafka returns whole (with_earlier
+    compares only around the offsets Kafka skips): a topic re-created, or truncated by an
+    unclean election after the plan's look, and written again past the cut."""
+    import numpy as np
+
+    offsets = np.array(sorted(o for o, *_ in earlier_last), dtype=np.int64)
+    last = {o: [o, t, digest] for o, t, digest in earlier_last}
+    for batch in batches:
+        low, high = np.searchsorted(offsets, [batch.offset[0], batch.offset[-1] + 1])
+        for o in offsets[low:high]:
+            i = int(np.searchsorted(batch.offset, o))
+            if i < len(batch) and batch.offset[i] == o and fingerprint(
+                    int(o), batch.key[i].as_py(), batch.value[i].as_py(),
+                    int(batch.timestamp_ms[i])) != last[int(o)]:
+                raise _reused(where, int(o))
+        yield batch
+
+
+def _reused(where: str, offset: int) -> OffsetsReused:
+    return OffsetsReused(
+        f"{where} offset {offset}: Kafka holds another message than the archived one (the "
+        "topic deleted and re-created, or truncated by an unclean leader election and "
+        "written again): a rewind would mix the two or replace the archived one, so the "
+        "slice archives nothing and the archived files stay. Keep both: set a new "
+        "`generation` in the config (new file names; the archived files stay as they "
+        "are), then delete the token line again", offset)
 
 
 def _same(earlier: list[Record], batch: Batch, where: str) -> None:
-    """The earlier records equal Kafka's at their offsets."""
+    """The earlier records equal Kafka's at their offsets, else OffsetsReused."""
     if not earlier:
         return
     import numpy as np
@@ -109,12 +134,7 @@ def _same(earlier: list[Record], batch: Batch, where: str) -> None:
     for r, i in zip(earlier, at):
         if not _is(r, batch.value[int(i)].as_py(), batch.key[int(i)].as_py(),
                    int(batch.timestamp_ms[i])):
-            raise OffsetsReused(
-                f"{where} offset {r.offset}: Kafka holds another message than the archived "
-                "one (the topic deleted and re-created, or truncated by an unclean leader "
-                "election and written again): a rewind would mix the two. Keep both: set "
-                "a new `generation` in the config (new file names; the archived files stay "
-                "as they are), then delete the token line again")
+            raise _reused(where, r.offset)
 
 
 def _is(record: Record, value: bytes | None, key: bytes | None, timestamp_ms: int) -> bool:

@@ -41,6 +41,9 @@ SLICES_PER_TASK = 16  # at most, when a plan has many more slices than Spark run
 TASKS_PER_CORE = 64   # one slice a task up to this many slices per core
 
 log = logging.getLogger(__name__)
+# a task's row for a slice that archived nothing: Kafka holds other messages than the
+# archived ones it was to replace (earlier.OffsetsReused); the offset of the first
+REUSED = "offsets_reused_at"
 
 
 def main(session, config_path: str, plan_url: str) -> Manifest:
@@ -115,15 +118,21 @@ def archive_plan(config: Config, plan_url: str, storage: Storage, kafka: Callabl
     rows = archived(plan, to_read) if to_read else []
     if config.group(plan.group).parsed_table:
         rows = _agreeing(archived, plan, to_read, rows, storage)
-    lost = retention_losses(kafka, to_read, rows)
-    lost_at = {(a.topic, a.partition) for a in lost}
-    rows = _drop_slices(storage, rows, lost_at)
+    reused = [Anomaly("offsets_reused", r["topic"], r["partition"], r[REUSED], r[REUSED] + 1,
+                      "failed") for r in rows if REUSED in r]
+    reused_at = {(a.topic, a.partition) for a in reused}
+    rows = [r for r in rows if REUSED not in r]
+    lost = retention_losses(kafka, [s for s in to_read if (s.topic, s.partition) not in reused_at],
+                            rows)
+    missed = reused_at | {(a.topic, a.partition) for a in lost}
+    rows = _drop_slices(storage, rows, missed)
     _drop_earlier_attempts(config, plan, storage, gone + [
-        s for s in to_read if (s.topic, s.partition) in lost_at or retried],
+        s for s in to_read if (s.topic, s.partition) in missed or retried],
         {f["url"] for r in rows for f in row_files(r)})
-    archived = {(s.topic, s.partition) for s in to_read} - lost_at
+    archived = {(s.topic, s.partition) for s in to_read} - missed
     manifest: Manifest = {"run_id": plan.run_id, "group": plan.group, "slices": rows,
                           "vanished": vanished, "retention_lost": [dataclasses.asdict(a) for a in lost],
+                          "offsets_reused": [dataclasses.asdict(a) for a in reused],
                           **({"kept": kept_of_cuts(config, plan, storage, archived)}
                              if plan.cuts else {})}
     write_manifest(storage, config.archive_root, manifest)
@@ -417,14 +426,19 @@ class ArchiveTask:
         """The slice's messages from Kafka; a rewind's with what only its earlier files
         still hold (archive.earlier)."""
         batches = source.read(consumer, s.topic, s.partition, s.start, s.end)
-        if self.group.parsed_table or not earlier.usable(s.earlier):
-            return batches  # (a parsed table's: copied after, `archive`)
+        if self.group.parsed_table:
+            return batches  # (copied after, `archive`)
+        where = f"{s.topic} partition {s.partition}"
+        if s.earlier_last:
+            batches = earlier.agreeing_with_last(batches, s.earlier_last, where)
+        if not earlier.usable(s.earlier):
+            return batches
         # where the plan moved them aside, or (a table group's) still in place
         urls = [layout.superseded(self.config.archive_root, self.run_id, url)
                 if self.group.table is None else url for url in s.earlier]
         return earlier.with_earlier(
             batches, lambda: earlier.records_of(storage, urls, s.start, s.end), s.start, s.end,
-            f"{s.topic} partition {s.partition}")
+            where)
 
     def archive(self, s: Slice, batches: Iterator, storage: Storage) -> dict:
         """Write one slice from its messages (formats.batch.Batch, in offset order); its
@@ -437,6 +451,11 @@ class ArchiveTask:
                 out.add_batch(batch)
                 if out.cut:  # the rest is the next run's
                     break
+        except earlier.OffsetsReused as reused:  # replaces nothing: the commit keeps the rows
+            out.discard()
+            log.warning("%s", reused)
+            return {"topic": s.topic, "partition": s.partition, "start": s.start,
+                    REUSED: reused.offset}
         except BaseException:  # a failed or cancelled task leaves no temp file behind
             out.discard()
             raise

@@ -69,7 +69,7 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
                                     f"plan for {plan.run_id!r}")
     written = {(e["topic"], e["partition"]): e for e in manifest["slices"]}
     vanished = {(t, p) for t, p in manifest.get("vanished", ())}
-    lost = {(a["topic"], a["partition"]) for a in manifest.get("retention_lost", ())}
+    lost = not_archived(manifest) - vanished
     problems, ends = [], {}
     for s in plan.slices:
         if s.start == s.end:  # only sets a token (start_from: latest): nothing to write
@@ -82,7 +82,8 @@ def verify(plan: Plan, manifest: dict, size_of) -> dict[tuple[str, int], int]:
         if (s.topic, s.partition) in lost:
             # retention deleted its head after planning: the token line stays at (or, for a
             # new partition, is written at) the slice's start, so the next plan sees the gap;
-            # past what the archive still holds of a rewind (_keep_what_was_not_archived_again)
+            # past what the archive still holds of a rewind (_keep_what_was_not_archived_again),
+            # as for a rewind that found other messages in Kafka than the archive's
             ends[(s.topic, s.partition)] = s.start
             continue
         where = f"{s.topic} partition {s.partition} [{s.start}, {s.end})"
@@ -163,6 +164,7 @@ def commit(config: Config, plan: Plan, storage: Storage, tokens: TokenStore, now
                "late": sum(e.get("late", 0) for e in manifest["slices"]),
                "files": sum(len(row_files(e)) for e in manifest["slices"]),
                "retention_lost": really_lost(config, plan, manifest, storage),
+               "offsets_reused": manifest.get("offsets_reused", []),
                "tokens": {t: {str(p): o for (tt, p), o in ends.items() if tt == t}
                           for t in plan.topics() if t not in left_as_found},
                "tokens_left_as_found": left_as_found, "after_entry": seen,
@@ -194,6 +196,8 @@ def _keep_what_was_not_archived_again(config: Config, plan: Plan, manifest: dict
     missed = not_archived(manifest)
     if not missed or not any((s.topic, s.partition) in missed for s in plan.slices):
         return
+    reused = {(a["topic"], a["partition"]): f"Kafka holds another message at offset "
+              f"{a['lost_from']} than the archive" for a in manifest.get("offsets_reused", ())}
     cat = catalog.open_catalog(storage, config, plan.group, may_rebuild=True)
     for s in plan.slices:
         if (s.topic, s.partition) not in missed:
@@ -211,9 +215,10 @@ def _keep_what_was_not_archived_again(config: Config, plan: Plan, manifest: dict
                 position = max(position, row["end"])
         if (s.topic, s.partition) in ends:  # a lost head; a vanished topic's token stays
             ends[(s.topic, s.partition)] = max(ends[(s.topic, s.partition)], position)
-            log.warning("%s partition %d: retention deleted offsets from %d on after this run "
-                        "was planned; [%d, %d) were not archived again, the token goes to %d%s",
-                        s.topic, s.partition, s.start, s.start, s.end, position,
+            log.warning("%s partition %d: %s; [%d, %d) were not archived again, the token goes "
+                        "to %d%s", s.topic, s.partition, reused.get((s.topic, s.partition),
+                        f"retention deleted offsets from {s.start} on after this run was "
+                        "planned"), s.start, s.end, position,
                         f" (the archive holds [{s.start}, {position}) still)"
                         if position > s.start else "")
 

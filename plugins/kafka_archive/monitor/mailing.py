@@ -51,8 +51,9 @@ class Mailings:
     def committed(self, plan: Plan, summary: dict, late: list[Anomaly]) -> None:
         """A run committed (not a committed run's commit again): the tokens a person
         changed while it was in flight (left as found); failures mailed before are over
-        (the next one is mailed again); ranges retention deleted after the plan was made
-        (the next plan sees the same ranges: they are not mailed again)."""
+        (the next one is mailed again); what the job found after the plan was made (`late`):
+        ranges retention deleted (the next plan sees the same ranges: they are not mailed
+        again), a rewind's slice where Kafka holds other messages than the archive."""
         if left := summary["tokens_left_as_found"]:
             self.send(tokens_left_as_found(self.group, plan.run_id, left, self.link(plan.run_id)))
         url = layout.failures_mailed(self.archive_root, self.group)

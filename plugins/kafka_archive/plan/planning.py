@@ -57,7 +57,7 @@ class Slice:
     earlier: tuple[str, ...] = ()
     # after a rewind: the last message of each row archived again (records.fingerprint),
     # where the row keeps one; the plan's look compares them with Kafka's before anything
-    # moves aside (archive.earlier.first_reused)
+    # moves aside (archive.earlier.first_reused), and the job as it reads (agreeing_with_last)
     earlier_last: tuple[tuple[int, int, int], ...] = ()
     # other generations' current rows holding offsets of the slice, as (generation, start,
     # end, files), each generation's in offset order: the job counts a message they hold

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 ERROR, LOST, GAP, INFO = "ERROR", "lost", "gap", "info"  # only ERROR fails the check
 
 
 Range = tuple[int, int]  # [start, end) offsets
+# (start, end) -> the first offset of [start, end) from which Kafka may hold a message:
+# below it Kafka holds none (a transaction's markers, an aborted transaction), so a hole
+# there is a gap (tools.verify asks Kafka; None: not asked)
+FirstMessage = Callable[[int, int], int]
 
 
 @dataclass(frozen=True)
@@ -51,13 +55,15 @@ def summarize(url: str, name_offset: int, offsets: Iterable[int]) -> FileSummary
 
 def check_partition(files: list[FileSummary], token_offset: int | None,
                     known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = (),
-                    elsewhere: Iterable[Range] = ()) -> list[Finding]:
+                    elsewhere: Iterable[Range] = (), first_message: FirstMessage | None = None
+                    ) -> list[Finding]:
     """Findings for the files of one Kafka partition in one generation.
 
     token_offset: the next offset to archive, None when not checked against a token.
     known_gaps: offsets Kafka lacks, from the manifests. retention_skipped: offsets a plan
     skipped because retention had deleted them. elsewhere: offsets the partition's other
     generations hold (a generation rewound below where it began fills in up to them).
+    first_message: Kafka's word on offsets no file holds and nothing above explains.
     """
     findings = [Finding(ERROR, f"{f.url}: {f.problem}") for f in files if f.problem]
     usable = sorted((f for f in files if not f.problem), key=lambda f: (f.first_offset, f.url))
@@ -84,14 +90,14 @@ def check_partition(files: list[FileSummary], token_offset: int | None,
         else:
             findings += _missing(reach.last_offset + 1, f.first_offset,
                                  f"between {reach.url} and {f.url}", known_gaps, retention_skipped,
-                                 elsewhere, token_offset)
+                                 elsewhere, token_offset, first_message)
         if f.last_offset > reach.last_offset:
             reach = f
     end = reach.last_offset + 1
     if token_offset is not None and token_offset > end:
         findings += _missing(end, token_offset,
                              f"after {reach.url}, below the token {token_offset}",
-                             known_gaps, retention_skipped, elsewhere)
+                             known_gaps, retention_skipped, elsewhere, None, first_message)
     elif token_offset is not None and token_offset < end:
         findings.append(Finding(INFO, f"offsets [{token_offset}, {end}) are archived beyond the "
                                       "token: a run wrote them but has not committed yet"))
@@ -100,7 +106,8 @@ def check_partition(files: list[FileSummary], token_offset: int | None,
 
 def check_scattered(files: list[tuple[FileSummary, list[int]]], token_offset: int | None,
                     known_gaps: Iterable[Range], retention_skipped: Iterable[Range] = (),
-                    elsewhere: Iterable[Range] = ()) -> list[Finding]:
+                    elsewhere: Iterable[Range] = (), first_message: FirstMessage | None = None
+                    ) -> list[Finding]:
     """The event-time layout's check of one Kafka partition: its offsets are spread over
     many files (per slice and time partition, quarantine, late), none consecutive. Every
     offset must be in one file only; the runs of consecutive offsets are then checked
@@ -129,7 +136,7 @@ def check_scattered(files: list[tuple[FileSummary, list[int]]], token_offset: in
         else:
             runs.append(FileSummary(f"offsets [{offset}, {offset}]", offset, offset, offset, 1))
     return findings + check_partition(runs, token_offset, known_gaps, retention_skipped,
-                                      elsewhere)
+                                      elsewhere, first_message)
 
 
 def _few(offsets: list[int]) -> str:
@@ -139,18 +146,24 @@ def _few(offsets: list[int]) -> str:
 
 def _missing(start: int, end: int, where: str, known_gaps: Iterable[Range],
              retention_skipped: Iterable[Range], elsewhere: Iterable[Range] = (),
-             token_offset: int | None = None) -> list[Finding]:
+             token_offset: int | None = None, first_message: FirstMessage | None = None
+             ) -> list[Finding]:
     """Findings for offsets [start, end) that no file holds: each part is a Kafka gap,
     held by another generation, at or past the token (a rewind in progress, capped by
     max_records, archives them next: files beyond the token are what it has not reached
     yet, and below them may lie offsets never archived, as under start_from: latest), a
-    recorded retention loss or a hole."""
+    recorded retention loss, offsets Kafka holds no message at (first_message: a token
+    put past a transaction's marker no slice covered) or a hole."""
     gaps, rest = _split(start, end, known_gaps)
     held, rest = _split_all(rest, elsewhere)
     pending, rest = _split_all(rest, [] if token_offset is None else [(token_offset, end)])
-    lost, holes = _split_all(rest, retention_skipped)
+    lost, rest = _split_all(rest, retention_skipped)
+    empty, holes = _split_all(rest, [(a, first_message(a, b)) for a, b in rest]
+                              if first_message else [])
     return ([Finding(GAP, f"offsets {_show(r)} {where}: gap (Kafka has no such offsets)")
              for r in gaps]
+            + [Finding(GAP, f"offsets {_show(r)} {where}: gap (Kafka holds no message there: "
+                            "a transaction's marker or an aborted transaction)") for r in empty]
             + [Finding(INFO, f"offsets {_show(r)} {where}: held by another generation's files")
                for r in held]
             + [Finding(INFO, f"offsets {_show(r)} {where}: not archived yet (at or past the "

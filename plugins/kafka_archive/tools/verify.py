@@ -17,21 +17,28 @@ The arithmetic is tools.offset_checks (pure); this module does the reading.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
-from kafka_archive import catalog, formats, layout
+from kafka.errors import KafkaError
+
+from kafka_archive import brokers, catalog, formats, layout
 from kafka_archive.catalog import Contents
 from kafka_archive.commit import iceberg
 from kafka_archive.manifest import row_files
 from kafka_archive.progress_bars import Track, untracked
 from kafka_archive.config import Config
+from kafka_archive.errors import ArchiveError
 from kafka_archive.storage import Storage, join
 from kafka_archive.plan import inflight
 from kafka_archive.tokens import MalformedTokenError, Token, TokenStore
 from kafka_archive.archive.archived_files import DamagedFile, read_archived
-from kafka_archive.tools.offset_checks import (ERROR, INFO, FileSummary, Finding,
+from kafka_archive.tools.offset_checks import (ERROR, INFO, FileSummary, Finding, FirstMessage,
                                                check_partition, check_scattered, summarize)
+
+log = logging.getLogger(__name__)
 
 # --- reading the archive ------------------------------------------------------------------
 
@@ -126,17 +133,24 @@ def read_offsets(storage: Storage, url: str, name_offset: int) -> tuple[FileSumm
 
 def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStore,
                  track: Track = untracked, topic: str | None = None, full: bool = False,
-                 files: bool = False, tables: iceberg.Tables | None = None) -> Report:
+                 files: bool = False, tables: iceberg.Tables | None = None,
+                 kafka: Callable[[], object] | None = None) -> Report:
     """A group (or one topic) checked against its tokens: from the catalog's per-partition
     summaries alone (what each partition's current files cover), or, with files, by
     reading every current file the catalog names; with full, also every file the
     group's tree holds. A table group's tables are checked against the catalog too
-    (tables: default, opened with the environment's S3 credentials)."""
+    (tables: default, opened with the environment's S3 credentials). kafka: opens a
+    kafka-python consumer, asked only about offsets no file holds that nothing recorded
+    explains (KafkaLook)."""
     table = config.group(group).table  # an unknown group is a config error, not an empty archive
     cat = catalog.open_catalog(storage, config, group)
     tables = (tables or iceberg.Tables(config)) if table is not None else None
-    report = _verify_files(config, group, storage, tokens, cat, track, topic, full, files,
-                           tables)
+    look = KafkaLook(kafka)
+    try:
+        report = _verify_files(config, group, storage, tokens, cat, track, topic, full, files,
+                               tables, look)
+    finally:
+        look.close()
     if tables is not None:
         report.findings += check_tables(tables, group, cat, topic, exact=files or full)
     return report
@@ -144,12 +158,12 @@ def verify_group(config: Config, group: str, storage: Storage, tokens: TokenStor
 
 def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenStore,
                   cat: catalog.Catalog, track: Track, topic: str | None, full: bool,
-                  files: bool, tables: iceberg.Tables | None) -> Report:
+                  files: bool, tables: iceberg.Tables | None, look: KafkaLook) -> Report:
     """tables: a table group's (its tree's files outside the catalog are no duplicates)."""
     spec = config.group(group).layout
     event_time = spec.kind == "event_time"
     if not (files or full):
-        return _from_summaries(config, group, storage, tokens, cat, track, topic)
+        return _from_summaries(config, group, storage, tokens, cat, track, topic, look)
     contents = Contents.of(cat, cat.rows(topic))
     found = _catalog_files(contents)
     ignored: list[str] = []
@@ -200,7 +214,8 @@ def _verify_files(config: Config, group: str, storage: Storage, tokens: TokenSto
             if unfinished and token_offset is not None:
                 report.findings.append(_as_found(unfinished, report.files, token_offset))
             recorded = (token_offset, gaps[(name, partition)], skipped[(name, partition)],
-                        _elsewhere(cat, name, partition, generation))
+                        _elsewhere(cat, name, partition, generation),
+                        look.first_message(name, partition))
             report.findings += (check_scattered(read, *recorded) if event_time
                                 else check_partition(files, *recorded))
             partitions.append(report)
@@ -256,7 +271,8 @@ def check_tables(tables: iceberg.Tables, group: str, cat: catalog.Catalog,
 
 
 def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenStore,
-                    cat: catalog.Catalog, track: Track, topic: str | None) -> Report:
+                    cat: catalog.Catalog, track: Track, topic: str | None, look: KafkaLook
+                    ) -> Report:
     """The offset arithmetic of verify on what each partition's current rows cover (the
     catalog's summaries): holes between them and below the token, accepted losses, a
     token whose commit never reached the catalog. No row or file is read, so its cost
@@ -289,10 +305,50 @@ def _from_summaries(config: Config, group: str, storage: Storage, tokens: TokenS
                                                      "checked against the token"))
             report.findings += check_partition(covered, token_offset, (),
                                                lost.get((name, partition), ()),
-                                               _elsewhere(cat, name, partition, generation))
+                                               _elsewhere(cat, name, partition, generation),
+                                               look.first_message(name, partition))
             partitions.append(report)
     return Report(group, partitions, [], tuple(catalog.AcceptedLoss(**a)
                                                for a in cat.state.accepted), unreadable)
+
+
+class KafkaLook:
+    """Kafka's word on offsets no file holds and nothing recorded explains: a token a
+    person put past a transaction's marker that no slice covered is no hole, as Kafka
+    holds no message there. The consumer is opened at the first such question; without
+    one (or with Kafka unreachable) such offsets stay holes."""
+
+    def __init__(self, open_consumer: Callable[[], object] | None):
+        self.open, self.consumer, self.failed = open_consumer, None, False
+
+    def first_message(self, topic: str, partition: int) -> FirstMessage | None:
+        return None if self.open is None else (
+            lambda start, end: self._first_message(topic, partition, start, end))
+
+    def _first_message(self, topic: str, partition: int, start: int, end: int) -> int:
+        """The first offset of [start, end) at which Kafka holds a message, or cannot
+        tell: retention deleted it, it is past Kafka's end, Kafka cannot be read."""
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        try:
+            if self.failed:
+                return start
+            self.consumer = self.consumer or self.open()
+            if start < self.consumer.beginning_offsets([tp])[tp]:
+                return start
+            end = min(end, self.consumer.end_offsets([tp])[tp])
+            found = next(brokers.read_range(self.consumer, tp, start, end), None)
+        except (ArchiveError, KafkaError) as unreachable:
+            log.warning("could not ask Kafka whether it holds messages at offsets no file "
+                        "holds (%s): they stay holes", unreachable)
+            self.failed = True
+            return start
+        return end if found is None else max(start, found.offset)
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
 
 
 def _elsewhere(cat: catalog.Catalog, topic: str, partition: int, generation: int

@@ -453,6 +453,9 @@ class World:
         # the truth the invariants are checked against
         # (topic, partition, generation) -> offsets a current row has held
         self.ever_archived: dict[tuple[str, int, int], set[int]] = {}
+        # (topic, partition) -> (offset, value) of every message a current row has held:
+        # an offset held still may hold another message now (an election's, archived over it)
+        self.ever_messages: dict[tuple[str, int], set[tuple[int, bytes]]] = {}
         self.unarchivable: dict[tuple[str, int], set[int]] = {}  # deleted with no token line
         # offsets of archived files a person deleted (the audit world): once Kafka no
         # longer holds them either, nothing can archive them again (the audit says MISSING)
@@ -1161,6 +1164,17 @@ class World:
     # --- Airflow's task bodies (airflow.tasks, Airflow's connections patched) -----------
 
     @contextmanager
+    def _kafka_without_faults(self):
+        """Kafka reachable, every partition led: for the checks' own reads, as self.plain
+        is the storage's."""
+        down, offline = self.kafka.down, self.kafka.offline
+        self.kafka.down, self.kafka.offline = False, set()
+        try:
+            yield
+        finally:
+            self.kafka.down, self.kafka.offline = down, offline
+
+    @contextmanager
     def _in_airflow(self):
         """The real task bodies (airflow.tasks) see the simulation's storage, tokens,
         Kafka, tables, clock and mail rules where they would ask Airflow's connections.
@@ -1485,6 +1499,10 @@ class World:
         quiet = final or not (self.in_flight() or self.abandoned or self.compacting())
         # (topic, partition, generation) -> offsets: generations are archives side by side
         held_now: dict[tuple[str, int, int], set[int]] = {}
+        # (topic, partition) -> (offset, value) of the messages the current rows' files hold
+        # (not a parsed table's: its rows keep fields), and the offsets of rows left unread
+        messages_now: dict[tuple[str, int], set[tuple[int, bytes]]] = {}
+        unread: dict[tuple[str, int], set[int]] = {}
         for row in rows:
             where = (row["topic"], row["partition"])
             claimed = set(range(row["start"], row["end"])) - {
@@ -1498,6 +1516,7 @@ class World:
                 continue
             found = set()
             if self.audit and any(self.audit.gone(f["url"]) for f in row_files(row)):
+                unread.setdefault(where, set()).update(claimed)
                 continue  # deleted by a person: the audit's rescan finds it
             for f in row_files(row):
                 try:
@@ -1512,6 +1531,9 @@ class World:
                                             f"{record.offset} ({sim_registry.version(record.offset)}"
                                             f"): {record.error}")
                         found.add(record.offset)
+                        if record.value is not None:
+                            messages_now.setdefault(where, set()).add((record.offset,
+                                                                       record.value))
                     if self.shape == "registry":
                         self._typed_rows_hold_their_messages(f["url"], *where)
                 except DamagedFile as exc:
@@ -1571,11 +1593,22 @@ class World:
                                     "current row now")
             for where, offsets in held_now.items():
                 self.ever_archived.setdefault(where, set()).update(offsets)
+            for where, messages in self.ever_messages.items():
+                skip = self._destroyed(where) | unread.get(where, set())
+                if gone := {o for o, v in messages - messages_now.get(where, set())
+                            if o not in skip}:
+                    raise Violation("lost", f"{where[0]}/{where[1]} offsets {_ranges(gone)}: "
+                                    "an archived message is in no current row now (another "
+                                    "message holds its offset)")
+            for where, messages in messages_now.items():
+                self.ever_messages.setdefault(where, set()).update(messages)
             # invariant 5: verify finds no error where the invariants hold (the full walk,
             # which reads every file, at the end only: it would double the run's time)
             for full in (False, True) if final else (False,):
-                report = verify.verify_group(self.config, self.group, self.plain, self.tokens,
-                                             full=full, tables=self.tables)
+                with self._kafka_without_faults():  # (its look at offsets no file holds)
+                    report = verify.verify_group(self.config, self.group, self.plain,
+                                                 self.tokens, full=full, tables=self.tables,
+                                                 kafka=self.kafka.consumer)
                 # (a token file a person broke is verify's error, rightly: the mail's too)
                 errors = [e for e in report.errors() if "malformed token" not in e.message
                           and not (self.audit and any(

@@ -1,5 +1,7 @@
 """A rewind's slice keeps what only the files it replaces hold (archive.earlier): the
 offsets Kafka's log cleaner, retention or a truncation removed since they were archived."""
+import pickle
+
 import numpy as np
 import pytest
 
@@ -61,22 +63,42 @@ def test_an_offset_neither_holds_stays_a_gap():
     assert [int(o) for b in out for o in b.offset] == [0, 1, 3, 4, 5, 6, 7, 8, 11]
 
 
-def test_another_message_at_an_archived_offset_is_not_mixed_with_the_archive(caplog):
+def test_another_message_at_an_archived_offset_is_not_mixed_with_the_archive():
     """A topic deleted and re-created (or truncated and written again): Kafka's offsets
-    0-3 are other messages than the archived 0-9. Mixing them would be neither: the
-    rewind keeps only Kafka's, as before rewinds kept anything, and says why."""
-    out, _ = _merged([[0, 1, 2, 3]], held=list(range(10)), start=0, end=10, value=b"old%d")
-    assert [int(o) for b in out for o in b.offset] == [0, 1, 2, 3]
-    assert "t partition 0 offset 3: Kafka holds another message" in caplog.text
-    assert "generation" in caplog.text
-    out, _ = _merged([[0, 2], [3]], held=list(range(10)), start=0, end=10, value=b"old%d")
-    assert [int(o) for b in out for o in b.offset] == [0, 2, 3]  # found in a gap's batch
-    # found only after earlier records went out: too late to undo, the job fails
+    0-3 are other messages than the archived 0-9. Mixing them would be neither, and
+    keeping only Kafka's would replace archived messages: the look fails, naming the
+    offset, wherever it finds one (the job's slice then archives nothing)."""
+    for kafka, first in (([[0, 1, 2, 3]], 3), ([[0, 2], [3]], 0)):  # the tail's; a gap's
+        with pytest.raises(earlier.OffsetsReused, match=f"offset {first}: Kafka holds") as e:
+            _merged(kafka, held=list(range(10)), start=0, end=10, value=b"old%d")
+        assert e.value.offset == first and "generation" in str(e.value)
+    # found only after earlier records went out
     held = [Record(o, None, b"v%d" % o if o < 4 else b"old", 1_795_300_000_000 + o, [])
             for o in range(10)]
     batches = iter([_batch([1, 2, 3]), _batch([5, 6])])
     with pytest.raises(earlier.OffsetsReused, match="offset 5"):
         list(earlier.with_earlier(batches, lambda: iter(held), 0, 10, "t partition 0"))
+    assert pickle.loads(pickle.dumps(e.value)).offset == 0  # whole across Spark's processes
+
+
+def test_another_message_at_a_replaced_rows_last_offset_is_found_in_a_whole_read():
+    """Kafka returns every offset (nothing to take from the earlier files), yet a topic
+    re-created after the plan's look holds other messages: the last message of each
+    replaced row (Slice.earlier_last) tells, wherever its batch falls."""
+    def last(offset, value):
+        return tuple(fingerprint(offset, None, value, 1_795_300_000_000 + offset))
+    kafka = [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    same = [last(4, b"v4"), last(9, b"v9"), last(12, b"v12")]  # 12: past what Kafka gave
+    out = list(earlier.agreeing_with_last(iter([_batch(b) for b in kafka]), same, "t partition 0"))
+    assert [int(o) for b in out for o in b.offset] == list(range(10))
+    for lasts, differs in (([last(4, b"old4"), last(9, b"v9")], 4),
+                           ([last(4, b"v4"), last(9, b"old9")], 9)):
+        with pytest.raises(earlier.OffsetsReused, match=f"t partition 0 offset {differs}:"):
+            list(earlier.agreeing_with_last(iter([_batch(b) for b in kafka]), lasts,
+                                            "t partition 0"))
+    # the log cleaner removed Kafka's message at the row's last offset: nothing to judge
+    assert len(list(earlier.agreeing_with_last(iter([_batch([0, 1, 2, 3])]), [last(4, b"old4")],
+                                               "t partition 0"))) == 1
 
 
 def test_earlier_records_outside_the_slice_are_not_taken():

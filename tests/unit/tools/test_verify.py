@@ -94,6 +94,27 @@ def test_tail_covered_by_a_recorded_gap_is_fine():
     assert _levels(findings, GAP)
 
 
+def test_offsets_kafka_holds_no_message_at_are_a_gap_and_the_rest_a_hole():
+    """No row records them (a token a person put past a transaction's marker): Kafka's
+    word, its first message from each such range on, tells a gap from a hole."""
+    asked = []
+
+    def first_message(start, end):  # Kafka: markers at 10 and 11, a message at 12
+        asked.append((start, end))
+        return min(end, 12)
+    last = _file(0, 9)
+    findings = check_partition([last], 12, [], first_message=first_message)
+    assert _levels(findings, ERROR) == [] and asked == [(10, 12)]
+    assert _levels(findings, GAP) == [f"offsets [10, 12) after {last.url}, below the token 12: "
+                                      "gap (Kafka holds no message there: a transaction's "
+                                      "marker or an aborted transaction)"]
+    errors = _levels(check_partition([last], 15, [], first_message=first_message), ERROR)
+    assert errors == [f"hole: offsets [12, 15) after {last.url}, below the token 15 are in no file"]
+    asked.clear()  # what the manifests record as Kafka's gaps is not asked about again
+    assert _levels(check_partition([last], 15, [(10, 12)], first_message=first_message), ERROR)
+    assert asked == [(12, 15)]
+
+
 def test_files_beyond_the_token_are_noted_as_uncommitted():
     findings = check_partition([_file(0, 9), _file(10, 19)], 10, [])
     assert _levels(findings, ERROR) == []
