@@ -10,7 +10,9 @@ between files or between the last file and the token. Offsets Kafka itself lacks
 (compaction, transaction markers) are recorded as gaps in the group's current rows (the
 catalog), and ranges a plan skipped after retention deleted
 them are recorded in its anomalies: both are reported, not counted as errors. Offsets below the first file are not archived on purpose
-(retention, start_from) and only noted.
+(retention, start_from) and only noted. Offsets no file holds that nothing recorded
+explains are asked of Kafka, where a consumer is given (KafkaLook): where it holds no
+message they are a gap, not a hole.
 
 The arithmetic is tools.offset_checks (pure); this module does the reading.
 """
