@@ -89,14 +89,14 @@ def test_three_topics_round_trip_exactly_once_through_hadoop_reader(pipeline, ka
 def test_new_topic_and_partition_are_archived_with_no_config_change(pipeline, kafka):
     first = pipeline.create_topic("first", 2)
     pipeline.produce(varied_messages(first, 2, 20, seed=1))
-    pipeline.run_dag()
+    pipeline.run()
     assert set(pipeline.token_offsets()) == {first}
 
     pipeline.add_partitions(first, 3)
     second = pipeline.create_topic("second", 1)
     pipeline.produce(varied_messages(first, 3, 30, seed=2))
     pipeline.produce(varied_messages(second, 1, 10, seed=3))
-    pipeline.run_dag()
+    pipeline.run()
 
     archived = pipeline.archived_records()
     assert len(archived) == len(set(archived)) == 60

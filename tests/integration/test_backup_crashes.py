@@ -29,7 +29,7 @@ def data(airflow_env, kafka, s3, tmp_path_factory):
     topics = [reference.create_topic("a", 4), reference.create_topic("b", 2)]
     for n, topic in enumerate(topics):
         reference.produce(varied_messages(topic, 4 if n == 0 else 2, 4000, seed=n))
-    reference.run_dag()
+    reference.run()
     return prefix, topics, reference.data_files(), consumed(kafka, topics)
 
 
@@ -52,7 +52,7 @@ def assert_same_as_uninterrupted(pipeline: Pipeline, data) -> None:
 
 def test_crash_after_plan(crashing, data):
     assert crashing.plan("crashed-run") is not None
-    crashing.run_dag()
+    crashing.run()
     assert_same_as_uninterrupted(crashing, data)
 
 
@@ -68,14 +68,14 @@ def test_crash_in_the_middle_of_the_spark_job(crashing, data):
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
     assert 0 < len(crashing.data_files()) < planned  # really the middle
-    crashing.run_dag()
+    crashing.run_dag()  # the next Airflow run resumes the killed job's plan
     assert_same_as_uninterrupted(crashing, data)
 
 
 def test_crash_after_files_written_before_commit(crashing, data):
     plan_url = crashing.plan("crashed-run")
     crashing.archive_to_end(plan_url)
-    crashing.run_dag()
+    crashing.run()
     assert_same_as_uninterrupted(crashing, data)
 
 
@@ -95,7 +95,7 @@ class CrashAfterFirstWrite:
         return self.store.write(token, expected_version)
 
 
-def test_crash_during_commit_between_two_topics(crashing, data):
+def test_crash_during_commit_between_two_topics(crashing, data, smtp_maildir):
     plan_url = crashing.plan("crashed-run")
     crashing.archive_to_end(plan_url)
     storage = connections.storage("kafka_archive_s3")
@@ -105,7 +105,7 @@ def test_crash_during_commit_between_two_topics(crashing, data):
         committing.commit(config.load(), plan, storage, CrashAfterFirstWrite(crashing.tokens),
                           runs.now_utc())
     assert len(crashing.token_offsets()) == 1  # one topic advanced, one not
-    crashing.run_dag()
+    crashing.run()  # finishes the commit, and mails the token it found advanced
     assert_same_as_uninterrupted(crashing, data)
 
 

@@ -37,12 +37,12 @@ def superseded_keys(pipeline: Pipeline) -> list[str]:
 def test_rewind_by_deleting_a_token_file_keeps_each_message_once(pipeline, kafka):
     topic = pipeline.create_topic("rewound", 2)
     pipeline.produce(varied_messages(topic, 2, 40, seed=7))
-    pipeline.run_dag()
+    pipeline.run()
     before = pipeline.data_files()
 
     (pipeline.token_root / "backup" / f"{topic}.token").unlink()
     pipeline.produce(varied_messages(topic, 2, 10, seed=8))
-    pipeline.run_dag()
+    pipeline.run()
 
     archived = pipeline.archived_records()
     assert len(archived) == len(set(archived)) == 50
@@ -55,11 +55,11 @@ def test_rewind_by_deleting_a_token_file_keeps_each_message_once(pipeline, kafka
 def test_rewind_of_one_partition_by_deleting_its_line(pipeline, kafka):
     topic = pipeline.create_topic("oneline", 2)
     pipeline.produce(varied_messages(topic, 2, 40, seed=9))
-    pipeline.run_dag()
+    pipeline.run()
     token_file = pipeline.token_root / "backup" / f"{topic}.token"
     token_file.write_text("".join(line for line in token_file.read_text().splitlines(True)
                                   if f" {topic} 1 " not in line))  # partition 1's line
-    pipeline.run_dag()
+    pipeline.run()
 
     archived = pipeline.archived_records()
     assert len(archived) == len(set(archived)) == 40
@@ -72,13 +72,13 @@ def test_a_rewind_over_a_compacted_log_keeps_what_the_archive_held(pipeline, kaf
     topic = pipeline.create_topic("cleaned", 1)
     pipeline.produce((topic, 0, f"key-{i % 4}".encode(), f"value {i}".encode(),
                       [("n", str(i).encode())]) for i in range(24))
-    pipeline.run_dag()
+    pipeline.run()
     first = set(pipeline.archived_records())
     assert len(first) == 24
     assert compact_log(kafka, topic, below=24) < 24  # Kafka no longer holds them all
 
     (pipeline.token_root / "backup" / f"{topic}.token").unlink()
-    pipeline.run_dag()
+    pipeline.run()
 
     archived = pipeline.archived_records()
     assert len(archived) == len(set(archived))
@@ -108,7 +108,7 @@ def archived_then_re_created(pipeline: Pipeline, kafka: str, name: str, new: int
     others; the topic and the archived records."""
     topic = pipeline.create_topic(name, 1)
     pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
-    pipeline.run_dag()
+    pipeline.run()
     old = set(pipeline.archived_records())
     recreate_topic(kafka, topic)
     pipeline.produce((topic, 0, b"k", f"new {i}".encode(), []) for i in range(new))
@@ -119,7 +119,7 @@ def archived_under_generation_2(pipeline: Pipeline, old: set, new: int) -> list:
     """The remedy: a new generation, a run; both topics' messages each once."""
     with open(pipeline.config_path, "a") as config:
         config.write("generation: 2\n")
-    pipeline.run_dag()
+    pipeline.run()
     archived = pipeline.archived_records()
     assert old <= set(archived) and len(archived) == len(old) + new
     return archived
@@ -151,7 +151,7 @@ def test_a_rewind_over_a_re_created_topic_the_archive_went_on_past_is_held(pipel
     compares every replaced row's last message with Kafka's and holds the topic at the
     first row's, before anything moves."""
     topic, old = archived_then_re_created(pipeline, kafka, "wenton", 14)
-    pipeline.run_dag()  # token 10, Kafka's latest 14: the new topic's 10-13 archived
+    pipeline.run()  # token 10, Kafka's latest 14: the new topic's 10-13 archived
     went_on = set(pipeline.archived_records())
     assert old < went_on and len(went_on) == 14
     (pipeline.token_root / "backup" / f"{topic}.token").unlink()  # a rewind
@@ -173,9 +173,7 @@ def test_a_topic_re_created_after_a_rewind_was_planned_keeps_the_archive(
     pipeline.in_env(monkeypatch)
     topic = pipeline.create_topic("replanned", 1)
     pipeline.produce((topic, 0, b"k", f"old {i}".encode(), []) for i in range(10))
-    first = pipeline.plan("first")
-    pipeline.archive_to_end(first)
-    pipeline.commit(first)
+    pipeline.run()
     old = set(pipeline.archived_records())
     (pipeline.token_root / "backup" / f"{topic}.token").unlink()  # a rewind
     plan_url = pipeline.plan("rewind")
@@ -228,7 +226,7 @@ def test_retention_gap_fails_naming_the_lost_range(pipeline, kafka, smtp_maildir
     """Its only topic held: the plan fails (and mails; smtp_maildir runs the mail server)."""
     topic = pipeline.create_topic("shortlived", 1)
     pipeline.produce(varied_messages(topic, 1, 5, seed=11))
-    pipeline.run_dag()
+    pipeline.run()
     assert pipeline.token_offsets()[topic] == {0: 5}
     # more messages arrive and retention deletes them before the next run
     earliest = lose_to_retention(kafka, topic)
@@ -249,7 +247,7 @@ def test_malformed_token_fails_with_file_and_line_and_changes_nothing(pipeline, 
                                                                      smtp_maildir):
     topic = pipeline.create_topic("badtoken", 1)
     pipeline.produce(varied_messages(topic, 1, 10, seed=12))
-    pipeline.run_dag()
+    pipeline.run()
     files_before = pipeline.data_files()
     token_file = pipeline.token_root / "backup" / f"{topic}.token"
     token_file.write_text(token_file.read_text() + f"{kafka} {topic} zero 7\n")

@@ -37,7 +37,7 @@ def archived(airflow_env, kafka, s3, tmp_path_factory):
     topic = pipeline.create_topic("src", PARTITIONS)
     pipeline.produce((*m, BASE_MS + i * 1000)
                      for i, m in enumerate(varied_messages(topic, PARTITIONS, MESSAGES, seed=16)))
-    pipeline.run_dag()
+    pipeline.run()
     return pipeline, topic, in_order(kafka, topic)
 
 
@@ -223,7 +223,7 @@ def test_a_refused_message_stops_its_partition_with_a_prefix_landed_and_the_comm
     future_ms = int(datetime(2040, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
     pipeline.produce((source, 0, f"k{i}".encode(), f"v{i}".encode(), [("h", b"x")],
                       future_ms if i == 33 else BASE_MS + i * 1000) for i in range(60))
-    pipeline.run_dag()
+    pipeline.run()
     original = in_order(kafka, source)[0]
     target = new_topic(kafka, f"rf-target{unique}", 1)
 
@@ -268,7 +268,7 @@ def test_a_message_too_large_or_without_a_key_stops_with_a_prefix_and_the_comman
     pipeline.produce((source, 0, None if i == 33 else f"k{i}".encode(),
                       exact if i == 20 else b"w" * 5000 if i == 33 else f"v{i}".encode(),
                       headers, BASE_MS + i * 1000) for i in range(60))
-    pipeline.run_dag()
+    pipeline.run()
     original = in_order(kafka, source)[0]
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     for setting, value, fixed, says in (

@@ -114,7 +114,7 @@ def test_verify_asks_kafka_about_offsets_below_a_token_no_row_covers(pipeline, k
     producer = Producer({"bootstrap.servers": kafka, "transactional.id": f"{topic}-tx"})
     producer.init_transactions()
     transaction(producer, topic, [b"a%d" % i for i in range(5)], commit=True)  # 0-4, marker 5
-    pipeline.run_dag()
+    pipeline.run()
     assert pipeline.token_offsets() == {topic: {0: 6}}
     transaction(producer, topic, [b"x%d" % i for i in range(3)], commit=False)  # 6-8, marker 9
     transaction(producer, topic, [b"b%d" % i for i in range(2)], commit=True)  # 10-11, marker 12
