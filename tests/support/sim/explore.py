@@ -86,9 +86,10 @@ def next_step(rng: random.Random, world: World) -> tuple:
     if offsets_reused and rng.random() < 0.05 and (plan := world.plan_in_flight()) and (
             rewound := [s for s in plan.slices if s.earlier]):
         # an election while a rewind's plan is in flight, before its job reads Kafka: the
-        # job's look alone can find the other messages (the 47-minute soak's seed 902376)
-        s = rng.choice(rewound)
-        return ("truncate", s.topic, s.partition, rng.randint(1, 8))
+        # job's look alone can find the other messages (the 47-minute soak's seed 902376);
+        # producers write to the new leader at once, short of the cut or past it
+        s, cut = rng.choice(rewound), rng.randint(1, 8)
+        return ("truncate", s.topic, s.partition, cut, rng.randint(0, cut + 2))
     if rng.random() < 0.03:  # another deployment's group on the same root
         return ("neighbour", rng.choice(("run", "run", "compact", "maintain"))
                 if world.tables is not None else "run")
@@ -382,8 +383,10 @@ _SAID = {
     "compact_log": lambda t, p, n: f"the log cleaner removes {n} superseded messages of "
                                    f"{t}/{p} below its head",
     "neighbour": lambda task: f"group {NEIGHBOUR} on the same root: its {task} task",
-    "truncate": lambda t, p, n: f"an unclean leader election cuts the last {n} offsets of "
-                                f"{t}/{p} (the next messages take them again)",
+    "truncate": lambda t, p, n, written=0: f"an unclean leader election cuts the last {n} "
+                                           f"offsets of {t}/{p} (the next messages take them "
+                                           "again" + (f"; {written} do at once)" if written
+                                                      else ")"),
     "add_partition": lambda t: f"a partition is added to {t}",
     "create_topic": lambda t, n: f"topic {t} is created with {n} partition(s)",
     "time": lambda minutes: f"{minutes} minutes pass",

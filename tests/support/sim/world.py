@@ -673,11 +673,13 @@ class World:
             o for o in gone if o not in archived)
         out.add(f"compacted away: {topic}/{partition} offsets {_ranges(set(gone))}")
 
-    def _truncate(self, out: Outcome, topic: str, partition: int, count: int):
+    def _truncate(self, out: Outcome, topic: str, partition: int, count: int,
+                  written: int = 0):
         """An unclean leader election cuts the partition's tail; the next messages take
-        its offsets again. What was archived of the tail stays in the archive (a token
-        or an archive beyond Kafka's latest offset holds the topic until a person sets a
-        new generation); what was not is lost with the old leader, not a loss to report."""
+        its offsets again (`written` of them at once, as producers go on writing to the
+        new leader). What was archived of the tail stays in the archive (a token or an
+        archive beyond Kafka's latest offset holds the topic until a person sets a new
+        generation); what was not is lost with the old leader, not a loss to report."""
         if not (p := self._partition(topic, partition)):
             return
         gone = self.kafka.truncate(topic, partition, count)
@@ -697,6 +699,8 @@ class World:
         self.unarchivable.setdefault((topic, partition), set()).update(range(p.end, passed))
         out.add(f"unclean election: {topic}/{partition} cut to "
                 f"{self.kafka.topics[topic][partition].end} (messages {_ranges(set(gone))})")
+        if written:
+            self._produce(out, topic, partition, written, False)
 
     def _destroyed(self, where: tuple[str, int]) -> set[int]:
         """What a person's deletion of archived files took and Kafka no longer holds."""
