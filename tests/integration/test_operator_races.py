@@ -162,7 +162,7 @@ def test_a_commit_killed_after_its_token_then_retention_loses_nothing(pipeline, 
     admin.delete_records({TopicPartition(topic, 0): 50})
     admin.close()
 
-    pipeline.run_dag()
+    pipeline.run()
 
     archived = pipeline.archived_records()
     assert len(archived) == len(set(archived)) == 100
