@@ -426,13 +426,11 @@ class ArchiveTask:
         """The slice's messages from Kafka; a rewind's with what only its earlier files
         still hold (archive.earlier)."""
         batches = source.read(consumer, s.topic, s.partition, s.start, s.end)
-        if self.group.parsed_table:
-            return batches  # (copied after, `archive`)
         where = f"{s.topic} partition {s.partition}"
-        if s.earlier_last:
+        if s.earlier_last:  # (a parsed table's rows too: the job fingerprinted the messages)
             batches = earlier.agreeing_with_last(batches, s.earlier_last, where)
-        if not earlier.usable(s.earlier):
-            return batches
+        if self.group.parsed_table or not earlier.usable(s.earlier):
+            return batches  # (a parsed table's earlier rows: copied after, `archive`)
         # where the plan moved them aside, or (a table group's) still in place
         urls = [layout.superseded(self.config.archive_root, self.run_id, url)
                 if self.group.table is None else url for url in s.earlier]
