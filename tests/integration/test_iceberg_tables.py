@@ -19,7 +19,7 @@ import pytest
 
 from test_backup_archive import consumed, varied_messages
 from test_replay import in_order, new_topic
-from test_rewind_cli import cli, run
+from test_rewind_cli import cli
 
 from kafka_archive import spark
 from kafka_archive.airflow import connections
@@ -92,7 +92,8 @@ def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
                         extra=f"iceberg_catalogs: {{local: {properties}}}\n")
     topic = pipeline.create_topic("events", PARTITIONS)
     pipeline.produce(varied_messages(topic, PARTITIONS, 300, seed=32))
-    run(pipeline, monkeypatch, "first")  # plan, the Spark job, commit: as the DAG's tasks
+    pipeline.in_env(monkeypatch)  # (the test reads the archive in this process)
+    pipeline.run("first")  # plan, the Spark job, commit: as the DAG's tasks
     table = connections.iceberg_tables(pipeline_config(pipeline)).table(GROUP, topic)
     assert read_in_table(table) == consumed(kafka, [topic])  # keys, values, times, headers
     assert len(table.scan().to_arrow()) == 300  # each message once
@@ -101,7 +102,7 @@ def test_a_table_group_holds_each_message_once_and_a_rewind_is_one_snapshot(
 
     pipeline.tokens.delete(GROUP, topic)  # the README's rewind: delete the token file
     pipeline.produce(varied_messages(topic, PARTITIONS, 30, seed=33))
-    run(pipeline, monkeypatch, "second")
+    pipeline.run("second")
     table.refresh()
     assert read_in_table(table) == consumed(kafka, [topic])
     assert len(table.scan().to_arrow()) == 330
@@ -174,7 +175,8 @@ def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_besi
     topic = pipeline.create_topic("events", 3)
     start_ms = (int(time.time() * 1000) // HOUR_MS - 8) * HOUR_MS
     pipeline.produce(json_events(topic, 120, start_ms, seed=0))
-    run(pipeline, monkeypatch, "first")
+    pipeline.in_env(monkeypatch)  # (the test reads the archive in this process)
+    pipeline.run("first")
     tables = connections.iceberg_tables(pipeline_config(pipeline))
     table, dead = tables.find(GROUP, topic), tables.find(GROUP, topic, dead_letters=True)
 
@@ -214,7 +216,7 @@ def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_besi
     pipeline.tokens.delete(GROUP, topic)  # the README's rewind, with news since
     second_at = time.time()
     pipeline.produce(json_events(topic, 30, start_ms, seed=120))
-    run(pipeline, monkeypatch, "second")
+    pipeline.run("second")
     table.refresh()
     dead.refresh()
     archived = check(150)
@@ -224,15 +226,15 @@ def test_an_event_time_table_group_holds_fields_as_columns_and_dead_letters_besi
     done = cli(pipeline, "rewind", "--group", GROUP, "--topic", topic, "--partition", "1",
                "--to-offset", "20")
     assert done.returncode == 0, done.stderr
-    run(pipeline, monkeypatch, "to-offset")
+    pipeline.run("to-offset")
     when = datetime.fromtimestamp(second_at, timezone.utc).isoformat()
     done = cli(pipeline, "rewind", "--group", GROUP, "--topic", topic, "--to-time", when)
     assert done.returncode == 0, done.stderr
-    run(pipeline, monkeypatch, "to-time")
+    pipeline.run("to-time")
     token = pipeline.token_root / GROUP / f"{topic}.token"
     token.write_text("".join(line for line in token.read_text().splitlines(keepends=True)
                              if not line.endswith(f" {topic} 2 {50}\n")))  # a line deleted
-    run(pipeline, monkeypatch, "line-deleted")
+    pipeline.run("line-deleted")
     table.refresh()
     dead.refresh()
     assert check(150) == archived
@@ -278,7 +280,8 @@ def test_a_rewind_over_a_compacted_log_keeps_every_row_the_table_held(
     pipeline.produce((topic, 0, f"k{i % 4}".encode(), b"\xffnot json" if i % 7 == 3 else
                       json.dumps({"ts": start_ms + (i % 3) * HOUR_MS, "i": i}).encode(),
                       [("n", str(i).encode())]) for i in range(24))
-    run(pipeline, monkeypatch, "first")
+    pipeline.in_env(monkeypatch)  # (the test reads the archive in this process)
+    pipeline.run("first")
     tables = connections.iceberg_tables(pipeline_config(pipeline))
     held = {kind: tables.find(GROUP, topic, dead_letters=kind == "dlq")
             for kind in (("rows", "dlq") if shape == "parsed" else ("rows",))}
@@ -293,7 +296,7 @@ def test_a_rewind_over_a_compacted_log_keeps_every_row_the_table_held(
     assert compact_log(kafka, topic, below=24) < 24  # Kafka no longer holds them all
 
     pipeline.tokens.delete(GROUP, topic)
-    run(pipeline, monkeypatch, "second")
+    pipeline.run("second")
     after = contents()
     for kind, rows in first.items():  # each row as the first run wrote it
         assert {at: after[kind].get(at) for at in rows} == rows

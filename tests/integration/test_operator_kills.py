@@ -21,7 +21,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from test_audit import audited_pipeline
 from test_backup_archive import consumed, varied_messages
 from test_partitioned import PARTITIONED, Archive, parser_fix
-from test_rewind_cli import CLI, cli, run
+from test_rewind_cli import CLI, cli
 
 from kafka_archive.audit.producer import AuditedProducer
 from kafka_archive.formats import audit_counts
@@ -32,11 +32,11 @@ PARTITIONS = 3
 
 
 @pytest.fixture
-def archived(airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+def archived(airflow_env, kafka, s3, unique, tmp_path):
     pipeline = audited_pipeline(airflow_env, kafka, s3, f"kill{unique}", tmp_path)
     pipeline.topic = pipeline.create_topic("k", PARTITIONS)
     produce_audited(pipeline, varied_messages(pipeline.topic, PARTITIONS, 300, seed=31))
-    run(pipeline, monkeypatch, "first")
+    pipeline.run("first")
     return pipeline
 
 
@@ -102,7 +102,7 @@ def assert_whole(pipeline: Pipeline, sc, tmp_path, expected: set[tuple]) -> None
         totals
 
 
-def test_rewinds_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch):
+def test_rewinds_killed_at_any_moment(archived, kafka, sc, tmp_path):
     expected = consumed(kafka, [archived.topic])
     for n, after_s in enumerate(moments(archived)):
         partition, to_offset = n % PARTITIONS, 10 * n + 5
@@ -112,21 +112,21 @@ def test_rewinds_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch
                 archived.token_offsets()[archived.topic][partition] == 100:
             assert cli(archived, *args).returncode == 0  # the operator does it again
         assert archived.token_offsets()[archived.topic][partition] == 0  # inside file 1
-        run(archived, monkeypatch, f"after-rewind-{n}")
+        archived.run(f"after-rewind-{n}")
         assert_whole(archived, sc, tmp_path, expected)
 
 
-def test_rebuilds_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch):
+def test_rebuilds_killed_at_any_moment(archived, kafka, sc, tmp_path):
     expected = consumed(kafka, [archived.topic])
     for n, after_s in enumerate(moments(archived)):
         killed(archived, ["catalog", "--group", "backup", "--rebuild"], after_s)
         produce_audited(archived, varied_messages(archived.topic, PARTITIONS, 30, seed=100 + n))
         expected = consumed(kafka, [archived.topic])
-        run(archived, monkeypatch, f"after-rebuild-{n}")
+        archived.run(f"after-rebuild-{n}")
         assert_whole(archived, sc, tmp_path, expected)
 
 
-def test_accepted_losses_killed_at_any_moment(archived, kafka, sc, tmp_path, monkeypatch):
+def test_accepted_losses_killed_at_any_moment(archived, kafka, sc, tmp_path):
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:
         for n, after_s in enumerate(moments(archived)):
@@ -141,7 +141,7 @@ def test_accepted_losses_killed_at_any_moment(archived, kafka, sc, tmp_path, mon
                     archived.token_offsets()[archived.topic][partition] < end - 2:
                 assert cli(archived, *args).returncode == 0, "accept-loss again"
             assert archived.token_offsets()[archived.topic][partition] == end - 2
-            run(archived, monkeypatch, f"after-loss-{n}")
+            archived.run(f"after-loss-{n}")
             assert_whole(archived, sc, tmp_path, consumed(kafka, [archived.topic]))
             report = cli(archived, "verify", "--group", "backup").stdout
             assert f"kill test {n}" in report  # the record of the loss, never lost itself

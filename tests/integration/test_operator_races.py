@@ -10,7 +10,7 @@ import re
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from test_backup_archive import consumed, varied_messages
-from test_rewind_cli import cli, run
+from test_rewind_cli import cli
 
 from kafka_archive import brokers, config, layout
 from kafka_archive.airflow import connections
@@ -82,8 +82,7 @@ def assert_whole(pipeline: Pipeline, expected: set[tuple], topics: list[str]) ->
     assert inflight.holding(storage(), pipeline.root, "backup") is None
 
 
-def test_tokens_deleted_while_a_half_committed_run_waits_are_left_as_found(pipeline, kafka,
-                                                                           monkeypatch):
+def test_tokens_deleted_while_a_half_committed_run_waits_are_left_as_found(pipeline, kafka):
     """Issue 31 §1, reproduced: a run's commit advanced topic a and died; then both tokens
     were deleted to re-archive (a: committed by that run, b: not). The next run used to
     fail on every try (TokenConflictError, group stuck); now it commits, leaves both tokens
@@ -91,7 +90,7 @@ def test_tokens_deleted_while_a_half_committed_run_waits_are_left_as_found(pipel
     topics = [pipeline.create_topic("a", 2), pipeline.create_topic("b", 2)]
     for n, topic in enumerate(topics):
         pipeline.produce(varied_messages(topic, 2, 120, seed=n))
-    run(pipeline, monkeypatch, "first")
+    pipeline.run("first")
     for n, topic in enumerate(topics):
         pipeline.produce(varied_messages(topic, 2, 60, seed=10 + n))
     plan_url = pipeline.plan("stuck-run")
@@ -109,7 +108,7 @@ def test_tokens_deleted_while_a_half_committed_run_waits_are_left_as_found(pipel
     pipeline.dag_output = finishing.stdout + finishing.stderr
     _, mail = wait_for_mail(pipeline, "changed by hand during run stuck-run")
     assert topics[0] in html_of(mail) and topics[1] in html_of(mail)
-    run(pipeline, monkeypatch, "again")  # archives both topics from the earliest offset
+    pipeline.run("again")  # archives both topics from the earliest offset
     assert_whole(pipeline, consumed(kafka, topics), topics)
     assert [k for k in objects(pipeline.s3, pipeline.root_key, "_superseded/")]  # moved aside
 
@@ -120,7 +119,7 @@ def test_a_rewind_racing_a_plan_is_applied_by_the_next_run(pipeline, kafka, monk
     rewound token as found and the next run archives from it."""
     topic = pipeline.create_topic("r", 1)
     pipeline.produce(varied_messages(topic, 1, 100, seed=3))
-    run(pipeline, monkeypatch, "first")
+    pipeline.run("first")
     pipeline.produce(varied_messages(topic, 1, 50, seed=4))
     plan_url = pipeline.plan("raced-run")  # planned from token 100 after the rewind's check
     monkeypatch.setattr(rewinds.inflight, "holding", lambda *a, **k: None)  # checked before
@@ -137,7 +136,7 @@ def test_a_rewind_racing_a_plan_is_applied_by_the_next_run(pipeline, kafka, monk
     summary = pipeline.commit(plan_url)  # used to fail here, and on every run after
     assert list(summary["tokens_left_as_found"]) == [topic]
     assert pipeline.token_offsets() == {topic: {0: 0}}
-    run(pipeline, monkeypatch, "after-rewind")
+    pipeline.run("after-rewind")
     assert_whole(pipeline, consumed(kafka, [topic]), [topic])
 
 
@@ -197,7 +196,7 @@ def test_a_re_executed_rewind_plan_keeps_the_copy_it_saved(airflow_env, kafka, s
         "format: {kind: sequencefile, key: msgpack, compression: none}\n"))
     topic = first.create_topic("s", 1)
     first.produce(varied_messages(topic, 1, 80, seed=7))
-    run(first, monkeypatch, "first")
+    first.run("first")
     original = dict(first.data_files())
     assert len(original) == 1
     second = Pipeline(airflow_env, kafka, s3, prefix, tmp_path, name="s", group_extra=(
@@ -208,7 +207,7 @@ def test_a_re_executed_rewind_plan_keeps_the_copy_it_saved(airflow_env, kafka, s
     second.archive_to_end(plan_url)
     [(path, rewritten)] = second.data_files().items()
     assert rewritten != original[path]  # same name, other bytes
-    run(second, monkeypatch, "next")  # re-executes rewind-run's plan, then commits it
+    second.run("next")  # re-executes rewind-run's plan, then commits it
 
     saved = objects(second.s3, second.root_key, "_superseded/rewind-run/")
     assert saved == {f"_superseded/rewind-run/{path}": original[path]}

@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 
 from test_backup_archive import consumed
 from test_iceberg_tables import by_offset, pipeline_config, spark_reads
-from test_rewind_cli import run
+
 
 from kafka_archive.airflow import connections
 from kafka_archive.commit import iceberg
@@ -70,7 +70,8 @@ def test_registered_topics_become_typed_tables_that_evolve_with_their_schemas(
             messages.append((topic, i % 2 if kind == "avro" else 0, None, value, []))
     messages.append((topics["avro"], 0, None, b'{"id": 99}', []))  # JSON sneaked in
     pipeline.produce(messages)
-    run(pipeline, monkeypatch, "first")
+    pipeline.in_env(monkeypatch)  # (the test reads the archive in this process)
+    pipeline.run("first")
 
     tables = connections.iceberg_tables(pipeline_config(pipeline))
     for kind, topic in topics.items():
@@ -114,7 +115,7 @@ def test_registered_topics_become_typed_tables_that_evolve_with_their_schemas(
                     {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}))(
         {"id": 5, "at": now}, registry_topics.value_context(f"{p}-payments"))
     pipeline.produce([(topics["avro"], 0, None, v, []) for v in (v2, v3, v4, payment)])
-    run(pipeline, monkeypatch, "second")
+    pipeline.run("second")
 
     table = tables.find(GROUP, topics["avro"])
     assert iceberg.column_type(table.schema().find_field("qty")) == "long"

@@ -38,16 +38,6 @@ def produce_timed(kafka: str, topic: str, offsets: range) -> None:
     producer.close()
 
 
-def run(pipeline: Pipeline, monkeypatch, run_id: str, spark_submit: bool = False):
-    """Plan, archive, commit, as the DAG's three tasks; the plan."""
-    pipeline.in_env(monkeypatch)
-    plan_url = pipeline.plan(run_id)
-    assert plan_url, f"run {run_id} planned nothing"
-    pipeline.archive_to_end(plan_url, spark_submit=spark_submit)
-    pipeline.commit(plan_url)
-    return plan_url
-
-
 def superseded(pipeline: Pipeline) -> list[str]:
     """Keys below <root>/_superseded/, relative to it."""
     prefix = f"{pipeline.root_key}/_superseded/"
@@ -60,15 +50,15 @@ def pipeline(airflow_env, kafka, s3, unique, tmp_path):
     return Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path)
 
 
-def test_rewind_to_an_offset_and_to_a_time_then_each_message_once(pipeline, kafka, monkeypatch):
+def test_rewind_to_an_offset_and_to_a_time_then_each_message_once(pipeline, kafka):
     by_offset = pipeline.create_topic("byoffset", 1)
     by_time = pipeline.create_topic("bytime", 1)
     for topic in (by_offset, by_time):
         produce_timed(kafka, topic, range(0, 20))
-    run(pipeline, monkeypatch, "first")
+    pipeline.run("first")
     for topic in (by_offset, by_time):
         produce_timed(kafka, topic, range(20, 30))
-    run(pipeline, monkeypatch, "second")  # files 0..19 and 20..29 in each topic
+    pipeline.run("second")  # files 0..19 and 20..29 in each topic
     token_file = pipeline.token_root / "backup" / f"{by_offset}.token"
     token_text = token_file.read_text()
 
@@ -99,7 +89,7 @@ def test_rewind_to_an_offset_and_to_a_time_then_each_message_once(pipeline, kafk
     assert "moves 2 archived files aside and archives from 0" in done.stdout
     assert pipeline.token_offsets() == {by_offset: {0: 20}, by_time: {0: 0}}
 
-    run(pipeline, monkeypatch, "after-rewind")
+    pipeline.run("after-rewind")
 
     archived = pipeline.archived_records()
     assert len(archived) == len(set(archived)) == 60  # each message exactly once
@@ -116,13 +106,13 @@ def test_rewind_to_an_offset_and_to_a_time_then_each_message_once(pipeline, kafk
 
 
 def test_rewind_by_cli_and_by_deleting_the_token_give_identical_archives(
-        airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+        airflow_env, kafka, s3, unique, tmp_path):
     deleted = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path, name="deleted")
     rewound = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path, name="rewound")
     topic = deleted.create_topic("same", 2)  # both archive the same topic
     deleted.produce(varied_messages(topic, 2, 40, seed=21))
     for pipeline in (deleted, rewound):
-        run(pipeline, monkeypatch, "first")
+        pipeline.run("first")
     deleted.produce(varied_messages(topic, 2, 10, seed=22))
 
     (deleted.token_root / "backup" / f"{topic}.token").unlink()
@@ -131,7 +121,7 @@ def test_rewind_by_cli_and_by_deleting_the_token_give_identical_archives(
     assert [line.split(":")[0] for line in done.stdout.splitlines()] == [
         f"backup/{topic} partition 0", f"backup/{topic} partition 1"]
     for pipeline in (deleted, rewound):
-        run(pipeline, monkeypatch, "second")
+        pipeline.run("second")
 
     files = deleted.data_files()
     assert files == rewound.data_files()  # same names, same bytes
@@ -144,7 +134,7 @@ def test_rewind_by_cli_and_by_deleting_the_token_give_identical_archives(
 
 
 def test_rewind_by_trigger_params_and_by_deleting_the_token_give_identical_archives(
-        airflow_stack, airflow_env, kafka, s3, unique, tmp_path, monkeypatch):
+        airflow_stack, airflow_env, kafka, s3, unique, tmp_path):
     """Two archives of the same topic: the real Airflow's (its own root and tokens), rewound
     by a run triggered through the REST API with a `rewind` param, and one of this test's,
     rewound by deleting its token file before the next run."""
@@ -158,11 +148,11 @@ def test_rewind_by_trigger_params_and_by_deleting_the_token_give_identical_archi
     run_to_end(airflow_stack, {"topics": [topic]})
     # in this session's long-lived Spark: since `fast` is ISA-L's level 3, whose bytes do
     # not depend on the process, as the archive task's spark-submit writes them
-    run(deleted, monkeypatch, "first")
+    deleted.run("first")
     deleted.produce(varied_messages(topic, 2, 10, seed=22))
 
     (deleted.token_root / "backup" / f"{topic}.token").unlink()
-    run(deleted, monkeypatch, "second")
+    deleted.run("second")
     run_to_end(airflow_stack, {"topics": [topic], "rewind": [{"topic": topic, "offset": 0}]},
                run_id=f"rewound-{unique}")
 

@@ -8,18 +8,17 @@ import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from tests.support.pipeline import Pipeline
-from test_rewind_cli import cli, run
+from test_rewind_cli import cli
 
 
-def test_status_reports_lag_in_messages_and_time(airflow_env, kafka, s3, unique, tmp_path,
-                                                  monkeypatch):
+def test_status_reports_lag_in_messages_and_time(airflow_env, kafka, s3, unique, tmp_path):
     pipeline = Pipeline(airflow_env, kafka, s3, f"t{unique}", tmp_path)
     topic = pipeline.create_topic("lagging", 2)
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
     for i in range(20):  # 10 per partition
         producer.send(topic, value=b"archived", partition=i % 2)
     producer.flush()
-    run(pipeline, monkeypatch, "first")
+    pipeline.run("first")
     hour_ago = int(time.time() * 1000) - 3_600_000
     for i in range(7):  # partition 0 falls behind by 7 messages, the oldest an hour old
         producer.send(topic, value=b"pending", partition=0, timestamp_ms=hour_ago + i)

@@ -18,7 +18,7 @@ import pytest
 
 from test_backup_archive import consumed, varied_messages
 from test_iceberg_tables import read_in_table, spark_reads
-from test_rewind_cli import cli, run
+from test_rewind_cli import cli
 
 from kafka_archive import catalog, config
 from kafka_archive.airflow import connections, tasks
@@ -62,9 +62,10 @@ def archived_twice(pipeline: Pipeline, monkeypatch, seed: int) -> str:
     """A topic of the pipeline and two runs of it: two small files per partition, to
     compact; the topic."""
     topic = pipeline.create_topic("events", PARTITIONS)
+    pipeline.in_env(monkeypatch)  # (the test reads the archive in this process)
     for i in range(2):
         pipeline.produce(varied_messages(topic, PARTITIONS, 30, seed=seed + i))
-        run(pipeline, monkeypatch, f"first-{i}")
+        pipeline.run(f"first-{i}")
     return topic
 
 
@@ -104,9 +105,10 @@ def test_compaction_then_each_rewind_kind_keeps_each_message_once(
     pipeline, (jdbc_url, jdbc_env) = table_pipeline(service_env, airflow_env, kafka, s3, unique,
                                                     tmp_path, "compact")
     topic = pipeline.create_topic("events", PARTITIONS)
+    pipeline.in_env(monkeypatch)  # (the test reads the archive in this process)
     for i in range(3):
         pipeline.produce(varied_messages(topic, PARTITIONS, 40, seed=70 + i))
-        run(pipeline, monkeypatch, f"run-{i}")
+        pipeline.run(f"run-{i}")
     assert len(list(the_table(pipeline, topic).scan().plan_files())) == 3 * PARTITIONS
 
     done = tasks.compact(GROUP, "c-0")
@@ -132,7 +134,7 @@ def test_compaction_then_each_rewind_kind_keeps_each_message_once(
     assert "compacted into" in rewound.stdout + rewound.stderr
     before_rewind = the_table(pipeline, topic).current_snapshot().snapshot_id
     pipeline.produce(varied_messages(topic, PARTITIONS, 10, seed=80))
-    run(pipeline, monkeypatch, "rewind-offset")
+    pipeline.run("rewind-offset")
     table = holds_each_message_once(pipeline, kafka, topic)
     assert table.current_snapshot().summary.operation.value == "overwrite"
     assert len(table.scan(snapshot_id=before_rewind).to_arrow()) == 120  # time travel
@@ -146,7 +148,7 @@ def test_compaction_then_each_rewind_kind_keeps_each_message_once(
     rewound = cli(pipeline, "rewind", "--group", GROUP, "--topic", topic, "--to-time",
                   str(middle))
     assert rewound.returncode == 0, rewound.stderr[-2000:]
-    run(pipeline, monkeypatch, "rewind-time")
+    pipeline.run("rewind-time")
     holds_each_message_once(pipeline, kafka, topic)
 
     # a line deleted: partition 1 again from Kafka's earliest offset
@@ -155,13 +157,13 @@ def test_compaction_then_each_rewind_kind_keeps_each_message_once(
     lines = (pipeline.token_root / GROUP / f"{topic}.token").read_text().splitlines()
     (pipeline.token_root / GROUP / f"{topic}.token").write_text("\n".join(
         line for line in lines if not line.endswith(f" {topic} 1 {token.offsets[1]}")) + "\n")
-    run(pipeline, monkeypatch, "rewind-line")
+    pipeline.run("rewind-line")
     holds_each_message_once(pipeline, kafka, topic)
 
     # the token deleted
     compacted.append(tasks.compact(GROUP, "c-3"))  # partition 1 alone is new: none to merge
     pipeline.tokens.delete(GROUP, topic)
-    run(pipeline, monkeypatch, "rewind-token")
+    pipeline.run("rewind-token")
     table = holds_each_message_once(pipeline, kafka, topic)
     verified(pipeline)
 
@@ -221,7 +223,7 @@ def test_a_compaction_killed_at_each_of_its_steps_loses_and_duplicates_nothing(
         tasks.compact(GROUP, f"gives-way-{i}")
         assert inflight.compacting(storage_of(pipeline), pipeline.root, GROUP) is None
         consistent(pipeline, topic)
-        run(pipeline, monkeypatch, f"after-{i}")
+        pipeline.run(f"after-{i}")
         holds_each_message_once(pipeline, kafka, topic)
     table = the_table(pipeline, topic)
     by_id = Counter(s.summary[iceberg.RUN_ID] for s in table.metadata.snapshots)
@@ -268,7 +270,7 @@ def test_a_compaction_and_a_run_racing_keep_each_message_once(
     finally:
         os.kill(stopped.pid, signal.SIGCONT)
     assert stopped.wait(timeout=300) == 0, stopped.stderr.read()[-3000:]
-    run(pipeline, monkeypatch, "while-compacting")  # retried: planned now
+    pipeline.run("while-compacting")  # retried: planned now
     holds_each_message_once(pipeline, kafka, topic)
     verified(pipeline)
 
@@ -283,14 +285,15 @@ def test_a_parsed_groups_compaction_keeps_its_hours_columns_and_dead_letters(
         extra=f"iceberg_catalogs: {{local: {{type: sql, uri: 'sqlite:///{tmp_path}/c.db'}}}}\n")
     topic = pipeline.create_topic("events", 3)
     start_ms = (int(time.time() * 1000) // HOUR_MS - 8) * HOUR_MS
+    pipeline.in_env(monkeypatch)  # (the test reads the archive in this process)
     for i in range(2):
         pipeline.produce(json_events(topic, 60, start_ms, seed=60 * i))
-        run(pipeline, monkeypatch, f"run-{i}")
+        pipeline.run(f"run-{i}")
     # a field none had before: the table gains a column (schema evolution) in run-2
     pipeline.produce((topic, i % 3, None, json.dumps({"ts": start_ms + i * 60_000,
                                                       "color": f"c{i}"}).encode(), [])
                      for i in range(9))
-    run(pipeline, monkeypatch, "run-2")
+    pipeline.run("run-2")
     tables = connections.iceberg_tables(config.load(pipeline.config_path))
     table, dead = tables.find(GROUP, topic), tables.find(GROUP, topic, dead_letters=True)
     before = (by_offset(table), by_offset(dead))
@@ -322,7 +325,7 @@ def test_a_parsed_groups_compaction_keeps_its_hours_columns_and_dead_letters(
     rewound = cli(pipeline, "rewind", "--group", GROUP, "--topic", topic, "--partition", "1",
                   "--to-offset", "25")
     assert rewound.returncode == 0, rewound.stderr[-2000:]
-    run(pipeline, monkeypatch, "rewind")
+    pipeline.run("rewind")
     table.refresh()
     dead.refresh()
     assert (by_offset(table), by_offset(dead)) == before

@@ -68,6 +68,7 @@ class Pipeline:
             """) + textwrap.indent(group_extra, "    "))
         self.env = {**env, "KAFKA_ARCHIVE_CONFIG": str(self.config_path)}
         self.tokens = LocalTokenStore(self.token_root)
+        self.runs = 0  # made by run()
 
     # --- Kafka -------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, **config) -> str:
@@ -139,16 +140,16 @@ class Pipeline:
     def commit(self, plan_url: str) -> dict:
         return tasks.commit(plan_url)
 
-    def run(self) -> dict | None:
-        """One run's plan, job and commit in this process (the job in the shared
-        SparkContext), for a test whose subject is not Airflow: ~3 s against ~30 s for
-        `airflow dags test`, which imports Airflow and starts a spark-submit JVM. The
-        commit's summary, or None when there was nothing to archive."""
-        self.runs = getattr(self, "runs", 0) + 1
+    def run(self, run_id: str | None = None) -> dict:
+        """One run's plan, job and commit in this process, as the DAG's three tasks (the
+        job in the shared SparkContext), for a test whose subject is not Airflow: ~3 s
+        against ~30 s for `airflow dags test`, which imports Airflow and starts a
+        spark-submit JVM. The commit's summary; the run must find something to archive."""
+        self.runs += 1
+        run_id = run_id or f"in-process-{self.runs}"
         with mock.patch.dict(os.environ, self.env):
-            plan_url = self.plan(f"in-process-{self.runs}")
-            if plan_url is None:
-                return None
+            plan_url = self.plan(run_id)
+            assert plan_url, f"run {run_id} planned nothing"
             self.archive_to_end(plan_url)
             return self.commit(plan_url)
 

@@ -115,7 +115,9 @@ def serializer(kind: str, registry: str | SchemaRegistryClient):
     """A value serializer of the Order type in this format (the registry by URL, or a
     client: confluent's mock), registering its schema under the topic's value subject
     (TopicNameStrategy) on first use."""
-    client = (SchemaRegistryClient({"url": registry}) if isinstance(registry, str)
+    # a timeout: confluent's client has none, and a registry that stops answering hung a
+    # test for 20 minutes at its first GET
+    client = (SchemaRegistryClient({"url": registry, "timeout": 60}) if isinstance(registry, str)
               else registry)
     if kind == "avro":
         return AvroSerializer(client, ORDER_AVRO)
