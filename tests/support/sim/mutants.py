@@ -277,6 +277,10 @@ MUTANTS = [
     # a rewind in flight across an unclean election (the 47-minute soak's s3 seed 902376)
     Mutant("a rewind's job does not compare the replaced rows' last messages with Kafka's",
            "archive/job.py", "        if s.earlier_last:  #", "        if False:  #"),
+    Mutant("a parsed table's rewind job skips the replaced rows' last messages",
+           "archive/job.py", "        batches = source.read(consumer, s.topic, s.partition, s.start, s.end)\n",
+           "        batches = source.read(consumer, s.topic, s.partition, s.start, s.end)\n"
+           "        if self.group.parsed_table:\n            return batches\n"),
     Mutant("a rewind's job mixes Kafka's messages with other archived ones",
            "archive/earlier.py", "            raise _reused(where, r.offset)\n",
            "            return\n"),
